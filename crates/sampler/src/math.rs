@@ -1,0 +1,506 @@
+//! Portable numerics: `exp`, `ln`, softmax, entropy, partial top-k selection and the
+//! categorical draw.
+//!
+//! # Why the crate has its own `exp` and `ln`
+//!
+//! `f64::exp` and `f64::ln` call the platform's maths library (glibc natively, a Rust port of
+//! musl on `wasm32-unknown-unknown`), and those are allowed to differ in the last bit. A one-bit
+//! difference in a probability can move a top-p cut-off or a draw that lands on a boundary, and
+//! then the same seed gives different tokens on different platforms. [`exp`] and [`ln`] here use
+//! only IEEE-754 `+ - * /` (which every platform rounds identically; Rust never fuses them into
+//! FMA behind your back) and exact bit manipulation, after the classic fdlibm algorithms, so
+//! every platform computes bit-identical values. They are accurate to within one unit in the
+//! last place (tested against the standard library).
+//!
+//! Sums are always taken in a fixed, documented order (token-id order unless a function says
+//! otherwise), never in an order that depends on a sort's internals.
+
+// The polynomial coefficients below are the published fdlibm constants, written with all
+// their digits; they parse to the intended doubles (the accuracy tests check the results).
+#![allow(clippy::excessive_precision)]
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use crate::error::SamplerError;
+
+const LN2_HI: f64 = 6.931_471_803_691_238_164_90e-1;
+const LN2_LO: f64 = 1.908_214_929_270_587_700_02e-10;
+const INV_LN2: f64 = std::f64::consts::LOG2_E;
+const HALF_LN2: f64 = std::f64::consts::LN_2 * 0.5;
+
+const EXP_P1: f64 = 1.666_666_666_666_660_190_37e-1;
+const EXP_P2: f64 = -2.777_777_777_701_559_338_42e-3;
+const EXP_P3: f64 = 6.613_756_321_437_934_361_17e-5;
+const EXP_P4: f64 = -1.653_390_220_546_525_153_90e-6;
+const EXP_P5: f64 = 4.138_136_797_057_238_460_39e-8;
+/// Above this `exp` overflows to +inf.
+const EXP_OVERFLOW: f64 = 7.097_827_128_933_839_730_96e2;
+/// Below this `exp` underflows to 0.
+const EXP_UNDERFLOW: f64 = -7.451_332_191_019_411_084_20e2;
+/// 2^-28: below this in magnitude, `exp(x)` rounds to `1 + x`.
+const EXP_TINY: f64 = 3.725_290_298_461_914e-9;
+
+const LG1: f64 = 6.666_666_666_666_735_130e-1;
+const LG2: f64 = 3.999_999_999_940_941_908e-1;
+const LG3: f64 = 2.857_142_874_366_239_149e-1;
+const LG4: f64 = 2.222_219_843_214_978_396e-1;
+const LG5: f64 = 1.818_357_216_161_805_012e-1;
+const LG6: f64 = 1.531_383_769_920_937_332e-1;
+const LG7: f64 = 1.479_819_860_511_658_591e-1;
+/// 2^54, used to bring subnormal inputs of `ln` into the normal range.
+const TWO_POW_54: f64 = 18_014_398_509_481_984.0;
+
+/// 2^k for k in the normal exponent range [-1022, 1023], built exactly from its bits.
+fn pow2(k: i32) -> f64 {
+    debug_assert!((-1022..=1023).contains(&k));
+    f64::from_bits(((k + 1023) as u64) << 52)
+}
+
+/// `y * 2^k` for `y` near 1 and k in [-1075, 1024], rounding at most once.
+fn scale_by_pow2(y: f64, k: i32) -> f64 {
+    if k > 1023 {
+        y * 2.0 * pow2(1023)
+    } else if k >= -1021 {
+        y * pow2(k)
+    } else {
+        // y * 2^(k+1000) is exact (normal range); the final multiply rounds once.
+        y * pow2(k + 1000) * pow2(-1000)
+    }
+}
+
+/// The natural exponential, computed bit-identically on every platform.
+///
+/// Same algorithm as fdlibm's `e_exp.c`: reduce `x = k·ln2 + r` with `|r| <= ln2/2`, approximate
+/// `exp(r)` by a rational function, scale by `2^k`. Error below 1 ulp.
+pub fn exp(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x > EXP_OVERFLOW {
+        return f64::INFINITY;
+    }
+    if x < EXP_UNDERFLOW {
+        return 0.0;
+    }
+    if x.abs() < EXP_TINY {
+        return 1.0 + x;
+    }
+    let k: i32 = if x.abs() <= HALF_LN2 {
+        0
+    } else {
+        // Round to nearest; the cast truncates towards zero and is identical everywhere.
+        (INV_LN2 * x + if x < 0.0 { -0.5 } else { 0.5 }) as i32
+    };
+    let kf = f64::from(k);
+    let hi = x - kf * LN2_HI;
+    let lo = kf * LN2_LO;
+    let r = hi - lo;
+    let rr = r * r;
+    let c = r - rr * (EXP_P1 + rr * (EXP_P2 + rr * (EXP_P3 + rr * (EXP_P4 + rr * EXP_P5))));
+    let y = 1.0 - ((lo - (r * c) / (2.0 - c)) - hi);
+    if k == 0 { y } else { scale_by_pow2(y, k) }
+}
+
+/// The natural logarithm, computed bit-identically on every platform.
+///
+/// Same algorithm as fdlibm's `e_log.c` (as in musl): write `x = 2^k·(1+f)` with
+/// `sqrt(2)/2 < 1+f < sqrt(2)`, approximate `log(1+f)` by a polynomial in `s = f/(2+f)`.
+/// `ln(0) = -inf`, `ln(negative) = NaN`, `ln(+inf) = +inf`. Error below 1 ulp.
+pub fn ln(x: f64) -> f64 {
+    let mut bits = x.to_bits();
+    let mut high = (bits >> 32) as u32;
+    let mut k: i32 = 0;
+    if high < 0x0010_0000 || (high >> 31) != 0 {
+        if bits << 1 == 0 {
+            return f64::NEG_INFINITY;
+        }
+        if high >> 31 != 0 {
+            return f64::NAN;
+        }
+        // Subnormal: scale up into the normal range.
+        k -= 54;
+        bits = (x * TWO_POW_54).to_bits();
+        high = (bits >> 32) as u32;
+    } else if high >= 0x7ff0_0000 {
+        return x;
+    } else if high == 0x3ff0_0000 && bits << 32 == 0 {
+        return 0.0;
+    }
+    // Reduce x into [sqrt(2)/2, sqrt(2)].
+    high = high.wrapping_add(0x3ff0_0000 - 0x3fe6_a09e);
+    k += (high >> 20) as i32 - 0x3ff;
+    high = (high & 0x000f_ffff) + 0x3fe6_a09e;
+    bits = (u64::from(high) << 32) | (bits & 0xffff_ffff);
+    let reduced = f64::from_bits(bits);
+
+    let f = reduced - 1.0;
+    let half_f_squared = 0.5 * f * f;
+    let s = f / (2.0 + f);
+    let z = s * s;
+    let w = z * z;
+    let t1 = w * (LG2 + w * (LG4 + w * LG6));
+    let t2 = z * (LG1 + w * (LG3 + w * (LG5 + w * LG7)));
+    let r = t2 + t1;
+    let dk = f64::from(k);
+    s * (half_f_squared + r) + dk * LN2_LO - half_f_squared + f + dk * LN2_HI
+}
+
+/// `base^n` by binary exponentiation with a fixed sequence of multiplications (portable, unlike
+/// `powi`, whose implementation is up to the compiler).
+pub fn powi_portable(base: f64, n: u32) -> f64 {
+    let mut result = 1.0;
+    let mut factor = base;
+    let mut n = n;
+    while n > 0 {
+        if n & 1 == 1 {
+            result *= factor;
+        }
+        n >>= 1;
+        if n > 0 {
+            factor *= factor;
+        }
+    }
+    result
+}
+
+/// Checks that `logits` is non-empty and holds only finite values or -inf.
+pub fn validate_logits(logits: &[f32]) -> Result<(), SamplerError> {
+    if logits.is_empty() {
+        return Err(SamplerError::EmptyLogits);
+    }
+    for (id, &value) in logits.iter().enumerate() {
+        if value.is_nan() || value == f32::INFINITY {
+            return Err(SamplerError::InvalidLogit {
+                id: id as u32,
+                value: f64::from(value),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The softmax of `logits` (finite or -inf) in f64: `exp(z_i - max) / sum`, summed in id order.
+///
+/// Errors on empty input, NaN or +inf, and when every logit is -inf.
+pub fn softmax(logits: &[f32]) -> Result<Vec<f64>, SamplerError> {
+    let (shifted, log_norm) = shifted_and_log_norm(logits)?;
+    Ok(shifted.into_iter().map(|x| exp(x - log_norm)).collect())
+}
+
+/// The log-softmax of `logits` (finite or -inf) in f64: `z_i - max - ln(sum exp(z_j - max))`.
+///
+/// This is what [`crate::beam`] wants per live beam. Same errors as [`softmax`].
+pub fn log_softmax(logits: &[f32]) -> Result<Vec<f64>, SamplerError> {
+    let (shifted, log_norm) = shifted_and_log_norm(logits)?;
+    Ok(shifted.into_iter().map(|x| x - log_norm).collect())
+}
+
+/// `(z_i - max)` and `ln(sum_i exp(z_i - max))`.
+fn shifted_and_log_norm(logits: &[f32]) -> Result<(Vec<f64>, f64), SamplerError> {
+    validate_logits(logits)?;
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if max == f32::NEG_INFINITY {
+        return Err(SamplerError::AllTokensExcluded);
+    }
+    let max = f64::from(max);
+    let shifted: Vec<f64> = logits.iter().map(|&z| f64::from(z) - max).collect();
+    let sum: f64 = shifted.iter().map(|&x| exp(x)).sum();
+    Ok((shifted, ln(sum)))
+}
+
+/// Shannon entropy in nats, `-sum p ln p` over the entries with `p > 0`, summed in index order.
+pub fn entropy(probs: &[f64]) -> f64 {
+    let h: f64 = probs
+        .iter()
+        .filter(|&&p| p > 0.0)
+        .map(|&p| -p * ln(p))
+        .sum();
+    h.max(0.0)
+}
+
+/// Makes `items[..n]` hold the `n` first items under `cmp`, in order, assuming `items[..sorted]`
+/// already do. Uses `select_nth_unstable_by` on the unsorted tail and sorts only the new part.
+/// Returns the new sorted length, `min(n, items.len())` (or `sorted` if that is larger).
+pub(crate) fn ensure_sorted_prefix<T, F>(
+    items: &mut [T],
+    sorted: usize,
+    n: usize,
+    cmp: &mut F,
+) -> usize
+where
+    F: FnMut(&T, &T) -> Ordering,
+{
+    let n = n.min(items.len());
+    if n <= sorted {
+        return sorted;
+    }
+    let tail = &mut items[sorted..];
+    let want = n - sorted;
+    if want < tail.len() {
+        tail.select_nth_unstable_by(want - 1, &mut *cmp);
+    }
+    tail[..want].sort_unstable_by(&mut *cmp);
+    n
+}
+
+/// The smallest `n >= 1` such that the first `n` items under `cmp` carry at least `mass` of
+/// `total` (`cumulative / total >= mass`, the cumulative summed in that order), or all items if
+/// no prefix does. On return `items[..n]` are those items, sorted.
+///
+/// It never sorts more than it needs: it selects and sorts a prefix of 64 items, then grows the
+/// prefix four-fold at a time while the mass is not reached (a flat tail can need thousands).
+pub(crate) fn smallest_prefix_with_mass<T, F, W>(
+    items: &mut [T],
+    mut sorted: usize,
+    mut cmp: F,
+    weight: W,
+    total: f64,
+    mass: f64,
+) -> usize
+where
+    F: FnMut(&T, &T) -> Ordering,
+    W: Fn(&T) -> f64,
+{
+    let mut cumulative = 0.0;
+    let mut chunk = 64;
+    let mut i = 0;
+    while i < items.len() {
+        if i == sorted {
+            sorted = ensure_sorted_prefix(items, sorted, sorted + chunk, &mut cmp);
+            chunk = chunk.saturating_mul(4);
+        }
+        cumulative += weight(&items[i]);
+        i += 1;
+        if cumulative / total >= mass {
+            return i;
+        }
+    }
+    items.len()
+}
+
+/// An entry of a top-n heap, ordered so that the worst entry (lowest key, then highest id) is
+/// the greatest: the heap's top is the entry to evict.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Ranked {
+    key: f64,
+    id: u32,
+}
+
+impl Eq for Ranked {}
+
+impl Ord for Ranked {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other.key.total_cmp(&self.key).then(self.id.cmp(&other.id))
+    }
+}
+
+impl PartialOrd for Ranked {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// The `n` `(key, id)` items with the highest keys, highest first, ties to the lowest id, in one
+/// pass with a bounded heap (`O(len · log n)`, no sort of the input). Keys must not be NaN;
+/// -0.0 counts as +0.0.
+pub(crate) fn top_n_by_key(items: impl Iterator<Item = (f64, u32)>, n: usize) -> Vec<(f64, u32)> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let mut heap = BinaryHeap::with_capacity(n.min(1 << 16));
+    for (key, id) in items {
+        let entry = Ranked { key: key + 0.0, id };
+        if heap.len() < n {
+            heap.push(entry);
+        } else if let Some(mut worst) = heap.peek_mut()
+            && entry < *worst
+        {
+            *worst = entry;
+        }
+    }
+    heap.into_sorted_vec()
+        .into_iter()
+        .map(|entry| (entry.key, entry.id))
+        .collect()
+}
+
+/// The ids of the `k` largest values, largest first, ties to the lowest id, without sorting the
+/// whole slice (one pass with a bounded heap). Validate first: NaN is not expected.
+pub fn top_k_ids(values: &[f32], k: usize) -> Vec<u32> {
+    let items = values.iter().zip(0u32..).map(|(&v, id)| (f64::from(v), id));
+    top_n_by_key(items, k)
+        .into_iter()
+        .map(|(_, id)| id)
+        .collect()
+}
+
+/// Draws an index from non-negative `weights` (not necessarily normalised) given a uniform
+/// `u` in `[0, 1)`: the first index whose cumulative weight, summed in index order, exceeds
+/// `u · total`. Zero-weight entries are never returned. `None` when the total is not positive
+/// and finite.
+pub fn draw_categorical(weights: &[f64], u: f64) -> Option<usize> {
+    let total: f64 = weights.iter().sum();
+    if !(total > 0.0 && total.is_finite()) {
+        return None;
+    }
+    draw_with_total(weights.iter().copied().enumerate(), total, u)
+}
+
+/// The draw of [`draw_categorical`] over `(index, weight)` pairs whose weights sum to `total`
+/// in this order.
+pub(crate) fn draw_with_total(
+    items: impl Iterator<Item = (usize, f64)>,
+    total: f64,
+    u: f64,
+) -> Option<usize> {
+    let u = if u.is_nan() { 0.0 } else { u.clamp(0.0, 1.0) };
+    let target = u * total;
+    let mut cumulative = 0.0;
+    let mut last_positive = None;
+    for (index, weight) in items {
+        if weight > 0.0 {
+            cumulative += weight;
+            last_positive = Some(index);
+            if target < cumulative {
+                return Some(index);
+            }
+        }
+    }
+    // Only reached through rounding when u is within an ulp of 1.
+    last_positive
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ulps_apart(a: f64, b: f64) -> u64 {
+        if a == b {
+            return 0;
+        }
+        (a.to_bits() as i64 - b.to_bits() as i64).unsigned_abs()
+    }
+
+    #[test]
+    fn exp_matches_std_within_one_ulp() {
+        let mut worst = 0;
+        let mut x = -745.0;
+        while x < 709.0 {
+            let ours = exp(x);
+            let theirs = x.exp();
+            if theirs > f64::MIN_POSITIVE {
+                worst = worst.max(ulps_apart(ours, theirs));
+            }
+            x += 0.012_345_678_9;
+        }
+        assert!(worst <= 1, "exp is {worst} ulps from std");
+        for x in [
+            -1e-10, 1e-10, 0.0, 0.5, -0.5, 0.346, -0.347, 1.0, -1.0, 10.0, -10.0,
+        ] {
+            assert!(ulps_apart(exp(x), x.exp()) <= 1, "exp({x})");
+        }
+        assert_eq!(exp(f64::NEG_INFINITY), 0.0);
+        assert_eq!(exp(f64::INFINITY), f64::INFINITY);
+        assert_eq!(exp(0.0), 1.0);
+        assert!(exp(f64::NAN).is_nan());
+        assert_eq!(exp(-800.0), 0.0);
+        assert!(exp(-740.0) > 0.0, "subnormal results survive");
+    }
+
+    #[test]
+    fn ln_matches_std_within_one_ulp() {
+        let mut worst = 0;
+        let mut x = 1e-300;
+        while x < 1e300 {
+            worst = worst.max(ulps_apart(ln(x), x.ln()));
+            x *= 1.071_234_5;
+        }
+        for x in [
+            0.1,
+            0.5,
+            0.9,
+            0.99,
+            1.0 - 1e-12,
+            1.0 + 1e-12,
+            2.0,
+            3.0,
+            1e-310,
+        ] {
+            worst = worst.max(ulps_apart(ln(x), x.ln()));
+        }
+        assert!(worst <= 1, "ln is {worst} ulps from std");
+        assert_eq!(ln(1.0), 0.0);
+        assert_eq!(ln(0.0), f64::NEG_INFINITY);
+        assert!(ln(-1.0).is_nan());
+        assert_eq!(ln(f64::INFINITY), f64::INFINITY);
+    }
+
+    #[test]
+    fn powi_portable_is_exact_for_small_powers() {
+        assert_eq!(powi_portable(1.75, 0), 1.0);
+        assert_eq!(powi_portable(1.75, 1), 1.75);
+        assert_eq!(powi_portable(1.75, 2), 3.0625);
+        assert_eq!(powi_portable(2.0, 10), 1024.0);
+        assert_eq!(powi_portable(2.0, 2000), f64::INFINITY);
+    }
+
+    #[test]
+    fn softmax_sums_to_one_and_handles_neg_inf() {
+        let p = softmax(&[1.0, f32::NEG_INFINITY, 1.0]).unwrap();
+        assert_eq!(p, vec![0.5, 0.0, 0.5]);
+        let ls = log_softmax(&[0.0, 0.0]).unwrap();
+        assert!((ls[0] - (0.5f64).ln()).abs() < 1e-15);
+        assert_eq!(softmax(&[]), Err(SamplerError::EmptyLogits));
+        assert_eq!(
+            softmax(&[f32::NEG_INFINITY]),
+            Err(SamplerError::AllTokensExcluded)
+        );
+        assert!(matches!(
+            softmax(&[0.0, f32::NAN]),
+            Err(SamplerError::InvalidLogit { id: 1, .. })
+        ));
+        assert!(matches!(
+            softmax(&[f32::INFINITY]),
+            Err(SamplerError::InvalidLogit { id: 0, .. })
+        ));
+    }
+
+    #[test]
+    fn entropy_of_uniform_is_ln_n() {
+        let h = entropy(&[0.25; 4]);
+        assert!((h - 4f64.ln()).abs() < 1e-15);
+        assert_eq!(entropy(&[1.0, 0.0]), 0.0);
+    }
+
+    #[test]
+    fn top_k_ids_breaks_ties_to_lowest_id() {
+        assert_eq!(top_k_ids(&[1.0, 3.0, 3.0, 2.0, 3.0], 3), vec![1, 2, 4]);
+        assert_eq!(top_k_ids(&[1.0, 3.0, 2.0], 10), vec![1, 2, 0]);
+        assert!(top_k_ids(&[1.0], 0).is_empty());
+    }
+
+    #[test]
+    fn smallest_prefix_grows_past_the_first_chunk() {
+        // 1000 equal weights: reaching half the mass needs 500 items, more than one chunk.
+        let mut items: Vec<u32> = (0..1000).rev().collect();
+        let n = smallest_prefix_with_mass(&mut items, 0, |a, b| a.cmp(b), |_| 1.0, 1000.0, 0.5);
+        assert_eq!(n, 500);
+        assert_eq!(items[..n], (0..500).collect::<Vec<u32>>()[..]);
+        // Unreachable mass keeps everything.
+        let mut items: Vec<u32> = (0..10).collect();
+        let n = smallest_prefix_with_mass(&mut items, 0, |a, b| a.cmp(b), |_| 1.0, 20.0, 0.9);
+        assert_eq!(n, 10);
+    }
+
+    #[test]
+    fn draw_categorical_skips_zero_weights() {
+        let w = [0.0, 1.0, 0.0, 3.0];
+        assert_eq!(draw_categorical(&w, 0.0), Some(1));
+        assert_eq!(draw_categorical(&w, 0.2499), Some(1));
+        assert_eq!(draw_categorical(&w, 0.25), Some(3));
+        assert_eq!(draw_categorical(&w, 0.999_999_999), Some(3));
+        assert_eq!(draw_categorical(&w, 1.0), Some(3));
+        assert_eq!(draw_categorical(&[0.0, 0.0], 0.5), None);
+    }
+}
