@@ -1,0 +1,58 @@
+//! The engine's errors, each with a stable code for the JS API.
+
+use std::fmt::Display;
+
+use nucleus_gguf::GgufError;
+use nucleus_model::ModelError;
+use nucleus_sampler::SamplerError;
+use nucleus_tokenizer::TokenizerError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("{0}")]
+    BadModel(#[from] GgufError),
+    #[error("{0}")]
+    Model(ModelError),
+    #[error("{0}")]
+    Tokenizer(#[from] TokenizerError),
+    #[error("{0}")]
+    Sampler(#[from] SamplerError),
+    #[error("invalid option {name}: must be {allowed}, got {got}")]
+    BadOption { name: &'static str, allowed: String, got: String },
+    #[error("the prompt has {prompt_tokens} tokens but the context holds {context_length} (one more is needed to generate)")]
+    ContextOverflow { prompt_tokens: usize, context_length: usize },
+}
+
+impl EngineError {
+    pub(crate) fn bad_option(name: &'static str, allowed: impl Into<String>, got: impl Display) -> Self {
+        Self::BadOption { name, allowed: allowed.into(), got: got.to_string() }
+    }
+
+    /// A stable machine-readable code: `bad-model`, `unsupported-model`, `bad-options`,
+    /// `context-overflow`, `device`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::BadModel(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. }) => "unsupported-model",
+            Self::BadModel(_) => "bad-model",
+            Self::Model(ModelError::UnsupportedArchitecture(_) | ModelError::Unsupported(_)) => "unsupported-model",
+            Self::Model(ModelError::Gguf(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. })) => {
+                "unsupported-model"
+            }
+            Self::Model(ModelError::ContextOverflow { .. }) | Self::ContextOverflow { .. } => "context-overflow",
+            Self::Model(ModelError::Device(_)) => "device",
+            Self::Model(_) | Self::Tokenizer(TokenizerError::Metadata(_) | TokenizerError::Invalid(_)) => "bad-model",
+            Self::Tokenizer(TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPreTokenizer(_)) => "unsupported-model",
+            Self::Tokenizer(_) => "bad-options",
+            Self::Sampler(_) | Self::BadOption { .. } => "bad-options",
+        }
+    }
+}
+
+impl From<ModelError> for EngineError {
+    fn from(error: ModelError) -> Self {
+        match error {
+            ModelError::Gguf(inner) => Self::BadModel(inner),
+            other => Self::Model(other),
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The generation loop: model + tokenizer + sampler, step by step, the same natively and in wasm.
+//!
+//! [`Engine`] owns a loaded model, its tokenizer and one KV cache allocated for the whole context.
+//! [`Engine::generate`] validates a [`GenerateRequest`] and returns a [`Generation`], a pull-based
+//! stream: each [`Generation::next_step`] runs one forward pass (the prompt's prefill on the first
+//! call, one decode after that), reads the logits asynchronously, samples, and returns a [`Step`]
+//! with the streamed text delta, the model's top candidates and, if asked, the sampler's
+//! explanation. Nothing here blocks on the device, so the browser can drive it from a future.
+//!
+//! Consecutive generations reuse the cache: when a new prompt starts with tokens already in the
+//! cache (a chat that goes on, the same prompt sampled again), only the new suffix is prefilled.
+
+mod beam;
+mod error;
+mod timing;
+
+use burn::tensor::Device;
+use nucleus_gguf::GgufFile;
+use nucleus_model::{KvCache, Llama, LlamaConfig, LoadProgress, Logits, read_logits};
+use nucleus_sampler::{
+    Candidate, Chosen, Explanation, FinishReason, SamplingParams, Sampler, StopConditions, StopTracker, log_softmax, top_k_ids,
+};
+use nucleus_tokenizer::{ChatMessage, Tokenizer};
+use serde::Serialize;
+
+pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
+pub use error::EngineError;
+pub use timing::Stopwatch;
+
+/// Most candidates a step can report (`top_logprobs`, explanation size).
+pub const MAX_TOP_LOGPROBS: usize = 256;
+
+/// What to generate from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Prompt {
+    /// Raw text, tokenized as is (control tokens written in it are parsed as special tokens).
+    Text(String),
+    /// Messages rendered with the model's chat template, ending with the assistant's turn opened.
+    Chat(Vec<ChatMessage>),
+}
+
+/// One generation's settings. [`GenerateRequest::validate`] checks every field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    pub prompt: Prompt,
+    /// Most tokens to generate, >= 1.
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Stop strings (non-empty), matched on the decoded text; never part of the output.
+    pub stop: Vec<String>,
+    /// Keep going past end-of-generation tokens.
+    pub ignore_eos: bool,
+    /// Candidates by raw logit reported with each step, 0..=256.
+    pub top_logprobs: usize,
+    /// Candidates in the sampler's explanation of each step; 0 = no explanation. 0..=256.
+    pub explain_top_n: usize,
+}
+
+impl GenerateRequest {
+    pub fn new(prompt: Prompt) -> Self {
+        Self {
+            prompt,
+            max_tokens: 128,
+            sampling: SamplingParams::default(),
+            stop: Vec::new(),
+            ignore_eos: false,
+            top_logprobs: 20,
+            explain_top_n: 0,
+        }
+    }
+
+    /// Checks every parameter; the error names it and its allowed range.
+    pub fn validate(&self, vocab_size: usize) -> Result<(), EngineError> {
+        if self.max_tokens == 0 {
+            return Err(EngineError::bad_option("max_tokens", ">= 1", self.max_tokens));
+        }
+        if self.top_logprobs > MAX_TOP_LOGPROBS {
+            return Err(EngineError::bad_option("top_logprobs", "0..=256", self.top_logprobs));
+        }
+        if self.explain_top_n > MAX_TOP_LOGPROBS {
+            return Err(EngineError::bad_option("explain_top_n", "0..=256", self.explain_top_n));
+        }
+        if self.stop.iter().any(String::is_empty) {
+            return Err(EngineError::bad_option("stop", "non-empty strings", "\"\""));
+        }
+        match &self.prompt {
+            Prompt::Text(text) if text.is_empty() => return Err(EngineError::bad_option("prompt", "non-empty text", "\"\"")),
+            Prompt::Chat(messages) if messages.is_empty() => {
+                return Err(EngineError::bad_option("messages", "at least one message", "[]"));
+            }
+            _ => {}
+        }
+        self.sampling.validate(vocab_size)?;
+        Ok(())
+    }
+}
+
+/// One candidate token of a step, by the model's raw logit.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TopCandidate {
+    pub id: u32,
+    pub text: String,
+    /// The model's raw logit.
+    pub logit: f32,
+    /// Its log-probability under the model's raw distribution (softmax of the raw logits).
+    pub logprob: f64,
+}
+
+/// A candidate of the sampler's explanation, with its text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ExplainedCandidate {
+    pub text: String,
+    #[serde(flatten)]
+    pub candidate: Candidate,
+}
+
+/// The sampler's [`Explanation`] of a step, candidates with their text.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepExplanation {
+    pub candidates: Vec<ExplainedCandidate>,
+    pub entropy: f64,
+    pub mass_outside: f64,
+    pub kept_count: usize,
+    pub kept_mass: f64,
+    pub temperature: f64,
+    pub chosen: Chosen,
+}
+
+impl StepExplanation {
+    fn new(explanation: Explanation, tokenizer: &Tokenizer) -> Self {
+        let Explanation { candidates, entropy, mass_outside, kept_count, kept_mass, temperature, chosen } = explanation;
+        let candidates = candidates
+            .into_iter()
+            .map(|candidate| ExplainedCandidate { text: tokenizer.token_text(candidate.id), candidate })
+            .collect();
+        Self { candidates, entropy, mass_outside, kept_count, kept_mass, temperature, chosen }
+    }
+}
+
+/// One generated token.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Step {
+    pub index: usize,
+    pub id: u32,
+    /// Text released by this token: stop-safe (text that could begin a stop string is held back)
+    /// and UTF-8-safe (a partial character waits for the next token). May be empty.
+    pub text: String,
+    /// The chosen token's log-probability under the model's raw distribution.
+    pub logprob: f64,
+    /// The `top_logprobs` best candidates by raw logit, best first (ties to the lower id).
+    pub top: Vec<TopCandidate>,
+    /// The sampler's account of the step, when asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub explain: Option<StepExplanation>,
+    /// Set on the last step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finish_reason: Option<FinishReason>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Usage {
+    pub prompt_tokens: usize,
+    pub completion_tokens: usize,
+    /// Prompt tokens found in the cache from an earlier generation and not run again.
+    pub cached_prompt_tokens: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Timing {
+    pub prefill_ms: f64,
+    pub prefill_tokens_per_s: f64,
+    /// From the start of the generation to the first token.
+    pub ttft_ms: f64,
+    pub decode_ms: f64,
+    /// Decode steps per second (tokens after the first).
+    pub decode_tokens_per_s: f64,
+}
+
+/// How a generation ended.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct GenerationResult {
+    pub text: String,
+    pub finish_reason: FinishReason,
+    pub usage: Usage,
+    pub timing: Timing,
+}
+
+/// Facts about the loaded model.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ModelInfo {
+    pub name: String,
+    pub architecture: String,
+    pub vocab_size: usize,
+    pub context_length: usize,
+    pub parameters: usize,
+    pub file_bytes: usize,
+}
+
+/// A loaded model, ready to generate.
+pub struct Engine {
+    model: Llama,
+    tokenizer: Tokenizer,
+    cache: KvCache,
+    /// The tokens whose keys and values are in `cache`, in order.
+    cached_tokens: Vec<u32>,
+    info: ModelInfo,
+}
+
+impl Engine {
+    /// Parses GGUF `bytes`, builds the tokenizer, uploads the weights to `device`, and allocates
+    /// a KV cache for `context_length` positions (default and maximum: the model's context).
+    pub fn load(bytes: &[u8], device: &Device, context_length: Option<usize>) -> Result<Self, EngineError> {
+        Self::load_with_progress(bytes, device, context_length, |_| {})
+    }
+
+    pub fn load_with_progress(
+        bytes: &[u8],
+        device: &Device,
+        context_length: Option<usize>,
+        progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, EngineError> {
+        let file = GgufFile::parse(bytes)?;
+        let config = LlamaConfig::from_gguf(&file)?;
+        let capacity = match context_length {
+            None => config.context_length,
+            Some(n) if (1..=config.context_length).contains(&n) => n,
+            Some(n) => return Err(EngineError::bad_option("context_length", format!("1..={}", config.context_length), n)),
+        };
+        let tokenizer = Tokenizer::from_gguf(&file)?;
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(EngineError::Model(nucleus_model::ModelError::Invalid(format!(
+                "the tokenizer has {} tokens but the model {}",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            ))));
+        }
+        let model = Llama::load_with_progress(&file, device, progress)?;
+        let cache = model.new_cache(capacity)?;
+        let info = ModelInfo {
+            name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
+            architecture: config.architecture.clone(),
+            vocab_size: config.vocab_size,
+            context_length: capacity,
+            parameters: config.parameter_count(model.tied_output()),
+            file_bytes: bytes.len(),
+        };
+        Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info })
+    }
+
+    pub fn info(&self) -> &ModelInfo {
+        &self.info
+    }
+
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    pub fn model(&self) -> &Llama {
+        &self.model
+    }
+
+    /// Empties the KV cache, so the next generation prefills its whole prompt.
+    pub fn clear_cache(&mut self) {
+        self.cache.clear();
+        self.cached_tokens.clear();
+    }
+
+    /// The token ids `prompt` stands for.
+    pub fn prompt_tokens(&self, prompt: &Prompt) -> Result<Vec<u32>, EngineError> {
+        let text = match prompt {
+            Prompt::Text(text) => text.clone(),
+            Prompt::Chat(messages) => self.tokenizer.render_chat(messages)?,
+        };
+        Ok(self.tokenizer.encode(&text)?)
+    }
+
+    /// Starts a generation. Validates the request and the prompt's length; runs nothing yet.
+    pub fn generate(&mut self, request: GenerateRequest) -> Result<Generation<'_>, EngineError> {
+        request.validate(self.info.vocab_size)?;
+        let prompt_tokens = self.prompt_tokens(&request.prompt)?;
+        if prompt_tokens.is_empty() {
+            return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
+        }
+        // The prompt plus the first generated token must fit; decoding then stops at the context.
+        if prompt_tokens.len() >= self.cache.capacity() {
+            return Err(EngineError::ContextOverflow { prompt_tokens: prompt_tokens.len(), context_length: self.cache.capacity() });
+        }
+        let mut sampler = Sampler::new(request.sampling.clone(), self.info.vocab_size)?;
+        sampler.set_prompt(&prompt_tokens)?;
+        let stops = StopTracker::new(StopConditions {
+            eos_token_ids: self.tokenizer.end_of_generation_ids().to_vec(),
+            ignore_eos: request.ignore_eos,
+            max_tokens: Some(request.max_tokens),
+            stop_strings: request.stop.clone(),
+        });
+        Ok(Generation {
+            engine: self,
+            request,
+            prompt_tokens,
+            sampler,
+            stops,
+            pending: None,
+            generated: Vec::new(),
+            text: String::new(),
+            finish_reason: None,
+            cached_prompt_tokens: 0,
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
+        })
+    }
+
+    /// Makes the cache hold `tokens` minus at least the last one, keeping the longest prefix it
+    /// already holds; returns how many tokens were kept (the caller runs the rest).
+    fn reuse_cache_prefix(&mut self, tokens: &[u32]) -> usize {
+        let common = self.cached_tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
+        let keep = common.min(tokens.len() - 1);
+        self.cache.truncate(keep);
+        self.cached_tokens.truncate(keep);
+        keep
+    }
+
+    /// Runs `tokens` after what the cache holds and returns the last position's logits.
+    async fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+        let logits = self.model.forward(tokens, &mut self.cache, Logits::Last)?;
+        self.cached_tokens.extend_from_slice(tokens);
+        let mut rows = read_logits(logits).await?;
+        Ok(rows.pop().expect("one row"))
+    }
+}
+
+/// A generation in progress; see the crate documentation.
+pub struct Generation<'e> {
+    engine: &'e mut Engine,
+    request: GenerateRequest,
+    prompt_tokens: Vec<u32>,
+    sampler: Sampler,
+    stops: StopTracker,
+    /// The last chosen token, not yet run through the model.
+    pending: Option<u32>,
+    generated: Vec<u32>,
+    text: String,
+    finish_reason: Option<FinishReason>,
+    cached_prompt_tokens: usize,
+    prefill_ms: f64,
+    decode_ms: f64,
+}
+
+impl Generation<'_> {
+    pub fn prompt_tokens(&self) -> &[u32] {
+        &self.prompt_tokens
+    }
+
+    pub fn generated_tokens(&self) -> &[u32] {
+        &self.generated
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.finish_reason.is_some()
+    }
+
+    /// Runs one step and returns its token, or `None` once the generation has finished.
+    pub async fn next_step(&mut self) -> Result<Option<Step>, EngineError> {
+        if self.finish_reason.is_some() {
+            return Ok(None);
+        }
+        let step_clock = Stopwatch::start();
+        let logits = match self.pending.take() {
+            None => {
+                let kept = self.engine.reuse_cache_prefix(&self.prompt_tokens);
+                self.cached_prompt_tokens = kept;
+                let logits = self.engine.forward_last(&self.prompt_tokens[kept..]).await?;
+                self.prefill_ms = step_clock.elapsed_ms();
+                logits
+            }
+            Some(token) => {
+                let logits = self.engine.forward_last(&[token]).await?;
+                self.decode_ms += step_clock.elapsed_ms();
+                logits
+            }
+        };
+
+        let sampled = self.sampler.sample(&logits, None, self.request.explain_top_n)?;
+        let id = sampled.id;
+        self.sampler.accept(id)?;
+        self.generated.push(id);
+        let raw_logprobs = log_softmax(&logits)?;
+        let tokenizer = &self.engine.tokenizer;
+        let top = top_k_ids(&logits, self.request.top_logprobs)
+            .into_iter()
+            .map(|c| TopCandidate {
+                id: c,
+                text: tokenizer.token_text(c),
+                logit: logits[c as usize],
+                logprob: raw_logprobs[c as usize],
+            })
+            .collect();
+
+        let output = self.stops.push_token(id, tokenizer.token_bytes(id));
+        let mut finish = output.finish;
+        if finish.is_none() && self.engine.cached_tokens.len() + 1 > self.engine.cache.capacity() {
+            // No room to run this token: the context is full.
+            finish = Some(FinishReason::Length);
+        }
+        let mut text = output.text;
+        if finish == Some(FinishReason::Length) {
+            text.push_str(&self.stops.flush());
+        }
+        self.text.push_str(&text);
+        if finish.is_none() {
+            self.pending = Some(id);
+        }
+        self.finish_reason = finish.clone();
+        Ok(Some(Step {
+            index: self.generated.len() - 1,
+            id,
+            text,
+            logprob: raw_logprobs[id as usize],
+            top,
+            explain: sampled.explanation.map(|e| StepExplanation::new(e, tokenizer)),
+            finish_reason: finish,
+        }))
+    }
+
+    /// Ends the generation now (an abort): held text is released. Returns the result so far.
+    pub fn stop(&mut self) -> String {
+        if self.finish_reason.is_some() {
+            return String::new();
+        }
+        let text = self.stops.flush();
+        self.text.push_str(&text);
+        text
+    }
+
+    /// The outcome; `None` as finish reason means the generation was stopped before it finished.
+    pub fn result(&self) -> (Option<FinishReason>, GenerationResult) {
+        let prompt_run = (self.prompt_tokens.len() - self.cached_prompt_tokens) as f64;
+        let decode_steps = self.generated.len().saturating_sub(1) as f64;
+        let per_s = |n: f64, ms: f64| if ms > 0.0 { n * 1000.0 / ms } else { 0.0 };
+        let result = GenerationResult {
+            text: self.text.clone(),
+            finish_reason: self.finish_reason.clone().unwrap_or(FinishReason::Length),
+            usage: Usage {
+                prompt_tokens: self.prompt_tokens.len(),
+                completion_tokens: self.generated.len(),
+                cached_prompt_tokens: self.cached_prompt_tokens,
+            },
+            timing: Timing {
+                prefill_ms: self.prefill_ms,
+                prefill_tokens_per_s: per_s(prompt_run, self.prefill_ms),
+                ttft_ms: self.prefill_ms,
+                decode_ms: self.decode_ms,
+                decode_tokens_per_s: per_s(decode_steps, self.decode_ms),
+            },
+        };
+        (self.finish_reason.clone(), result)
+    }
+}
