@@ -1,0 +1,129 @@
+//! `nucleus bench`: prefill and decode speed of the real generation path, several runs.
+
+use nucleus_engine::{Engine, GenerateRequest, Prompt, Stopwatch};
+use nucleus_sampler::SamplingParams;
+
+use crate::{Backend, ModelArg, load_engine};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
+    backend: Backend,
+    /// Prompt length in tokens.
+    #[arg(long, default_value_t = 128)]
+    prompt_tokens: usize,
+    /// Tokens generated per run (greedy, end-of-generation ignored).
+    #[arg(long, default_value_t = 128)]
+    gen_tokens: usize,
+    /// Measured runs, after one warm-up run.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+}
+
+/// Figures of one run.
+struct Run {
+    ttft_ms: f64,
+    prefill_tokens_per_s: f64,
+    decode_tokens_per_s: f64,
+    decode_ms_per_token: f64,
+}
+
+const FILLER: &str = "The quick brown fox jumps over the lazy dog while the river runs past the old mill, \
+and the miller counts 12 sacks of flour, 7 loaves of bread and 3 baskets of apples before noon. ";
+
+pub fn run(args: &BenchArgs) -> Result<(), String> {
+    if args.prompt_tokens == 0 || args.gen_tokens == 0 || args.runs == 0 {
+        return Err("--prompt-tokens, --gen-tokens and --runs must be at least 1".into());
+    }
+    let context = args.prompt_tokens + args.gen_tokens;
+    let (mut engine, load_ms) = load_engine(&args.model, args.backend, Some(context))?;
+    let prompt = bench_prompt(&engine, args.prompt_tokens)?;
+    println!(
+        "model {} ({} parameters), backend {:?}, {} prompt tokens, {} generated tokens, {} runs after 1 warm-up; load {:.0} ms",
+        engine.info().name,
+        engine.info().parameters,
+        args.backend,
+        args.prompt_tokens,
+        args.gen_tokens,
+        args.runs,
+        load_ms
+    );
+    let mut runs = Vec::new();
+    for index in 0..=args.runs {
+        let run = one_run(&mut engine, &prompt, args.gen_tokens)?;
+        if index > 0 {
+            runs.push(run);
+        }
+    }
+    let column = |f: fn(&Run) -> f64| {
+        let mut values: Vec<f64> = runs.iter().map(f).collect();
+        values.sort_by(f64::total_cmp);
+        (values[0], values[values.len() / 2], values[values.len() - 1])
+    };
+    println!("{:<28} {:>12} {:>12} {:>12}", "metric", "min", "median", "max");
+    for (name, f) in [
+        ("time to first token (ms)", (|r: &Run| r.ttft_ms) as fn(&Run) -> f64),
+        ("prefill (tok/s)", |r: &Run| r.prefill_tokens_per_s),
+        ("decode (tok/s)", |r: &Run| r.decode_tokens_per_s),
+        ("decode (ms/token)", |r: &Run| r.decode_ms_per_token),
+    ] {
+        let (min, median, max) = column(f);
+        println!("{name:<28} {min:>12.2} {median:>12.2} {max:>12.2}");
+    }
+    println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
+    if let Some(usage) = engine.model().device().memory_pool_usage() {
+        println!("device memory reserved (MiB) {:>12.1}", usage.bytes_reserved as f64 / (1024.0 * 1024.0));
+    }
+    Ok(())
+}
+
+/// Exactly `n` tokens of ordinary text.
+fn bench_prompt(engine: &Engine, n: usize) -> Result<Vec<u32>, String> {
+    let mut text = String::new();
+    loop {
+        text.push_str(FILLER);
+        let ids = engine.tokenizer().encode(&text).map_err(|e| e.to_string())?;
+        if ids.len() >= n {
+            return Ok(ids[..n].to_vec());
+        }
+    }
+}
+
+fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Run, String> {
+    engine.clear_cache();
+    let text = engine.tokenizer().decode(prompt);
+    let mut request = GenerateRequest::new(Prompt::Text(text));
+    request.max_tokens = gen_tokens;
+    request.sampling = SamplingParams::greedy();
+    request.ignore_eos = true;
+    request.top_logprobs = 0;
+    let clock = Stopwatch::start();
+    let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+    let mut ttft_ms = 0.0;
+    while let Some(step) = pollster::block_on(generation.next_step()).map_err(|e| e.to_string())? {
+        if step.index == 0 {
+            ttft_ms = clock.elapsed_ms();
+        }
+    }
+    let (_, result) = generation.result();
+    let decoded = result.usage.completion_tokens.saturating_sub(1).max(1) as f64;
+    Ok(Run {
+        ttft_ms,
+        prefill_tokens_per_s: result.timing.prefill_tokens_per_s,
+        decode_tokens_per_s: result.timing.decode_tokens_per_s,
+        decode_ms_per_token: result.timing.decode_ms / decoded,
+    })
+}
+
+/// Peak resident set size of this process (Linux; 0 elsewhere).
+fn peak_rss_mib() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+            line.split_whitespace().nth(1)?.parse::<f64>().ok()
+        })
+        .map_or(0.0, |kib| kib / 1024.0)
+}

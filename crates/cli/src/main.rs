@@ -1,0 +1,354 @@
+//! `nucleus`: the native command line. The same model, tokenizer, sampler and generation loop as
+//! the browser, on Burn's wgpu backend (Vulkan, Metal, DX12; lavapipe on a machine without a GPU)
+//! or its pure-Rust CPU backend.
+
+mod bench;
+mod inspect;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use burn::tensor::Device;
+use clap::{Parser, Subcommand, ValueEnum};
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Step, Stopwatch};
+use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
+use nucleus_tokenizer::ChatMessage;
+use serde_json::json;
+
+#[derive(Parser)]
+#[command(name = "nucleus", version, about = "A small language model, and what happens at the last step of generation")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate text, streaming it (or one JSON line per token with --json).
+    Generate(GenerateArgs),
+    /// Measure prefill and decode speed.
+    Bench(bench::BenchArgs),
+    /// Describe a GGUF file: architecture, tensors, tokenizer.
+    Inspect {
+        #[command(flatten)]
+        model: ModelArg,
+    },
+    /// Print the token ids of TEXT as a JSON array (control tokens in the text are parsed).
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArg,
+        text: String,
+    },
+}
+
+#[derive(clap::Args)]
+struct ModelArg {
+    /// GGUF model file [default: $NUCLEUS_MODEL, else ~/.cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf]
+    #[arg(long, value_name = "PATH")]
+    model: Option<PathBuf>,
+}
+
+impl ModelArg {
+    fn path(&self) -> PathBuf {
+        self.model.clone().unwrap_or_else(default_model_path)
+    }
+
+    fn read(&self) -> Result<Vec<u8>, String> {
+        let path = self.path();
+        std::fs::read(&path).map_err(|e| format!("cannot read model file {}: {e}", path.display()))
+    }
+}
+
+fn default_model_path() -> PathBuf {
+    if let Some(path) = std::env::var_os("NUCLEUS_MODEL") {
+        return PathBuf::from(path);
+    }
+    let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+    home.join(".cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+enum Backend {
+    /// Burn's wgpu backend (Vulkan here; lavapipe when there is no GPU).
+    Wgpu,
+    /// Burn's pure-Rust CPU backend (flex).
+    Cpu,
+}
+
+impl Backend {
+    fn device(self) -> Result<Device, String> {
+        match self {
+            Backend::Wgpu => Device::wgpu_options().init().map_err(|e| format!("cannot start the wgpu backend: {e}")),
+            Backend::Cpu => Ok(Device::flex()),
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct GenerateArgs {
+    #[command(flatten)]
+    model: ModelArg,
+    /// Raw prompt text, tokenized as is.
+    #[arg(long, conflicts_with = "chat", required_unless_present = "chat")]
+    prompt: Option<String>,
+    /// A user message, wrapped with the model's chat template.
+    #[arg(long)]
+    chat: Option<String>,
+    #[arg(long, default_value_t = 128)]
+    max_tokens: usize,
+    /// 0 is greedy.
+    #[arg(long, default_value_t = 1.0)]
+    temperature: f64,
+    /// 0 = off.
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// In (0, 1]; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f64,
+    /// In [0, 1]; 0 = off.
+    #[arg(long, default_value_t = 0.0)]
+    min_p: f64,
+    /// In (0, 1]; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    typical_p: f64,
+    /// > 0; 1 = off.
+    #[arg(long, default_value_t = 1.0)]
+    repetition_penalty: f64,
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    presence_penalty: f64,
+    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    frequency_penalty: f64,
+    /// Penalties look at the last N tokens only; 0 = all.
+    #[arg(long, default_value_t = 0)]
+    penalty_last_n: usize,
+    /// The prompt counts as history for the repetition/presence/frequency penalties.
+    #[arg(long)]
+    penalize_prompt: bool,
+    /// DRY multiplier; 0 = off.
+    #[arg(long, default_value_t = 0.0)]
+    dry_multiplier: f64,
+    #[arg(long, default_value_t = 1.75)]
+    dry_base: f64,
+    #[arg(long, default_value_t = 2)]
+    dry_allowed_length: usize,
+    /// DRY looks at the last N tokens; 0 = all.
+    #[arg(long, default_value_t = 0)]
+    dry_penalty_last_n: usize,
+    /// Strings that break DRY's repeated sequences (tokens containing one).
+    #[arg(long = "dry-sequence-breaker", value_name = "STR", default_values_t = ["\n".to_string(), ":".to_string(), "\"".to_string(), "*".to_string()])]
+    dry_sequence_breakers: Vec<String>,
+    /// Additive bias for a token, ID=BIAS (BIAS may be -inf). Repeatable.
+    #[arg(long = "logit-bias", value_name = "ID=BIAS", allow_hyphen_values = true)]
+    logit_bias: Vec<String>,
+    /// Seed of the sampler's generator [default: random, printed with --json].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// A stop string (repeatable); never part of the output.
+    #[arg(long = "stop", value_name = "STR")]
+    stop: Vec<String>,
+    /// Candidates by raw logit on each --json line, 0..=256.
+    #[arg(long, default_value_t = 20)]
+    top_logprobs: usize,
+    /// Add the sampler's explanation of each step to the --json lines.
+    #[arg(long)]
+    explain: bool,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    /// Beam search with B beams instead of sampling (deterministic).
+    #[arg(long, value_name = "B")]
+    beams: Option<usize>,
+    /// Beam search length penalty α (score = logprob / len^α).
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
+    length_penalty: f64,
+    /// KV cache positions [default: the model's context length].
+    #[arg(long)]
+    context: Option<usize>,
+    #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
+    backend: Backend,
+    /// One JSON object per token, then a summary line.
+    #[arg(long)]
+    json: bool,
+}
+
+impl GenerateArgs {
+    fn prompt(&self) -> Prompt {
+        match (&self.prompt, &self.chat) {
+            (Some(text), _) => Prompt::Text(text.clone()),
+            (None, Some(message)) => Prompt::Chat(vec![ChatMessage::user(message.clone())]),
+            (None, None) => unreachable!("clap requires one"),
+        }
+    }
+
+    fn sampling(&self, engine: &Engine, seed: u64) -> Result<SamplingParams, String> {
+        let mut logit_bias = std::collections::BTreeMap::new();
+        for entry in &self.logit_bias {
+            let (id, bias) = parse_logit_bias(entry).map_err(|e| e.to_string())?;
+            logit_bias.insert(id, bias);
+        }
+        let breakers: Vec<&str> = self.dry_sequence_breakers.iter().map(String::as_str).collect();
+        Ok(SamplingParams {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            min_p: self.min_p,
+            typical_p: self.typical_p,
+            repetition_penalty: self.repetition_penalty,
+            presence_penalty: self.presence_penalty,
+            frequency_penalty: self.frequency_penalty,
+            penalty_last_n: self.penalty_last_n,
+            penalize_prompt: self.penalize_prompt,
+            dry: DryParams {
+                multiplier: self.dry_multiplier,
+                base: self.dry_base,
+                allowed_length: self.dry_allowed_length,
+                penalty_last_n: self.dry_penalty_last_n,
+                sequence_breakers: if self.dry_multiplier > 0.0 {
+                    engine.tokenizer().tokens_containing(&breakers).into_iter().collect()
+                } else {
+                    Default::default()
+                },
+                ..DryParams::default()
+            },
+            logit_bias,
+            seed,
+        })
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let outcome = match cli.command {
+        Command::Generate(args) => generate(&args),
+        Command::Bench(args) => bench::run(&args),
+        Command::Inspect { model } => model.read().and_then(|bytes| inspect::run(&model.path(), &bytes)),
+        Command::Tokenize { model, text } => tokenize(&model, &text),
+    };
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn tokenize(model: &ModelArg, text: &str) -> Result<(), String> {
+    let bytes = model.read()?;
+    let file = nucleus_gguf::GgufFile::parse(&bytes).map_err(|e| e.to_string())?;
+    let tokenizer = nucleus_tokenizer::Tokenizer::from_gguf(&file).map_err(|e| e.to_string())?;
+    let ids = tokenizer.encode(text).map_err(|e| e.to_string())?;
+    println!("{}", serde_json::to_string(&ids).expect("ids serialize"));
+    Ok(())
+}
+
+/// Reads the model and loads it on `backend`, returning the engine and the load time in ms.
+fn load_engine(model: &ModelArg, backend: Backend, context: Option<usize>) -> Result<(Engine, f64), String> {
+    let clock = Stopwatch::start();
+    let bytes = model.read()?;
+    let device = backend.device()?;
+    let engine = Engine::load(&bytes, &device, context).map_err(|e| describe_load_error(&model.path(), &e))?;
+    Ok((engine, clock.elapsed_ms()))
+}
+
+fn describe_load_error(path: &Path, error: &nucleus_engine::EngineError) -> String {
+    format!("{}: {error}", path.display())
+}
+
+fn generate(args: &GenerateArgs) -> Result<(), String> {
+    let (mut engine, load_ms) = load_engine(&args.model, args.backend, args.context)?;
+    if let Some(beams) = args.beams {
+        return beam_search(&mut engine, args, beams);
+    }
+    let seed = args.seed.unwrap_or_else(random_seed);
+    let request = GenerateRequest {
+        prompt: args.prompt(),
+        max_tokens: args.max_tokens,
+        sampling: args.sampling(&engine, seed)?,
+        stop: args.stop.clone(),
+        ignore_eos: args.ignore_eos,
+        top_logprobs: args.top_logprobs,
+        explain_top_n: if args.explain { args.top_logprobs.max(1) } else { 0 },
+    };
+    let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    while let Some(step) = pollster::block_on(generation.next_step()).map_err(|e| e.to_string())? {
+        if args.json {
+            writeln!(out, "{}", step_json(&step)).map_err(|e| e.to_string())?;
+        } else {
+            write!(out, "{}", step.text).map_err(|e| e.to_string())?;
+            out.flush().map_err(|e| e.to_string())?;
+        }
+    }
+    let (_, result) = generation.result();
+    if args.json {
+        let summary = json!({
+            "finish_reason": result.finish_reason,
+            "text": result.text,
+            "seed": seed,
+            "usage": result.usage,
+            "timing": {
+                "load_ms": load_ms,
+                "prefill_ms": result.timing.prefill_ms,
+                "prefill_tokens_per_s": result.timing.prefill_tokens_per_s,
+                "ttft_ms": result.timing.ttft_ms,
+                "decode_tokens_per_s": result.timing.decode_tokens_per_s,
+            },
+        });
+        writeln!(out, "{summary}").map_err(|e| e.to_string())?;
+    } else {
+        writeln!(out).map_err(|e| e.to_string())?;
+        eprintln!(
+            "[{} | {} prompt + {} generated tokens | load {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s | seed {seed}]",
+            result.finish_reason.as_str(),
+            result.usage.prompt_tokens,
+            result.usage.completion_tokens,
+            load_ms,
+            result.timing.prefill_tokens_per_s,
+            result.timing.decode_tokens_per_s,
+        );
+    }
+    Ok(())
+}
+
+fn step_json(step: &Step) -> serde_json::Value {
+    let mut line = json!({
+        "index": step.index,
+        "id": step.id,
+        "text": step.text,
+        "logprob": step.logprob,
+        "top": step.top,
+    });
+    if let Some(explain) = &step.explain {
+        line["explain"] = serde_json::to_value(explain).expect("explanation serializes");
+    }
+    line
+}
+
+fn beam_search(engine: &mut Engine, args: &GenerateArgs, beams: usize) -> Result<(), String> {
+    let request = BeamRequest {
+        prompt: args.prompt(),
+        beams,
+        length_penalty: args.length_penalty,
+        max_tokens: args.max_tokens,
+        ignore_eos: args.ignore_eos,
+    };
+    let output = pollster::block_on(engine.beam_search(&request)).map_err(|e| e.to_string())?;
+    if args.json {
+        println!("{}", serde_json::to_string(&output).expect("beam output serializes"));
+    } else {
+        for (rank, h) in output.hypotheses.iter().enumerate() {
+            println!("#{} score {:.4} logprob {:.4} ({}, {} tokens)\n{}\n", rank + 1, h.score, h.logprob, h.finish_reason.as_str(), h.tokens.len(), h.text);
+        }
+    }
+    Ok(())
+}
+
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    hasher.finish()
+}
