@@ -1,0 +1,117 @@
+//! The generation loop on the real model: streaming, stop strings, cache reuse, seeded sampling.
+
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Step};
+use nucleus_sampler::{FinishReason, SamplingParams};
+use nucleus_tests::{cpu_device, model_bytes, reference};
+
+fn engine() -> Engine {
+    Engine::load(model_bytes(), &cpu_device(), Some(512)).unwrap()
+}
+
+fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, nucleus_engine::GenerationResult) {
+    let mut generation = engine.generate(request).unwrap();
+    let mut steps = Vec::new();
+    while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
+        steps.push(step);
+    }
+    (steps, generation.result().1)
+}
+
+fn greedy_request(text: &str, max_tokens: usize) -> GenerateRequest {
+    let mut request = GenerateRequest::new(Prompt::Text(text.to_string()));
+    request.sampling = SamplingParams::greedy();
+    request.max_tokens = max_tokens;
+    request
+}
+
+#[test]
+fn greedy_generation_streams_the_reference_tokens_and_text() {
+    let mut engine = engine();
+    let case = &reference().logit_cases["capital"];
+    let (steps, result) = run(&mut engine, greedy_request(&case.text, 32));
+    let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
+    assert_eq!(ids, case.greedy32);
+    assert_eq!(result.finish_reason, FinishReason::Eos, "the reference ends on <|im_end|>");
+    let streamed: String = steps.iter().map(|s| s.text.as_str()).collect();
+    assert_eq!(streamed, result.text);
+    // The end-of-generation token is not shown.
+    assert_eq!(result.text, engine.tokenizer().decode(&ids[..ids.len() - 1]));
+    assert_eq!(result.usage.completion_tokens, ids.len());
+    assert_eq!(steps[0].top[0].text, " Paris");
+    assert!((steps[0].top[0].logit - case.top20[0].logit).abs() < 1e-3);
+}
+
+#[test]
+fn a_repeated_prompt_reuses_the_cache_and_gives_the_same_tokens() {
+    let mut engine = engine();
+    let case = &reference().logit_cases["once"];
+    let (first, first_result) = run(&mut engine, greedy_request(&case.text, 6));
+    let (second, second_result) = run(&mut engine, greedy_request(&case.text, 6));
+    assert_eq!(first_result.usage.cached_prompt_tokens, 0);
+    assert_eq!(second_result.usage.cached_prompt_tokens, case.ids.len() - 1);
+    assert_eq!(first.iter().map(|s| s.id).collect::<Vec<_>>(), second.iter().map(|s| s.id).collect::<Vec<_>>());
+    // A prompt that extends the generated text continues from the cache too.
+    let continued = format!("{}{}", case.text, first_result.text);
+    let (_, third) = run(&mut engine, greedy_request(&continued, 2));
+    assert!(third.usage.cached_prompt_tokens >= case.ids.len(), "{:?}", third.usage);
+}
+
+#[test]
+fn seeded_sampling_is_reproducible() {
+    let mut engine = engine();
+    let sampled = |engine: &mut Engine, seed: u64| {
+        let mut request = GenerateRequest::new(Prompt::Text("Once upon a time".into()));
+        request.max_tokens = 12;
+        request.ignore_eos = true;
+        request.sampling = SamplingParams { temperature: 0.8, top_p: 0.95, seed, ..SamplingParams::default() };
+        run(engine, request).0.iter().map(|s| s.id).collect::<Vec<_>>()
+    };
+    let a = sampled(&mut engine, 7);
+    assert_eq!(a, sampled(&mut engine, 7));
+    assert_ne!(a, sampled(&mut engine, 8), "another seed gives another continuation");
+}
+
+#[test]
+fn stop_strings_and_length() {
+    let mut engine = engine();
+    let mut request = greedy_request("The capital of France is", 10);
+    request.stop = vec!["\n\n".into()];
+    let (steps, result) = run(&mut engine, request);
+    assert_eq!(result.text, " Paris.");
+    assert!(matches!(result.finish_reason, FinishReason::Stop { index: 0, .. }));
+    assert_eq!(steps.last().unwrap().finish_reason, Some(result.finish_reason.clone()));
+    let (steps, result) = run(&mut engine, greedy_request("The capital of France is", 3));
+    assert_eq!((steps.len(), result.finish_reason), (3, FinishReason::Length));
+}
+
+#[test]
+fn invalid_requests_are_refused_with_the_parameter_named() {
+    let mut engine = engine();
+    let mut request = greedy_request("hi", 0);
+    assert_eq!(engine.generate(request.clone()).err().unwrap().to_string(), "invalid option max_tokens: must be >= 1, got 0");
+    request.max_tokens = 4;
+    request.top_logprobs = 300;
+    assert_eq!(engine.generate(request.clone()).err().unwrap().code(), "bad-options");
+    request.top_logprobs = 5;
+    request.sampling.temperature = -1.0;
+    assert!(engine.generate(request).err().unwrap().to_string().contains("temperature"));
+    let long = "word ".repeat(600);
+    let err = engine.generate(greedy_request(&long, 4)).err().unwrap();
+    assert_eq!(err.code(), "context-overflow");
+}
+
+#[test]
+fn beam_search_on_the_model_is_deterministic_and_scores_its_hypotheses() {
+    let mut engine = engine();
+    let request = BeamRequest { prompt: Prompt::Text("The capital of France is".into()), beams: 3, length_penalty: 1.0, max_tokens: 4, ignore_eos: false };
+    let output = pollster::block_on(engine.beam_search(&request)).unwrap();
+    assert!(!output.hypotheses.is_empty() && output.hypotheses.len() <= 3);
+    for h in &output.hypotheses {
+        assert!((h.score - h.logprob / (h.tokens.len() as f64)).abs() < 1e-9);
+    }
+    assert!(output.hypotheses.windows(2).all(|w| w[0].score >= w[1].score));
+    // Greedy's first token, " Paris", leads the best beam here too.
+    assert_eq!(output.hypotheses[0].tokens[0], 7042);
+    let again = pollster::block_on(engine.beam_search(&request)).unwrap();
+    assert_eq!(output, again);
+}

@@ -1,0 +1,126 @@
+//! The Burn model on the real GGUF against the independent float64 reference, on both backends:
+//! every last-position logit within 1e-3, the top-20 order, 32 greedy tokens, and prefill+decode
+//! equal to a full recompute within 1e-4.
+
+use burn::tensor::Device;
+use nucleus_gguf::GgufFile;
+use nucleus_model::{Llama, Logits, read_logits};
+use nucleus_tests::{LogitCase, cpu_device, max_abs_diff, model_bytes, reference, top_ids, wgpu_device};
+
+const LOGIT_TOLERANCE: f32 = 1e-3;
+const RECOMPUTE_TOLERANCE: f32 = 1e-4;
+
+fn last_logits(model: &Llama, tokens: &[u32]) -> Vec<f32> {
+    let mut cache = model.new_cache(tokens.len()).unwrap();
+    let logits = model.forward(tokens, &mut cache, Logits::Last).unwrap();
+    pollster::block_on(read_logits(logits)).unwrap().remove(0)
+}
+
+fn argmax(values: &[f32]) -> u32 {
+    top_ids(values, 1)[0]
+}
+
+/// Prefill, then greedy decode until 32 tokens or an end of generation (ids 0 and 2), as the
+/// reference did. Returns the tokens and the logits that chose the last one.
+fn greedy(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
+    let mut cache = model.new_cache(prompt.len() + steps).unwrap();
+    let mut logits = pollster::block_on(read_logits(model.forward(prompt, &mut cache, Logits::Last).unwrap())).unwrap().remove(0);
+    let mut tokens = Vec::new();
+    loop {
+        let next = argmax(&logits);
+        tokens.push(next);
+        if tokens.len() == steps || next == 0 || next == 2 {
+            return (tokens, logits);
+        }
+        logits = pollster::block_on(read_logits(model.forward(&[next], &mut cache, Logits::Last).unwrap())).unwrap().remove(0);
+    }
+}
+
+fn check_backend(name: &str, device: Device) {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let started = std::time::Instant::now();
+    let model = Llama::load(&file, &device).unwrap();
+    println!("[{name}] loaded in {:.2?}", started.elapsed());
+    let reference = reference();
+    let mut failures = Vec::new();
+    for (case_name, case) in &reference.logit_cases {
+        let started = std::time::Instant::now();
+        let ours = last_logits(&model, &case.ids);
+        let expected = case.last_logits();
+        let max_diff = max_abs_diff(&ours, &expected);
+        let reference_top: Vec<u32> = case.top20.iter().map(|t| t.id).collect();
+        let our_top = top_ids(&ours, 20);
+        println!("[{name}] {case_name:8} max |dlogit| = {max_diff:.2e} over {} ids; top-20 order {}; prefill {:.2?}",
+            ours.len(), if our_top == reference_top { "identical" } else { "DIFFERS" }, started.elapsed());
+        if max_diff > LOGIT_TOLERANCE {
+            failures.push(format!("{case_name}: max |dlogit| {max_diff} > {LOGIT_TOLERANCE}"));
+        }
+        if our_top != reference_top {
+            failures.push(format!("{case_name}: top-20 {our_top:?} != reference {reference_top:?}"));
+        }
+        check_greedy_and_recompute(name, case_name, &model, case, &mut failures);
+    }
+    assert!(failures.is_empty(), "[{name}] {}", failures.join("\n"));
+}
+
+fn check_greedy_and_recompute(name: &str, case_name: &str, model: &Llama, case: &LogitCase, failures: &mut Vec<String>) {
+    let started = std::time::Instant::now();
+    let (tokens, decode_logits) = greedy(model, &case.ids, case.greedy32.len().max(32));
+    let elapsed = started.elapsed();
+    let same = tokens == case.greedy32;
+    println!("[{name}] {case_name:8} greedy {} tokens {} ({:.1} tok/s)", tokens.len(),
+        if same { "identical" } else { "DIFFER" }, tokens.len() as f64 / elapsed.as_secs_f64());
+    if !same {
+        failures.push(format!("{case_name}: greedy {tokens:?} != reference {:?}", case.greedy32));
+        return;
+    }
+    // The logits that chose the last token came from prefill + decode; recompute them in one pass.
+    let mut full = case.ids.clone();
+    full.extend_from_slice(&tokens[..tokens.len() - 1]);
+    let recomputed = last_logits(model, &full);
+    let diff = max_abs_diff(&decode_logits, &recomputed);
+    println!("[{name}] {case_name:8} prefill+decode vs full recompute over {} positions: max |dlogit| = {diff:.2e}", full.len());
+    if diff > RECOMPUTE_TOLERANCE {
+        failures.push(format!("{case_name}: prefill+decode differs from recompute by {diff}"));
+    }
+}
+
+#[test]
+fn wgpu_matches_reference() {
+    check_backend("wgpu", wgpu_device());
+}
+
+#[test]
+fn cpu_matches_reference() {
+    check_backend("cpu", cpu_device());
+}
+
+#[test]
+fn all_position_logits_equal_last_position_logits() {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let model = Llama::load(&file, &cpu_device()).unwrap();
+    let ids = &reference().logit_cases["capital"].ids;
+    let mut cache = model.new_cache(ids.len()).unwrap();
+    let all = pollster::block_on(read_logits(model.forward(ids, &mut cache, Logits::All).unwrap())).unwrap();
+    assert_eq!(all.len(), ids.len());
+    // Same computation, different matrix shapes for the output layer: equal to float rounding.
+    let last = last_logits(&model, ids);
+    let diff = max_abs_diff(all.last().unwrap(), &last);
+    assert!(diff < RECOMPUTE_TOLERANCE, "last row differs by {diff}");
+    // Row i is the prediction after token i: row 0 equals a one-token prefill.
+    let diff = max_abs_diff(&all[0], &last_logits(&model, &ids[..1]));
+    assert!(diff < RECOMPUTE_TOLERANCE, "first row differs by {diff}");
+}
+
+#[test]
+fn context_overflow_and_bad_tokens_are_errors() {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let model = Llama::load(&file, &cpu_device()).unwrap();
+    let mut cache = model.new_cache(4).unwrap();
+    let err = model.forward(&[1, 2, 3, 4, 5], &mut cache, Logits::Last).err().unwrap();
+    assert_eq!(err.to_string(), "the sequence needs 5 positions but the context holds 4");
+    let err = model.forward(&[49_152], &mut cache, Logits::Last).err().unwrap();
+    assert_eq!(err.to_string(), "token id 49152 is outside the vocabulary of 49152");
+    assert!(model.new_cache(8193).is_err());
+    assert_eq!(cache.len(), 0, "a failed forward leaves the cache untouched");
+}
