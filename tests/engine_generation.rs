@@ -14,7 +14,7 @@ fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, nucleus_eng
     while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
         steps.push(step);
     }
-    (steps, generation.result().1)
+    (steps, generation.result())
 }
 
 fn greedy_request(text: &str, max_tokens: usize) -> GenerateRequest {
@@ -31,7 +31,7 @@ fn greedy_generation_streams_the_reference_tokens_and_text() {
     let (steps, result) = run(&mut engine, greedy_request(&case.text, 32));
     let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
     assert_eq!(ids, case.greedy32);
-    assert_eq!(result.finish_reason, FinishReason::Eos, "the reference ends on <|im_end|>");
+    assert_eq!(result.finish_reason, Some(FinishReason::Eos), "the reference ends on <|im_end|>");
     let streamed: String = steps.iter().map(|s| s.text.as_str()).collect();
     assert_eq!(streamed, result.text);
     // The end-of-generation token is not shown.
@@ -78,10 +78,10 @@ fn stop_strings_and_length() {
     request.stop = vec!["\n\n".into()];
     let (steps, result) = run(&mut engine, request);
     assert_eq!(result.text, " Paris.");
-    assert!(matches!(result.finish_reason, FinishReason::Stop { index: 0, .. }));
-    assert_eq!(steps.last().unwrap().finish_reason, Some(result.finish_reason.clone()));
+    assert!(matches!(result.finish_reason, Some(FinishReason::Stop { index: 0, .. })));
+    assert_eq!(steps.last().unwrap().finish_reason, result.finish_reason);
     let (steps, result) = run(&mut engine, greedy_request("The capital of France is", 3));
-    assert_eq!((steps.len(), result.finish_reason), (3, FinishReason::Length));
+    assert_eq!((steps.len(), result.finish_reason), (3, Some(FinishReason::Length)));
 }
 
 #[test]
@@ -114,4 +114,22 @@ fn beam_search_on_the_model_is_deterministic_and_scores_its_hypotheses() {
     assert_eq!(output.hypotheses[0].tokens[0], 7042);
     let again = pollster::block_on(engine.beam_search(&request)).unwrap();
     assert_eq!(output, again);
+}
+
+#[test]
+fn stopping_early_keeps_the_text_so_far_and_the_engine_usable() {
+    let mut engine = engine();
+    let mut request = greedy_request("The capital of France is", 10);
+    request.stop = vec![".\n\nThe capital".into()];
+    let mut generation = engine.generate(request).unwrap();
+    let first = pollster::block_on(generation.next_step()).unwrap().unwrap();
+    let second = pollster::block_on(generation.next_step()).unwrap().unwrap();
+    assert_eq!(first.text, " Paris");
+    assert_eq!(second.text, "", "'.' could begin the stop string: held back");
+    assert_eq!(generation.stop(), ".", "stopping releases the held text");
+    assert!(pollster::block_on(generation.next_step()).unwrap().is_none());
+    let result = generation.result();
+    assert_eq!((result.text.as_str(), result.finish_reason, result.usage.completion_tokens), (" Paris.", None, 2));
+    let (steps, _) = run(&mut engine, greedy_request("The capital of France is", 1));
+    assert_eq!(steps[0].id, 7042);
 }

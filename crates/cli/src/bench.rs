@@ -107,7 +107,7 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Run
             ttft_ms = clock.elapsed_ms();
         }
     }
-    let (_, result) = generation.result();
+    let result = generation.result();
     let decoded = result.usage.completion_tokens.saturating_sub(1).max(1) as f64;
     Ok(Run {
         ttft_ms,

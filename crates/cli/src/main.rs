@@ -6,15 +6,15 @@ mod bench;
 mod inspect;
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use burn::tensor::Device;
 use clap::{Parser, Subcommand, ValueEnum};
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Step, Stopwatch};
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Stopwatch, Timing, Usage};
 use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
-use serde_json::json;
+use serde::Serialize;
 
 #[derive(Parser)]
 #[command(name = "nucleus", version, about = "A small language model, and what happens at the last step of generation")]
@@ -248,12 +248,8 @@ fn load_engine(model: &ModelArg, backend: Backend, context: Option<usize>) -> Re
     let clock = Stopwatch::start();
     let bytes = model.read()?;
     let device = backend.device()?;
-    let engine = Engine::load(&bytes, &device, context).map_err(|e| describe_load_error(&model.path(), &e))?;
+    let engine = Engine::load(&bytes, &device, context).map_err(|e| format!("{}: {e}", model.path().display()))?;
     Ok((engine, clock.elapsed_ms()))
-}
-
-fn describe_load_error(path: &Path, error: &nucleus_engine::EngineError) -> String {
-    format!("{}: {error}", path.display())
 }
 
 fn generate(args: &GenerateArgs) -> Result<(), String> {
@@ -276,33 +272,22 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     let mut out = stdout.lock();
     while let Some(step) = pollster::block_on(generation.next_step()).map_err(|e| e.to_string())? {
         if args.json {
-            writeln!(out, "{}", step_json(&step)).map_err(|e| e.to_string())?;
+            writeln!(out, "{}", serde_json::to_string(&step).expect("steps serialize")).map_err(|e| e.to_string())?;
         } else {
             write!(out, "{}", step.text).map_err(|e| e.to_string())?;
             out.flush().map_err(|e| e.to_string())?;
         }
     }
-    let (_, result) = generation.result();
+    let result = generation.result();
+    let finish_reason = result.finish_reason.as_ref().map_or("stopped", |r| r.as_str());
     if args.json {
-        let summary = json!({
-            "finish_reason": result.finish_reason,
-            "text": result.text,
-            "seed": seed,
-            "usage": result.usage,
-            "timing": {
-                "load_ms": load_ms,
-                "prefill_ms": result.timing.prefill_ms,
-                "prefill_tokens_per_s": result.timing.prefill_tokens_per_s,
-                "ttft_ms": result.timing.ttft_ms,
-                "decode_tokens_per_s": result.timing.decode_tokens_per_s,
-            },
-        });
-        writeln!(out, "{summary}").map_err(|e| e.to_string())?;
+        let summary = Summary { finish_reason, text: &result.text, seed, usage: result.usage, timing: SummaryTiming { load_ms, timing: result.timing } };
+        writeln!(out, "{}", serde_json::to_string(&summary).expect("summary serializes")).map_err(|e| e.to_string())?;
     } else {
         writeln!(out).map_err(|e| e.to_string())?;
         eprintln!(
             "[{} | {} prompt + {} generated tokens | load {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s | seed {seed}]",
-            result.finish_reason.as_str(),
+            finish_reason,
             result.usage.prompt_tokens,
             result.usage.completion_tokens,
             load_ms,
@@ -313,18 +298,21 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     Ok(())
 }
 
-fn step_json(step: &Step) -> serde_json::Value {
-    let mut line = json!({
-        "index": step.index,
-        "id": step.id,
-        "text": step.text,
-        "logprob": step.logprob,
-        "top": step.top,
-    });
-    if let Some(explain) = &step.explain {
-        line["explain"] = serde_json::to_value(explain).expect("explanation serializes");
-    }
-    line
+/// The last `--json` line.
+#[derive(Serialize)]
+struct Summary<'a> {
+    finish_reason: &'a str,
+    text: &'a str,
+    seed: u64,
+    usage: Usage,
+    timing: SummaryTiming,
+}
+
+#[derive(Serialize)]
+struct SummaryTiming {
+    load_ms: f64,
+    #[serde(flatten)]
+    timing: Timing,
 }
 
 fn beam_search(engine: &mut Engine, args: &GenerateArgs, beams: usize) -> Result<(), String> {

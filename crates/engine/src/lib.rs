@@ -180,7 +180,8 @@ pub struct Timing {
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GenerationResult {
     pub text: String,
-    pub finish_reason: FinishReason,
+    /// `None` while running, or when [`Generation::stop`] ended it early (an abort).
+    pub finish_reason: Option<FinishReason>,
     pub usage: Usage,
     pub timing: Timing,
 }
@@ -303,6 +304,7 @@ impl Engine {
             generated: Vec::new(),
             text: String::new(),
             finish_reason: None,
+            stopped: false,
             cached_prompt_tokens: 0,
             prefill_ms: 0.0,
             decode_ms: 0.0,
@@ -340,6 +342,8 @@ pub struct Generation<'e> {
     generated: Vec<u32>,
     text: String,
     finish_reason: Option<FinishReason>,
+    /// Ended by [`Generation::stop`] before it finished.
+    stopped: bool,
     cached_prompt_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
@@ -354,13 +358,14 @@ impl Generation<'_> {
         &self.generated
     }
 
+    /// Finished by itself or stopped.
     pub fn is_finished(&self) -> bool {
-        self.finish_reason.is_some()
+        self.finish_reason.is_some() || self.stopped
     }
 
     /// Runs one step and returns its token, or `None` once the generation has finished.
     pub async fn next_step(&mut self) -> Result<Option<Step>, EngineError> {
-        if self.finish_reason.is_some() {
+        if self.finish_reason.is_some() || self.stopped {
             return Ok(None);
         }
         let step_clock = Stopwatch::start();
@@ -421,24 +426,28 @@ impl Generation<'_> {
         }))
     }
 
-    /// Ends the generation now (an abort): held text is released. Returns the result so far.
+    /// Ends the generation now (an abort): releases the text held back for stop strings and
+    /// returns it. Later calls to [`Generation::next_step`] return `None`, and the result's
+    /// finish reason stays `None`.
     pub fn stop(&mut self) -> String {
-        if self.finish_reason.is_some() {
+        if self.finish_reason.is_some() || self.stopped {
             return String::new();
         }
+        self.stopped = true;
+        self.pending = None;
         let text = self.stops.flush();
         self.text.push_str(&text);
         text
     }
 
-    /// The outcome; `None` as finish reason means the generation was stopped before it finished.
-    pub fn result(&self) -> (Option<FinishReason>, GenerationResult) {
+    /// The outcome so far.
+    pub fn result(&self) -> GenerationResult {
         let prompt_run = (self.prompt_tokens.len() - self.cached_prompt_tokens) as f64;
         let decode_steps = self.generated.len().saturating_sub(1) as f64;
         let per_s = |n: f64, ms: f64| if ms > 0.0 { n * 1000.0 / ms } else { 0.0 };
-        let result = GenerationResult {
+        GenerationResult {
             text: self.text.clone(),
-            finish_reason: self.finish_reason.clone().unwrap_or(FinishReason::Length),
+            finish_reason: self.finish_reason.clone(),
             usage: Usage {
                 prompt_tokens: self.prompt_tokens.len(),
                 completion_tokens: self.generated.len(),
@@ -451,7 +460,6 @@ impl Generation<'_> {
                 decode_ms: self.decode_ms,
                 decode_tokens_per_s: per_s(decode_steps, self.decode_ms),
             },
-        };
-        (self.finish_reason.clone(), result)
+        }
     }
 }
