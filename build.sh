@@ -106,9 +106,21 @@ PY
 
 model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
 
+ensure_wasm_target() {
+  rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown && return
+  log "adding the wasm32-unknown-unknown target"
+  rustup target add wasm32-unknown-unknown >/dev/null
+}
+
+ensure_node() {
+  command -v node >/dev/null || ensure_apt nodejs
+}
+
 cmd_setup() {
   ensure_rust
   ensure_vulkan
+  ensure_wasm_target
+  ensure_node
 }
 
 cmd_test() {
@@ -118,6 +130,10 @@ cmd_test() {
   log "cargo test --release --workspace (build directory $CARGO_TARGET_DIR)"
   # Release profile: the Burn build the CLI also uses. --nocapture shows the reference comparisons.
   cargo test --release --workspace --locked -- --nocapture
+  # The sampler's seeded draws in wasm32 (run in Node) against the ids the native tests recorded.
+  log "sampler determinism probe in wasm32"
+  cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-sampler --example determinism_probe
+  node tests/wasm/sampler-determinism.mjs "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/examples/determinism_probe.wasm"
 }
 
 cmd_cli() {
