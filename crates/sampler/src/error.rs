@@ -122,6 +122,23 @@ pub enum SamplerError {
         /// The drafted token id.
         id: u32,
     },
+
+    /// A [`crate::candidates::CandidateSet`] read back from the GPU is malformed (unsorted,
+    /// duplicate ids, lengths that disagree, a `max` that is not the first candidate's logit,
+    /// a non-finite or non-positive `sum_exp`...).
+    #[error("invalid candidate set: {reason}")]
+    InvalidCandidates {
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The GPU decode tail cannot reproduce these parameters (see
+    /// [`crate::Sampler::gpu_path_available`]): sample from the full logits instead.
+    #[error("the GPU sampling path is unavailable: {reason}")]
+    GpuPathUnavailable {
+        /// Why (e.g. DRY is enabled).
+        reason: &'static str,
+    },
 }
 
 /// Shorthand used by the validators: an [`SamplerError::OutOfRange`].

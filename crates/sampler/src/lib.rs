@@ -37,6 +37,13 @@
 //! draw walks the survivors in token-id order. Each `sample` call uses exactly one random
 //! number.
 //!
+//! ## Finishing on the GPU's candidates
+//!
+//! When the GPU applies stages 1–3 ([`Sampler::gpu_adjustments`]) and returns only its top-K
+//! adjusted logits with the softmax statistics, [`Sampler::sample_candidates`] finishes the
+//! step from those ([`candidates`]) with the same token `sample` would choose, or says it
+//! cannot (then sample from the full logits).
+//!
 //! ## Beyond sampling
 //!
 //! * [`stop`]: stop strings on streamed bytes, end-of-generation ids, token limit,
@@ -47,6 +54,7 @@
 #![warn(missing_docs)]
 
 pub mod beam;
+pub mod candidates;
 pub mod distribution;
 pub mod error;
 pub mod explain;
@@ -62,6 +70,10 @@ pub mod stop;
 pub use beam::{
     Beam, BeamNode, BeamSearch, BeamSearchParams, BeamSearchResult, BeamStepTrace, BeamTrace,
     Hypothesis, NodeStatus, beam_search,
+};
+pub use candidates::{
+    CandidateDistribution, CandidateRule, CandidateSet, GpuAdjustment, OwnedCandidateSet,
+    SUM_EXP_RELATIVE_TOLERANCE, decide_from_candidates, decide_from_candidates_with_tolerance,
 };
 pub use distribution::{Distribution, RemovedBy, StageCounts, process};
 pub use error::SamplerError;
