@@ -22,8 +22,19 @@ pub struct BenchArgs {
     runs: usize,
 }
 
+/// How decode steps end.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Tail {
+    /// The WGSL decode tail: adjust, softmax statistics and top-k on the GPU, candidates read back.
+    Gpu,
+    /// The whole logits row read back, sampled on the CPU.
+    FullRead,
+}
+
 /// Figures of one run.
 struct Run {
+    tail: Tail,
+    bytes_per_token: f64,
     ttft_ms: f64,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
@@ -50,28 +61,42 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         args.runs,
         load_ms
     );
+    // On a wgpu device, the same runs once with the GPU decode tail and once reading whole rows.
+    let tails: &[Tail] = if engine.decode_tail() { &[Tail::Gpu, Tail::FullRead] } else { &[Tail::FullRead] };
     let mut runs = Vec::new();
-    for index in 0..=args.runs {
-        let run = one_run(&mut engine, &prompt, args.gen_tokens)?;
-        if index > 0 {
-            runs.push(run);
+    for &tail in tails {
+        engine.set_decode_tail(tail == Tail::Gpu);
+        for index in 0..=args.runs {
+            let run = one_run(&mut engine, &prompt, args.gen_tokens, tail)?;
+            if index > 0 {
+                runs.push(run);
+            }
         }
     }
-    let column = |f: fn(&Run) -> f64| {
-        let mut values: Vec<f64> = runs.iter().map(f).collect();
-        values.sort_by(f64::total_cmp);
-        (values[0], values[values.len() / 2], values[values.len() - 1])
-    };
-    println!("{:<28} {:>12} {:>12} {:>12}", "metric", "min", "median", "max");
-    for (name, f) in [
-        ("time to first token (ms)", (|r: &Run| r.ttft_ms) as fn(&Run) -> f64),
-        ("prefill (tok/s)", |r: &Run| r.prefill_tokens_per_s),
-        ("decode (tok/s)", |r: &Run| r.decode_tokens_per_s),
-        ("decode (ms/token)", |r: &Run| r.decode_ms_per_token),
-    ] {
-        let (min, median, max) = column(f);
-        println!("{name:<28} {min:>12.2} {median:>12.2} {max:>12.2}");
+    for &tail in tails {
+        let of_tail: Vec<&Run> = runs.iter().filter(|r| r.tail == tail).collect();
+        let column = |f: fn(&Run) -> f64| {
+            let mut values: Vec<f64> = of_tail.iter().map(|r| f(r)).collect();
+            values.sort_by(f64::total_cmp);
+            (values[0], values[values.len() / 2], values[values.len() - 1])
+        };
+        println!("\ndecode steps end: {}", match tail {
+            Tail::Gpu => "on the GPU (WGSL adjust + softmax statistics + top-k, candidates read back)",
+            Tail::FullRead => "reading the whole logits row, sampling on the CPU",
+        });
+        println!("{:<28} {:>12} {:>12} {:>12}", "metric", "min", "median", "max");
+        for (name, f) in [
+            ("time to first token (ms)", (|r: &Run| r.ttft_ms) as fn(&Run) -> f64),
+            ("prefill (tok/s)", |r: &Run| r.prefill_tokens_per_s),
+            ("decode (tok/s)", |r: &Run| r.decode_tokens_per_s),
+            ("decode (ms/token)", |r: &Run| r.decode_ms_per_token),
+            ("read back (bytes/token)", |r: &Run| r.bytes_per_token),
+        ] {
+            let (min, median, max) = column(f);
+            println!("{name:<28} {min:>12.2} {median:>12.2} {max:>12.2}");
+        }
     }
+    println!();
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
     if let Some(usage) = engine.model().device().memory_pool_usage() {
         println!("device memory reserved (MiB) {:>12.1}", usage.bytes_reserved as f64 / (1024.0 * 1024.0));
@@ -91,7 +116,7 @@ fn bench_prompt(engine: &Engine, n: usize) -> Result<Vec<u32>, String> {
     }
 }
 
-fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Run, String> {
+fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -> Result<Run, String> {
     engine.clear_cache();
     let text = engine.tokenizer().decode(prompt);
     let mut request = GenerateRequest::new(Prompt::Text(text));
@@ -110,6 +135,8 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Run
     let result = generation.result();
     let decoded = result.usage.completion_tokens.saturating_sub(1).max(1) as f64;
     Ok(Run {
+        tail,
+        bytes_per_token: result.transfer.bytes_per_token(),
         ttft_ms,
         prefill_tokens_per_s: result.timing.prefill_tokens_per_s,
         decode_tokens_per_s: result.timing.decode_tokens_per_s,

@@ -11,7 +11,7 @@ use std::process::ExitCode;
 
 use burn::tensor::Device;
 use clap::{Parser, Subcommand, ValueEnum};
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Stopwatch, Timing, Usage};
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Stopwatch, Timing, Transfer, Usage};
 use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
 use serde::Serialize;
@@ -281,7 +281,14 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     let result = generation.result();
     let finish_reason = result.finish_reason.as_ref().map_or("stopped", |r| r.as_str());
     if args.json {
-        let summary = Summary { finish_reason, text: &result.text, seed, usage: result.usage, timing: SummaryTiming { load_ms, timing: result.timing } };
+        let summary = Summary {
+            finish_reason,
+            text: &result.text,
+            seed,
+            usage: result.usage,
+            timing: SummaryTiming { load_ms, timing: result.timing },
+            transfer: result.transfer,
+        };
         writeln!(out, "{}", serde_json::to_string(&summary).expect("summary serializes")).map_err(|e| e.to_string())?;
     } else {
         writeln!(out).map_err(|e| e.to_string())?;
@@ -306,6 +313,7 @@ struct Summary<'a> {
     seed: u64,
     usage: Usage,
     timing: SummaryTiming,
+    transfer: Transfer,
 }
 
 #[derive(Serialize)]

@@ -16,9 +16,12 @@ mod timing;
 
 use burn::tensor::Device;
 use nucleus_gguf::GgufFile;
-use nucleus_model::{KvCache, Llama, LlamaConfig, LoadProgress, Logits, read_logits};
+use nucleus_model::{KvCache, Llama, LlamaConfig, LoadProgress, Logits, ModelError, read_logits};
+use burn::tensor::Tensor;
+use nucleus_kernels::{LogitAdjustments, decode_tail};
 use nucleus_sampler::{
-    Candidate, Chosen, Explanation, FinishReason, SamplingParams, Sampler, StopConditions, StopTracker, log_softmax, top_k_ids,
+    Candidate, CandidateSet, Chosen, Explanation, FinishReason, SampleStep, SamplingParams, Sampler, StopConditions,
+    StopTracker, log_softmax, top_k_ids,
 };
 use nucleus_tokenizer::{ChatMessage, Tokenizer};
 use serde::Serialize;
@@ -29,6 +32,10 @@ pub use timing::Stopwatch;
 
 /// Most candidates a step can report (`top_logprobs`, explanation size).
 pub const MAX_TOP_LOGPROBS: usize = 256;
+
+/// Candidates the GPU decode tail selects when the request asks for fewer: enough for top-k,
+/// top-p and min-p to settle inside them in the common case.
+pub const DECODE_TAIL_CANDIDATES: usize = 64;
 
 /// What to generate from.
 #[derive(Debug, Clone, PartialEq)]
@@ -176,6 +183,25 @@ pub struct Timing {
     pub decode_tokens_per_s: f64,
 }
 
+/// What the decode steps read back from the device.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
+pub struct Transfer {
+    /// Bytes read back from the device over all steps.
+    pub readback_bytes: usize,
+    /// Steps finished on the GPU decode tail (candidates only).
+    pub tail_steps: usize,
+    /// Steps that read the whole logits row.
+    pub full_read_steps: usize,
+}
+
+impl Transfer {
+    /// Bytes read back per generated token.
+    pub fn bytes_per_token(&self) -> f64 {
+        let steps = self.tail_steps + self.full_read_steps;
+        if steps == 0 { 0.0 } else { self.readback_bytes as f64 / steps as f64 }
+    }
+}
+
 /// How a generation ended.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct GenerationResult {
@@ -184,6 +210,7 @@ pub struct GenerationResult {
     pub finish_reason: Option<FinishReason>,
     pub usage: Usage,
     pub timing: Timing,
+    pub transfer: Transfer,
 }
 
 /// Facts about the loaded model.
@@ -205,6 +232,8 @@ pub struct Engine {
     /// The tokens whose keys and values are in `cache`, in order.
     cached_tokens: Vec<u32>,
     info: ModelInfo,
+    /// Whether decode steps may end on the GPU (the WGSL decode tail; wgpu devices only).
+    decode_tail: bool,
 }
 
 impl Engine {
@@ -245,7 +274,8 @@ impl Engine {
             parameters: config.parameter_count(model.tied_output()),
             file_bytes: bytes.len(),
         };
-        Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info })
+        let decode_tail = nucleus_kernels::supports_device(device);
+        Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail })
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -258,6 +288,16 @@ impl Engine {
 
     pub fn model(&self) -> &Llama {
         &self.model
+    }
+
+    /// Whether decode steps end on the GPU when they can (default: on for wgpu devices).
+    pub fn decode_tail(&self) -> bool {
+        self.decode_tail
+    }
+
+    /// Turns the GPU decode tail on or off (it stays off on devices that cannot run it).
+    pub fn set_decode_tail(&mut self, enabled: bool) {
+        self.decode_tail = enabled && nucleus_kernels::supports_device(self.model.device());
     }
 
     /// Empties the KV cache, so the next generation prefills its whole prompt.
@@ -308,6 +348,7 @@ impl Engine {
             cached_prompt_tokens: 0,
             prefill_ms: 0.0,
             decode_ms: 0.0,
+            transfer: Transfer::default(),
         })
     }
 
@@ -321,12 +362,12 @@ impl Engine {
         keep
     }
 
-    /// Runs `tokens` after what the cache holds and returns the last position's logits.
-    async fn forward_last(&mut self, tokens: &[u32]) -> Result<Vec<f32>, EngineError> {
+    /// Runs `tokens` after what the cache holds and returns the last position's logits, still on
+    /// the device.
+    fn forward_last(&mut self, tokens: &[u32]) -> Result<Tensor<2>, EngineError> {
         let logits = self.model.forward(tokens, &mut self.cache, Logits::Last)?;
         self.cached_tokens.extend_from_slice(tokens);
-        let mut rows = read_logits(logits).await?;
-        Ok(rows.pop().expect("one row"))
+        Ok(logits)
     }
 }
 
@@ -347,6 +388,7 @@ pub struct Generation<'e> {
     cached_prompt_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
+    transfer: Transfer,
 }
 
 impl Generation<'_> {
@@ -369,37 +411,25 @@ impl Generation<'_> {
             return Ok(None);
         }
         let step_clock = Stopwatch::start();
+        let first = self.pending.is_none();
         let logits = match self.pending.take() {
             None => {
                 let kept = self.engine.reuse_cache_prefix(&self.prompt_tokens);
                 self.cached_prompt_tokens = kept;
-                let logits = self.engine.forward_last(&self.prompt_tokens[kept..]).await?;
-                self.prefill_ms = step_clock.elapsed_ms();
-                logits
+                self.engine.forward_last(&self.prompt_tokens[kept..])?
             }
-            Some(token) => {
-                let logits = self.engine.forward_last(&[token]).await?;
-                self.decode_ms += step_clock.elapsed_ms();
-                logits
-            }
+            Some(token) => self.engine.forward_last(&[token])?,
         };
-
-        let sampled = self.sampler.sample(&logits, None, self.request.explain_top_n)?;
+        let Choice { sampled, top, logprob } = self.choose(logits).await?;
+        if first {
+            self.prefill_ms = step_clock.elapsed_ms();
+        } else {
+            self.decode_ms += step_clock.elapsed_ms();
+        }
         let id = sampled.id;
         self.sampler.accept(id)?;
         self.generated.push(id);
-        let raw_logprobs = log_softmax(&logits)?;
         let tokenizer = &self.engine.tokenizer;
-        let top = top_k_ids(&logits, self.request.top_logprobs)
-            .into_iter()
-            .map(|c| TopCandidate {
-                id: c,
-                text: tokenizer.token_text(c),
-                logit: logits[c as usize],
-                logprob: raw_logprobs[c as usize],
-            })
-            .collect();
-
         let output = self.stops.push_token(id, tokenizer.token_bytes(id));
         let mut finish = output.finish;
         if finish.is_none() && self.engine.cached_tokens.len() + 1 > self.engine.cache.capacity() {
@@ -419,11 +449,73 @@ impl Generation<'_> {
             index: self.generated.len() - 1,
             id,
             text,
-            logprob: raw_logprobs[id as usize],
+            logprob,
             top,
             explain: sampled.explanation.map(|e| StepExplanation::new(e, tokenizer)),
             finish_reason: finish,
         }))
+    }
+
+    /// Whether this step can end on the GPU: a wgpu device, no explanation (it needs the whole
+    /// row), no DRY and no bias or penalties in effect (the reported candidates are raw logits),
+    /// and a temperature of 0 or 1 (the tail's statistics are at the sampling temperature, and the
+    /// reported log-probabilities are at temperature 1).
+    fn can_use_decode_tail(&self) -> Result<bool, EngineError> {
+        let params = self.sampler.params();
+        Ok(self.engine.decode_tail
+            && self.request.explain_top_n == 0
+            && self.sampler.gpu_path_available()
+            && (params.temperature == 0.0 || params.temperature == 1.0)
+            && self.sampler.gpu_adjustments()?.is_empty())
+    }
+
+    /// Samples the next token from `logits` (still on the device): on the GPU decode tail when it
+    /// settles the step, else from the whole row read back.
+    async fn choose(&mut self, logits: Tensor<2>) -> Result<Choice, EngineError> {
+        let tokenizer = &self.engine.tokenizer;
+        if self.can_use_decode_tail()? {
+            let k = self.request.top_logprobs.max(DECODE_TAIL_CANDIDATES).min(MAX_TOP_LOGPROBS);
+            let tail = decode_tail(logits.clone(), &LogitAdjustments::new(), 1.0, k)
+                .await
+                .map_err(|e| EngineError::Model(ModelError::Device(e.to_string())))?;
+            self.transfer.readback_bytes += tail.bytes_read;
+            let set = CandidateSet {
+                ids: &tail.ids,
+                adjusted_logits: &tail.logits,
+                max: tail.max,
+                sum_exp: tail.sum_exp,
+                vocab_size: self.engine.info.vocab_size,
+            };
+            if let Some(sampled) = self.sampler.sample_candidates(&set)? {
+                self.transfer.tail_steps += 1;
+                let candidate = |i: usize| TopCandidate {
+                    id: tail.ids[i],
+                    text: tokenizer.token_text(tail.ids[i]),
+                    logit: tail.logits[i],
+                    logprob: tail.log_probability(tail.logits[i]),
+                };
+                let top = (0..self.request.top_logprobs.min(tail.ids.len())).map(candidate).collect();
+                let chosen = tail.ids.iter().position(|&c| c == sampled.id).expect("the kept tokens are candidates");
+                let logprob = tail.log_probability(tail.logits[chosen]);
+                return Ok(Choice { sampled, top, logprob });
+            }
+        }
+        let row = read_logits(logits).await?.pop().expect("one row");
+        self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
+        self.transfer.full_read_steps += 1;
+        let sampled = self.sampler.sample(&row, None, self.request.explain_top_n)?;
+        let raw_logprobs = log_softmax(&row)?;
+        let top = top_k_ids(&row, self.request.top_logprobs)
+            .into_iter()
+            .map(|c| TopCandidate {
+                id: c,
+                text: tokenizer.token_text(c),
+                logit: row[c as usize],
+                logprob: raw_logprobs[c as usize],
+            })
+            .collect();
+        let logprob = raw_logprobs[sampled.id as usize];
+        Ok(Choice { sampled, top, logprob })
     }
 
     /// Ends the generation now (an abort): releases the text held back for stop strings and
@@ -453,6 +545,7 @@ impl Generation<'_> {
                 completion_tokens: self.generated.len(),
                 cached_prompt_tokens: self.cached_prompt_tokens,
             },
+            transfer: self.transfer,
             timing: Timing {
                 prefill_ms: self.prefill_ms,
                 prefill_tokens_per_s: per_s(prompt_run, self.prefill_ms),
@@ -462,4 +555,12 @@ impl Generation<'_> {
             },
         }
     }
+}
+
+/// The outcome of sampling one step.
+struct Choice {
+    sampled: SampleStep,
+    top: Vec<TopCandidate>,
+    /// The chosen token's log-probability under the raw model distribution.
+    logprob: f64,
 }

@@ -509,6 +509,11 @@ pub fn decode_tail_enqueue(
     })
 }
 
+/// Whether the kernels can run on `device` (a wgpu device: Vulkan, Metal, DX12 or WebGPU).
+pub fn supports_device(device: &burn::tensor::Device) -> bool {
+    matches!(device.as_dispatch(), DispatchDevice::Cube(burn::cubecl::Device::Wgpu(_)))
+}
+
 /// The decode tail: applies `adjustments`, takes the softmax statistics at temperature `T` and
 /// the top-`k`, and reads the `16 + 8k`-byte result with one `into_data_async`.
 pub async fn decode_tail(

@@ -1,0 +1,79 @@
+//! The GPU decode tail on the real model (native wgpu): decode steps that read back only the
+//! candidates give the reference's greedy tokens and top-20, and the same seeded sampled tokens
+//! as reading whole rows.
+
+use nucleus_engine::{DECODE_TAIL_CANDIDATES, Engine, GenerateRequest, GenerationResult, Prompt, Step};
+use nucleus_sampler::SamplingParams;
+use nucleus_tests::{model_bytes, reference, wgpu_device};
+
+fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationResult) {
+    engine.clear_cache();
+    let mut generation = engine.generate(request).unwrap();
+    let mut steps = Vec::new();
+    while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
+        steps.push(step);
+    }
+    (steps, generation.result())
+}
+
+fn engine(decode_tail: bool) -> Engine {
+    let mut engine = Engine::load(model_bytes(), &wgpu_device(), Some(256)).unwrap();
+    assert!(engine.decode_tail(), "the wgpu engine uses the decode tail by default");
+    engine.set_decode_tail(decode_tail);
+    engine
+}
+
+#[test]
+fn greedy_on_the_gpu_tail_matches_the_reference_and_reads_back_candidates_only() {
+    let mut engine = engine(true);
+    let bytes_per_step = 16 + 8 * DECODE_TAIL_CANDIDATES;
+    for (name, case) in &reference().logit_cases {
+        let mut request = GenerateRequest::new(Prompt::Text(case.text.clone()));
+        request.sampling = SamplingParams::greedy();
+        request.max_tokens = 8;
+        let (steps, result) = run(&mut engine, request);
+        let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
+        assert_eq!(ids, case.greedy32[..ids.len()], "{name}");
+        let top: Vec<u32> = steps[0].top.iter().map(|t| t.id).collect();
+        let reference_top: Vec<u32> = case.top20.iter().map(|t| t.id).collect();
+        assert_eq!(top, reference_top, "{name}: top-20 order");
+        let worst = steps[0].top.iter().zip(&case.top20).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);
+        assert!(worst < 1e-3, "{name}: top-20 logits differ by {worst}");
+        // The log-probabilities come from the tail's statistics over the whole row: compare the
+        // best candidate's with the reference's full-row log-softmax.
+        let reference_logits = case.last_logits();
+        let max = reference_logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+        let log_sum_exp = max + reference_logits.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
+        let expected = case.top20[0].logit as f64 - log_sum_exp;
+        assert!((steps[0].logprob - expected).abs() < 1e-3, "{name}: logprob {} vs reference {expected}", steps[0].logprob);
+        let transfer = result.transfer;
+        println!("[decode tail] {name:8} {} steps on the GPU tail, {} full reads, {:.0} bytes/token", transfer.tail_steps, transfer.full_read_steps, transfer.bytes_per_token());
+        assert_eq!((transfer.tail_steps, transfer.full_read_steps), (ids.len(), 0), "{name}");
+        assert_eq!(transfer.readback_bytes, ids.len() * bytes_per_step);
+        assert!(bytes_per_step <= 4096);
+    }
+}
+
+#[test]
+fn seeded_sampling_gives_the_same_tokens_on_the_gpu_tail_as_on_whole_rows() {
+    let request = || {
+        let mut request = GenerateRequest::new(Prompt::Text("Once upon a time, there was a".into()));
+        request.sampling = SamplingParams { temperature: 1.0, top_p: 0.95, seed: 2024, ..SamplingParams::default() };
+        request.max_tokens = 32;
+        request.ignore_eos = true;
+        request
+    };
+    let (tail_steps, tail_result) = run(&mut engine(true), request());
+    let (full_steps, full_result) = run(&mut engine(false), request());
+    let tail_ids: Vec<u32> = tail_steps.iter().map(|s| s.id).collect();
+    let full_ids: Vec<u32> = full_steps.iter().map(|s| s.id).collect();
+    println!("[decode tail] seeded T=1 top-p 0.95: {} of 32 steps on the GPU tail, {:.0} vs {:.0} bytes/token",
+        tail_result.transfer.tail_steps, tail_result.transfer.bytes_per_token(), full_result.transfer.bytes_per_token());
+    assert_eq!(tail_ids, full_ids);
+    assert_eq!(tail_result.text, full_result.text);
+    assert!(tail_result.transfer.tail_steps > 0, "no step settled on the candidates");
+    assert_eq!(full_result.transfer.tail_steps, 0);
+    for (a, b) in tail_steps.iter().zip(&full_steps) {
+        assert!((a.logprob - b.logprob).abs() < 1e-3, "logprob {} vs {}", a.logprob, b.logprob);
+    }
+}
