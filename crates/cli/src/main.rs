@@ -26,7 +26,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Generate text, streaming it (or one JSON line per token with --json).
-    Generate(GenerateArgs),
+    Generate(Box<GenerateArgs>),
     /// Measure prefill and decode speed.
     Bench(bench::BenchArgs),
     /// Describe a GGUF file: architecture, tensors, tokenizer.

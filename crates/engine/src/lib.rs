@@ -474,7 +474,7 @@ impl Generation<'_> {
     async fn choose(&mut self, logits: Tensor<2>) -> Result<Choice, EngineError> {
         let tokenizer = &self.engine.tokenizer;
         if self.can_use_decode_tail()? {
-            let k = self.request.top_logprobs.max(DECODE_TAIL_CANDIDATES).min(MAX_TOP_LOGPROBS);
+            let k = self.request.top_logprobs.clamp(DECODE_TAIL_CANDIDATES, MAX_TOP_LOGPROBS);
             let tail = decode_tail(logits.clone(), &LogitAdjustments::new(), 1.0, k)
                 .await
                 .map_err(|e| EngineError::Model(ModelError::Device(e.to_string())))?;

@@ -279,13 +279,13 @@ impl<'a> GgufFile<'a> {
             .iter()
             .try_fold(1u64, |acc, &d| acc.checked_mul(d))
             .ok_or_else(|| GgufError::Corrupt(format!("tensor '{}' has an impossible shape {:?}", tensor.name, tensor.dims)))?;
-        if tensor.dims[0] % block != 0 {
+        if !tensor.dims[0].is_multiple_of(block) {
             return Err(GgufError::Corrupt(format!(
                 "tensor '{}' has rows of {} elements, not a multiple of the {} block size {block}",
                 tensor.name, tensor.dims[0], tensor.ggml_type
             )));
         }
-        if tensor.offset % self.alignment != 0 {
+        if !tensor.offset.is_multiple_of(self.alignment) {
             return Err(GgufError::Corrupt(format!("tensor '{}' is not aligned to {} bytes", tensor.name, self.alignment)));
         }
         let end = self
