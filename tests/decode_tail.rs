@@ -58,7 +58,7 @@ fn greedy_on_the_gpu_tail_matches_the_reference_and_reads_back_candidates_only()
 fn seeded_sampling_gives_the_same_tokens_on_the_gpu_tail_as_on_whole_rows() {
     let request = || {
         let mut request = GenerateRequest::new(Prompt::Text("Once upon a time, there was a".into()));
-        request.sampling = SamplingParams { temperature: 1.0, top_p: 0.95, seed: 2024, ..SamplingParams::default() };
+        request.sampling = SamplingParams { temperature: 0.8, top_p: 0.95, seed: 2024, ..SamplingParams::default() };
         request.max_tokens = 32;
         request.ignore_eos = true;
         request
@@ -67,7 +67,7 @@ fn seeded_sampling_gives_the_same_tokens_on_the_gpu_tail_as_on_whole_rows() {
     let (full_steps, full_result) = run(&mut engine(false), request());
     let tail_ids: Vec<u32> = tail_steps.iter().map(|s| s.id).collect();
     let full_ids: Vec<u32> = full_steps.iter().map(|s| s.id).collect();
-    println!("[decode tail] seeded T=1 top-p 0.95: {} of 32 steps on the GPU tail, {:.0} vs {:.0} bytes/token",
+    println!("[decode tail] seeded T=0.8 top-p 0.95: {} of 32 steps on the GPU tail, {:.0} vs {:.0} bytes/token",
         tail_result.transfer.tail_steps, tail_result.transfer.bytes_per_token(), full_result.transfer.bytes_per_token());
     assert_eq!(tail_ids, full_ids);
     assert_eq!(tail_result.text, full_result.text);

@@ -18,7 +18,7 @@ use burn::tensor::Device;
 use nucleus_gguf::GgufFile;
 use nucleus_model::{KvCache, Llama, LlamaConfig, LoadProgress, Logits, ModelError, read_logits};
 use burn::tensor::Tensor;
-use nucleus_kernels::{LogitAdjustments, decode_tail};
+use nucleus_kernels::{LogitAdjustments, decode_tail, decode_tail_with_raw_stats};
 use nucleus_sampler::{
     Candidate, CandidateSet, Chosen, Explanation, FinishReason, SampleStep, SamplingParams, Sampler, StopConditions,
     StopTracker, log_softmax, top_k_ids,
@@ -457,15 +457,12 @@ impl Generation<'_> {
     }
 
     /// Whether this step can end on the GPU: a wgpu device, no explanation (it needs the whole
-    /// row), no DRY and no bias or penalties in effect (the reported candidates are raw logits),
-    /// and a temperature of 0 or 1 (the tail's statistics are at the sampling temperature, and the
-    /// reported log-probabilities are at temperature 1).
+    /// row), no DRY, and no bias or penalties in effect (the reported `top` candidates must be
+    /// the model's raw logits, and the tail returns the adjusted ones).
     fn can_use_decode_tail(&self) -> Result<bool, EngineError> {
-        let params = self.sampler.params();
         Ok(self.engine.decode_tail
             && self.request.explain_top_n == 0
             && self.sampler.gpu_path_available()
-            && (params.temperature == 0.0 || params.temperature == 1.0)
             && self.sampler.gpu_adjustments()?.is_empty())
     }
 
@@ -475,9 +472,21 @@ impl Generation<'_> {
         let tokenizer = &self.engine.tokenizer;
         if self.can_use_decode_tail()? {
             let k = self.request.top_logprobs.clamp(DECODE_TAIL_CANDIDATES, MAX_TOP_LOGPROBS);
-            let tail = decode_tail(logits.clone(), &LogitAdjustments::new(), 1.0, k)
-                .await
-                .map_err(|e| EngineError::Model(ModelError::Device(e.to_string())))?;
+            let temperature = self.sampler.params().temperature as f32;
+            let device_error = |e: nucleus_kernels::KernelError| EngineError::Model(ModelError::Device(e.to_string()));
+            // Reported log-probabilities are raw (temperature 1). At temperature 0 or 1 the tail runs
+            // at 1 and its own statistics are the raw ones (greedy ignores them for sampling).
+            let (tail, raw) = if temperature == 0.0 || temperature == 1.0 {
+                let tail = decode_tail(logits.clone(), &LogitAdjustments::new(), 1.0, k).await.map_err(device_error)?;
+                let raw = tail.stats();
+                (tail, raw)
+            } else {
+                let (tail, raw) = decode_tail_with_raw_stats(logits.clone(), &LogitAdjustments::new(), temperature, k)
+                    .await
+                    .map_err(device_error)?;
+                self.transfer.readback_bytes += raw.bytes_read;
+                (tail, raw)
+            };
             self.transfer.readback_bytes += tail.bytes_read;
             let set = CandidateSet {
                 ids: &tail.ids,
@@ -492,11 +501,11 @@ impl Generation<'_> {
                     id: tail.ids[i],
                     text: tokenizer.token_text(tail.ids[i]),
                     logit: tail.logits[i],
-                    logprob: tail.log_probability(tail.logits[i]),
+                    logprob: raw.log_probability(tail.logits[i]),
                 };
                 let top = (0..self.request.top_logprobs.min(tail.ids.len())).map(candidate).collect();
                 let chosen = tail.ids.iter().position(|&c| c == sampled.id).expect("the kept tokens are candidates");
-                let logprob = tail.log_probability(tail.logits[chosen]);
+                let logprob = raw.log_probability(tail.logits[chosen]);
                 return Ok(Choice { sampled, top, logprob });
             }
         }

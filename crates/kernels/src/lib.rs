@@ -158,7 +158,7 @@ pub use layout::{
 
 use backend::DecodeTailOps;
 use burn::backend::{Dispatch, DispatchDevice};
-use burn::tensor::{DType, Tensor, TensorData};
+use burn::tensor::{DType, Tensor, TensorData, Transaction};
 
 /// What can go wrong; parameter errors name the parameter.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -507,6 +507,45 @@ pub fn decode_tail_enqueue(
         k,
         temperature,
     })
+}
+
+/// The decode tail at temperature `T` (as [`decode_tail`]) and the statistics of the row *before*
+/// the adjustments at temperature 1, the model's raw distribution, read back together in one
+/// transaction (`16 + 8K + 16` bytes). With no adjustments, the raw statistics turn the
+/// candidates' logits into their raw log-probabilities whatever the sampling temperature.
+pub async fn decode_tail_with_raw_stats(
+    logits: Tensor<2>,
+    adjustments: &LogitAdjustments,
+    temperature: f32,
+    k: usize,
+) -> Result<(TailOutput, SoftmaxStats), KernelError> {
+    validate_row(&logits)?;
+    let raw: Tensor<1> = Tensor::from_dispatch(Dispatch::softmax_stats(logits.clone().into_dispatch(), 1.0));
+    let pending = decode_tail_enqueue(logits, adjustments, temperature, k)?;
+    let data = Transaction::default()
+        .register(raw)
+        .register(pending.packed)
+        .execute_async()
+        .await
+        .map_err(|e| KernelError::Device(format!("{e:?}")))?;
+    let [raw_data, packed_data]: [TensorData; 2] =
+        data.try_into().map_err(|_| KernelError::MalformedResult("a transaction of two reads".into()))?;
+    let raw_bytes = raw_data.as_bytes();
+    let raw_packed = layout::unpack(&layout::words_of(raw_bytes), 0, false)?;
+    let raw_stats = SoftmaxStats::new(raw_packed.max, raw_packed.sum_exp, 1.0, raw_bytes.len());
+    let packed_bytes = packed_data.as_bytes();
+    let packed = layout::unpack(&layout::words_of(packed_bytes), pending.k, true)?;
+    let stats = SoftmaxStats::new(packed.max, packed.sum_exp, temperature, packed_bytes.len());
+    let tail = TailOutput {
+        ids: packed.ids,
+        logits: packed.logits,
+        max: stats.max,
+        log_sum_exp: stats.log_sum_exp,
+        sum_exp: stats.sum_exp,
+        temperature,
+        bytes_read: packed_bytes.len(),
+    };
+    Ok((tail, raw_stats))
 }
 
 /// Whether the kernels can run on `device` (a wgpu device: Vulkan, Metal, DX12 or WebGPU).

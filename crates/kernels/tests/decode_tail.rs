@@ -188,3 +188,25 @@ fn other_backends_are_refused_not_panicking() {
     let error = block_on(decode_tail(flex, &LogitAdjustments::new(), 1.0, 5)).unwrap_err();
     assert!(matches!(error, KernelError::UnsupportedInput(_)), "{error}");
 }
+
+#[test]
+fn tail_with_raw_statistics_reads_both_in_one_transaction() {
+    let mut rng = Rng::new(77);
+    let logits = random_logits(&mut rng, 49_152, 3.0);
+    let adjustments = LogitAdjustments::from_entries(vec![
+        LogitAdjustment::new(5).with_bias(4.0),
+        LogitAdjustment::new(9).with_bias(f32::NEG_INFINITY),
+    ]);
+    for (temperature, k) in [(0.8, 64), (1.5, 20)] {
+        let (tail, raw) =
+            block_on(nucleus_kernels::decode_tail_with_raw_stats(row(&logits), &adjustments, temperature, k)).unwrap();
+        // The tail is the adjusted row at T; the raw statistics are the unadjusted row at 1.
+        let (_, stats, top) = reference::decode_tail(&logits, &adjustments, temperature, k).unwrap();
+        assert_eq!(tail.ids, top.ids);
+        assert!(close(f64::from(tail.sum_exp), stats.sum_exp, 1e-6, 0.0));
+        let raw_reference = reference::softmax_stats(&logits, 1.0).unwrap();
+        assert_eq!(raw.max.to_bits(), raw_reference.max.to_bits());
+        assert!(close(f64::from(raw.sum_exp), raw_reference.sum_exp, 1e-6, 0.0));
+        assert_eq!((tail.bytes_read, raw.bytes_read), (16 + 8 * k, 16));
+    }
+}
