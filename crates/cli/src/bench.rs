@@ -97,6 +97,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     }
     println!();
+    engine.set_decode_tail(true);
+    if engine.decode_tail() {
+        decode_tail_alone(&engine, &prompt, args.runs.max(5))?;
+    }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
     if let Some(usage) = engine.model().device().memory_pool_usage() {
         println!("device memory reserved (MiB) {:>12.1}", usage.bytes_reserved as f64 / (1024.0 * 1024.0));
@@ -153,4 +157,64 @@ fn peak_rss_mib() -> f64 {
             line.split_whitespace().nth(1)?.parse::<f64>().ok()
         })
         .map_or(0.0, |kib| kib / 1024.0)
+}
+
+/// The last step of a decode on its own, on the model's real logits for the bench prompt:
+/// the WGSL tail against reading the row and selecting on the CPU, and against Burn's own
+/// `softmax` + `topk_with_indices`. Median and min over `iterations` after 2 warm-up calls.
+fn decode_tail_alone(engine: &Engine, prompt: &[u32], iterations: usize) -> Result<(), String> {
+    use burn::tensor::{Int, Tensor, activation::softmax};
+    use nucleus_kernels::{LogitAdjustments, decode_tail};
+
+    const K: usize = nucleus_engine::DECODE_TAIL_CANDIDATES;
+    const TEMPERATURE: f32 = 0.8;
+    let model = engine.model();
+    let mut cache = model.new_cache(prompt.len()).map_err(|e| e.to_string())?;
+    let logits = model.forward(prompt, &mut cache, nucleus_model::Logits::Last).map_err(|e| e.to_string())?;
+    // A fresh row each call (the tail adjusts in place), made on the device from the real logits.
+    let fresh = |step: usize| logits.clone() + (step as f32) * 1e-6;
+    let time = |f: &mut dyn FnMut(usize) -> Result<usize, String>| -> Result<(f64, f64, usize), String> {
+        let mut bytes = 0;
+        for step in 0..2 {
+            bytes = f(step)?;
+        }
+        let mut samples = Vec::new();
+        for step in 0..iterations {
+            let clock = Stopwatch::start();
+            bytes = f(step + 2)?;
+            samples.push(clock.elapsed_ms());
+        }
+        samples.sort_by(f64::total_cmp);
+        Ok((samples[samples.len() / 2], samples[0], bytes))
+    };
+    println!("the decode tail alone, on the model's logits (vocab {}, K = {K}, T = {TEMPERATURE}); ms per step", engine.info().vocab_size);
+    println!("{:<52} {:>10} {:>10} {:>12}", "variant", "median", "min", "bytes read");
+    let mut rows: Vec<(&str, (f64, f64, usize))> = Vec::new();
+    rows.push(("fresh row + 4-byte read (floor, in every line)", time(&mut |step| {
+        pollster::block_on(fresh(step).slice([0..1, 0..1]).into_data_async()).map_err(|e| format!("{e:?}"))?;
+        Ok(4)
+    })?));
+    rows.push(("WGSL adjust + softmax statistics + top-k, one read", time(&mut |step| {
+        let tail = pollster::block_on(decode_tail(fresh(step), &LogitAdjustments::new(), TEMPERATURE, K)).map_err(|e| e.to_string())?;
+        Ok(tail.bytes_read)
+    })?));
+    rows.push(("read the whole row, softmax + top-k on the CPU", time(&mut |step| {
+        let row = pollster::block_on(nucleus_model::read_logits(fresh(step))).map_err(|e| e.to_string())?.remove(0);
+        let _ = nucleus_sampler::softmax(&row).map_err(|e| e.to_string())?;
+        let _ = nucleus_sampler::top_k_ids(&row, K);
+        Ok(row.len() * 4)
+    })?));
+    rows.push(("Burn softmax + topk_with_indices, two reads", time(&mut |step| {
+        let row = fresh(step);
+        let probabilities = softmax(row.clone().div_scalar(TEMPERATURE), 1);
+        let (values, ids): (Tensor<2>, Tensor<2, Int>) = probabilities.topk_with_indices(K, 1);
+        let values = pollster::block_on(values.into_data_async()).map_err(|e| format!("{e:?}"))?;
+        let ids = pollster::block_on(ids.into_data_async()).map_err(|e| format!("{e:?}"))?;
+        Ok(values.as_bytes().len() + ids.as_bytes().len())
+    })?));
+    for (name, (median, min, bytes)) in rows {
+        println!("{name:<52} {median:>10.2} {min:>10.2} {bytes:>12}");
+    }
+    println!();
+    Ok(())
 }
