@@ -77,3 +77,24 @@ fn seeded_sampling_gives_the_same_tokens_on_the_gpu_tail_as_on_whole_rows() {
         assert!((a.logprob - b.logprob).abs() < 1e-3, "logprob {} vs {}", a.logprob, b.logprob);
     }
 }
+
+#[test]
+fn steps_the_tail_cannot_settle_read_the_whole_row() {
+    let mut engine = engine(true);
+    let case = &reference().logit_cases["capital"];
+    let one_step = |sampling: SamplingParams| {
+        let mut request = GenerateRequest::new(Prompt::Text(case.text.clone()));
+        request.sampling = sampling;
+        request.max_tokens = 1;
+        request
+    };
+    // A temperature whose inverse overflows f32: the kernels cannot take it; greedy in effect.
+    let (steps, result) = run(&mut engine, one_step(SamplingParams { temperature: 1e-39, ..SamplingParams::default() }));
+    assert_eq!((steps[0].id, result.transfer.full_read_steps, result.transfer.tail_steps), (7042, 1, 0));
+    // A bias: the reported candidates must stay the raw logits, so the row is read; the bias applies.
+    let mut biased = SamplingParams::greedy();
+    biased.logit_bias.insert(7042, f64::NEG_INFINITY);
+    let (steps, result) = run(&mut engine, one_step(biased));
+    assert_eq!((steps[0].id, result.transfer.full_read_steps), (260, 1), "\" the\" once \" Paris\" is forbidden");
+    assert_eq!(steps[0].top[0].id, 7042, "top lists the raw logits");
+}

@@ -459,24 +459,38 @@ impl Generation<'_> {
     /// Whether this step can end on the GPU: a wgpu device, no explanation (it needs the whole
     /// row), no DRY, and no bias or penalties in effect (the reported `top` candidates must be
     /// the model's raw logits, and the tail returns the adjusted ones).
-    fn can_use_decode_tail(&self) -> Result<bool, EngineError> {
-        Ok(self.engine.decode_tail
+    ///
+    /// Returns the temperature for the tail's statistics, `None` when the step cannot use it.
+    fn decode_tail_temperature(&self) -> Result<Option<f32>, EngineError> {
+        let usable = self.engine.decode_tail
             && self.request.explain_top_n == 0
             && self.sampler.gpu_path_available()
-            && self.sampler.gpu_adjustments()?.is_empty())
+            && self.sampler.gpu_adjustments()?.is_empty();
+        let temperature = self.sampler.params().temperature;
+        let single = temperature as f32;
+        Ok(if !usable {
+            None
+        } else if temperature == 0.0 {
+            // Greedy ignores the statistics: take them at 1, where they give the raw log-probabilities.
+            Some(1.0)
+        } else if single.is_normal() && (1.0 / single).is_finite() {
+            Some(single)
+        } else {
+            // The kernels need 1/T finite in f32: an extreme temperature reads the whole row.
+            None
+        })
     }
 
     /// Samples the next token from `logits` (still on the device): on the GPU decode tail when it
     /// settles the step, else from the whole row read back.
     async fn choose(&mut self, logits: Tensor<2>) -> Result<Choice, EngineError> {
         let tokenizer = &self.engine.tokenizer;
-        if self.can_use_decode_tail()? {
+        if let Some(temperature) = self.decode_tail_temperature()? {
             let k = self.request.top_logprobs.clamp(DECODE_TAIL_CANDIDATES, MAX_TOP_LOGPROBS);
-            let temperature = self.sampler.params().temperature as f32;
             let device_error = |e: nucleus_kernels::KernelError| EngineError::Model(ModelError::Device(e.to_string()));
-            // Reported log-probabilities are raw (temperature 1). At temperature 0 or 1 the tail runs
-            // at 1 and its own statistics are the raw ones (greedy ignores them for sampling).
-            let (tail, raw) = if temperature == 0.0 || temperature == 1.0 {
+            // Reported log-probabilities are raw (temperature 1): at 1 the tail's own statistics
+            // are the raw ones; at another temperature the raw ones come in the same transaction.
+            let (tail, raw) = if temperature == 1.0 {
                 let tail = decode_tail(logits.clone(), &LogitAdjustments::new(), 1.0, k).await.map_err(device_error)?;
                 let raw = tail.stats();
                 (tail, raw)
