@@ -79,7 +79,7 @@ fn seeded_sampling_gives_the_same_tokens_on_the_gpu_tail_as_on_whole_rows() {
 }
 
 #[test]
-fn steps_the_tail_cannot_settle_read_the_whole_row() {
+fn an_extreme_temperature_reads_the_whole_row_and_a_bias_stays_on_the_gpu() {
     let mut engine = engine(true);
     let case = &reference().logit_cases["capital"];
     let one_step = |sampling: SamplingParams| {
@@ -91,10 +91,43 @@ fn steps_the_tail_cannot_settle_read_the_whole_row() {
     // A temperature whose inverse overflows f32: the kernels cannot take it; greedy in effect.
     let (steps, result) = run(&mut engine, one_step(SamplingParams { temperature: 1e-39, ..SamplingParams::default() }));
     assert_eq!((steps[0].id, result.transfer.full_read_steps, result.transfer.tail_steps), (7042, 1, 0));
-    // A bias: the reported candidates must stay the raw logits, so the row is read; the bias applies.
+    // A bias is applied on the GPU; the reported candidates stay the model's raw logits.
     let mut biased = SamplingParams::greedy();
     biased.logit_bias.insert(7042, f64::NEG_INFINITY);
     let (steps, result) = run(&mut engine, one_step(biased));
-    assert_eq!((steps[0].id, result.transfer.full_read_steps), (260, 1), "\" the\" once \" Paris\" is forbidden");
+    assert_eq!((steps[0].id, result.transfer.tail_steps), (260, 1), "\" the\" once \" Paris\" is forbidden");
     assert_eq!(steps[0].top[0].id, 7042, "top lists the raw logits");
+    assert_eq!(steps[0].top[1].id, 260);
+    assert!((steps[0].logprob - steps[0].top[1].logprob).abs() < 1e-6, "the chosen token's raw log-probability");
+}
+
+#[test]
+fn penalties_on_the_gpu_give_the_same_tokens_as_on_whole_rows() {
+    let request = || {
+        let mut request = GenerateRequest::new(Prompt::Text("Once upon a time, there was a".into()));
+        request.sampling = SamplingParams {
+            temperature: 0.8,
+            top_p: 0.95,
+            repetition_penalty: 1.3,
+            presence_penalty: 0.4,
+            frequency_penalty: 0.2,
+            penalize_prompt: true,
+            seed: 11,
+            ..SamplingParams::default()
+        };
+        request.max_tokens = 16;
+        request.ignore_eos = true;
+        request
+    };
+    let (tail_steps, tail_result) = run(&mut engine(true), request());
+    let (full_steps, _) = run(&mut engine(false), request());
+    println!("[decode tail] seeded T=0.8 top-p 0.95 with penalties: {} of 16 steps on the GPU tail, {:.0} bytes/token",
+        tail_result.transfer.tail_steps, tail_result.transfer.bytes_per_token());
+    assert_eq!(tail_steps.iter().map(|s| s.id).collect::<Vec<_>>(), full_steps.iter().map(|s| s.id).collect::<Vec<_>>());
+    assert!(tail_result.transfer.tail_steps > 0);
+    for (a, b) in tail_steps.iter().zip(&full_steps) {
+        assert!((a.logprob - b.logprob).abs() < 1e-3, "logprob {} vs {}", a.logprob, b.logprob);
+        let ids = |s: &Step| s.top.iter().map(|t| t.id).collect::<Vec<_>>();
+        assert_eq!(ids(a), ids(b), "the reported candidates are the raw ones on both paths");
+    }
 }

@@ -18,7 +18,7 @@ use burn::tensor::Device;
 use nucleus_gguf::GgufFile;
 use nucleus_model::{KvCache, Llama, LlamaConfig, LoadProgress, Logits, ModelError, read_logits};
 use burn::tensor::Tensor;
-use nucleus_kernels::{LogitAdjustments, decode_tail, decode_tail_with_raw_stats};
+use nucleus_kernels::{LogitAdjustment, LogitAdjustments, RawRow, decode_tail, decode_tail_with_raw};
 use nucleus_sampler::{
     Candidate, CandidateSet, Chosen, Explanation, FinishReason, SampleStep, SamplingParams, Sampler, StopConditions,
     StopTracker, log_softmax, top_k_ids,
@@ -457,18 +457,14 @@ impl Generation<'_> {
     }
 
     /// Whether this step can end on the GPU: a wgpu device, no explanation (it needs the whole
-    /// row), no DRY, and no bias or penalties in effect (the reported `top` candidates must be
-    /// the model's raw logits, and the tail returns the adjusted ones).
+    /// row) and no DRY (it has no per-token form). Bias and penalties are applied by the tail.
     ///
     /// Returns the temperature for the tail's statistics, `None` when the step cannot use it.
-    fn decode_tail_temperature(&self) -> Result<Option<f32>, EngineError> {
-        let usable = self.engine.decode_tail
-            && self.request.explain_top_n == 0
-            && self.sampler.gpu_path_available()
-            && self.sampler.gpu_adjustments()?.is_empty();
+    fn decode_tail_temperature(&self) -> Option<f32> {
+        let usable = self.engine.decode_tail && self.request.explain_top_n == 0 && self.sampler.gpu_path_available();
         let temperature = self.sampler.params().temperature;
         let single = temperature as f32;
-        Ok(if !usable {
+        if !usable {
             None
         } else if temperature == 0.0 {
             // Greedy ignores the statistics: take them at 1, where they give the raw log-probabilities.
@@ -478,27 +474,42 @@ impl Generation<'_> {
         } else {
             // The kernels need 1/T finite in f32: an extreme temperature reads the whole row.
             None
-        })
+        }
     }
 
     /// Samples the next token from `logits` (still on the device): on the GPU decode tail when it
     /// settles the step, else from the whole row read back.
     async fn choose(&mut self, logits: Tensor<2>) -> Result<Choice, EngineError> {
         let tokenizer = &self.engine.tokenizer;
-        if let Some(temperature) = self.decode_tail_temperature()? {
+        if let Some(temperature) = self.decode_tail_temperature() {
+            let adjustments = LogitAdjustments::from_entries(
+                self.sampler
+                    .gpu_adjustments()?
+                    .into_iter()
+                    .map(|a| LogitAdjustment {
+                        id: a.id,
+                        bias: a.bias,
+                        scale_positive: a.scale_positive,
+                        scale_non_positive: a.scale_non_positive,
+                        offset: a.offset,
+                    })
+                    .collect(),
+            );
             let k = self.request.top_logprobs.clamp(DECODE_TAIL_CANDIDATES, MAX_TOP_LOGPROBS);
             let device_error = |e: nucleus_kernels::KernelError| EngineError::Model(ModelError::Device(e.to_string()));
-            // Reported log-probabilities are raw (temperature 1): at 1 the tail's own statistics
-            // are the raw ones; at another temperature the raw ones come in the same transaction.
-            let (tail, raw) = if temperature == 1.0 {
-                let tail = decode_tail(logits.clone(), &LogitAdjustments::new(), 1.0, k).await.map_err(device_error)?;
-                let raw = tail.stats();
+            // Reported candidates and log-probabilities are the model's raw ones (temperature 1, no
+            // bias or penalties). At temperature 1 with nothing to adjust, the tail's own are; else
+            // the raw row's statistics (and its top list, if adjusted) come in the same transaction.
+            let (tail, raw) = if temperature == 1.0 && adjustments.is_empty() {
+                let tail = decode_tail(logits.clone(), &adjustments, 1.0, k).await.map_err(device_error)?;
+                let raw = RawRow { stats: tail.stats(), top: None };
                 (tail, raw)
             } else {
-                let (tail, raw) = decode_tail_with_raw_stats(logits.clone(), &LogitAdjustments::new(), temperature, k)
+                let raw_top_k = if adjustments.is_empty() { 0 } else { self.request.top_logprobs };
+                let (tail, raw) = decode_tail_with_raw(logits.clone(), &adjustments, temperature, k, raw_top_k)
                     .await
                     .map_err(device_error)?;
-                self.transfer.readback_bytes += raw.bytes_read;
+                self.transfer.readback_bytes += raw.stats.bytes_read + raw.top.as_ref().map_or(0, |t| t.bytes_read);
                 (tail, raw)
             };
             self.transfer.readback_bytes += tail.bytes_read;
@@ -511,15 +522,27 @@ impl Generation<'_> {
             };
             if let Some(sampled) = self.sampler.sample_candidates(&set)? {
                 self.transfer.tail_steps += 1;
-                let candidate = |i: usize| TopCandidate {
-                    id: tail.ids[i],
-                    text: tokenizer.token_text(tail.ids[i]),
-                    logit: tail.logits[i],
-                    logprob: raw.log_probability(tail.logits[i]),
+                let (top_ids, top_logits) = match &raw.top {
+                    Some(raw_top) => (&raw_top.ids, &raw_top.logits),
+                    None => (&tail.ids, &tail.logits),
                 };
-                let top = (0..self.request.top_logprobs.min(tail.ids.len())).map(candidate).collect();
+                let top = top_ids
+                    .iter()
+                    .zip(top_logits.iter())
+                    .take(self.request.top_logprobs)
+                    .map(|(&id, &logit)| TopCandidate {
+                        id,
+                        text: tokenizer.token_text(id),
+                        logit,
+                        logprob: raw.stats.log_probability(logit),
+                    })
+                    .collect();
                 let chosen = tail.ids.iter().position(|&c| c == sampled.id).expect("the kept tokens are candidates");
-                let logprob = raw.log_probability(tail.logits[chosen]);
+                let raw_logit = match adjustments.entries().iter().find(|a| a.id == sampled.id) {
+                    Some(adjustment) => unadjust(adjustment, tail.logits[chosen]),
+                    None => tail.logits[chosen],
+                };
+                let logprob = raw.stats.log_probability(raw_logit);
                 return Ok(Choice { sampled, top, logprob });
             }
         }
@@ -586,4 +609,13 @@ struct Choice {
     top: Vec<TopCandidate>,
     /// The chosen token's log-probability under the raw model distribution.
     logprob: f64,
+}
+
+/// The raw logit an adjusted one came from: the inverse of `((v + bias) · scale) + offset`, the
+/// scale chosen by the sign of `v + bias` (a positive scale keeps the sign). Rounded in f32 like
+/// the forward map, so within an ulp or two; only for tokens that can be chosen (finite bias).
+fn unadjust(adjustment: &LogitAdjustment, adjusted: f32) -> f32 {
+    let scaled = adjusted - adjustment.offset;
+    let scale = if scaled > 0.0 { adjustment.scale_positive } else { adjustment.scale_non_positive };
+    scaled / scale - adjustment.bias
 }

@@ -509,33 +509,50 @@ pub fn decode_tail_enqueue(
     })
 }
 
-/// The decode tail at temperature `T` (as [`decode_tail`]) and the statistics of the row *before*
-/// the adjustments at temperature 1, the model's raw distribution, read back together in one
-/// transaction (`16 + 8K + 16` bytes). With no adjustments, the raw statistics turn the
-/// candidates' logits into their raw log-probabilities whatever the sampling temperature.
-pub async fn decode_tail_with_raw_stats(
+/// What [`decode_tail_with_raw`] reports about the row *before* the adjustments: the model's
+/// raw distribution.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawRow {
+    /// Statistics at temperature 1: `log p(x) = x − max − ln S` for any raw logit `x`.
+    pub stats: SoftmaxStats,
+    /// The raw top-k, when asked for (`raw_top_k > 0`).
+    pub top: Option<TopK>,
+}
+
+/// The decode tail at temperature `T` (as [`decode_tail`]) together with the statistics of the
+/// row *before* the adjustments at temperature 1 and, if `raw_top_k > 0`, its top `raw_top_k`:
+/// all recorded before the tail adjusts anything and read back in one transaction
+/// (`16 + 8K` + 16 + `16 + 8·raw_top_k` bytes). With them the caller reports the model's raw
+/// candidates and log-probabilities while sampling from the adjusted ones.
+pub async fn decode_tail_with_raw(
     logits: Tensor<2>,
     adjustments: &LogitAdjustments,
     temperature: f32,
     k: usize,
-) -> Result<(TailOutput, SoftmaxStats), KernelError> {
+    raw_top_k: usize,
+) -> Result<(TailOutput, RawRow), KernelError> {
     validate_row(&logits)?;
-    let raw: Tensor<1> = Tensor::from_dispatch(Dispatch::softmax_stats(logits.clone().into_dispatch(), 1.0));
+    if raw_top_k > 0 {
+        validate_k(raw_top_k)?;
+    }
+    let raw_stats: Tensor<1> = Tensor::from_dispatch(Dispatch::softmax_stats(logits.clone().into_dispatch(), 1.0));
+    let raw_top: Option<Tensor<1>> =
+        (raw_top_k > 0).then(|| Tensor::from_dispatch(Dispatch::top_k(logits.clone().into_dispatch(), raw_top_k)));
+    // The tail adjusts a buffer the raw reads still share: it is copied first, the raw row stays.
     let pending = decode_tail_enqueue(logits, adjustments, temperature, k)?;
-    let data = Transaction::default()
-        .register(raw)
-        .register(pending.packed)
+    let mut transaction = Transaction::default().register(pending.packed).register(raw_stats);
+    if let Some(raw_top) = raw_top {
+        transaction = transaction.register(raw_top);
+    }
+    let mut data = transaction
         .execute_async()
         .await
-        .map_err(|e| KernelError::Device(format!("{e:?}")))?;
-    let [raw_data, packed_data]: [TensorData; 2] =
-        data.try_into().map_err(|_| KernelError::MalformedResult("a transaction of two reads".into()))?;
-    let raw_bytes = raw_data.as_bytes();
-    let raw_packed = layout::unpack(&layout::words_of(raw_bytes), 0, false)?;
-    let raw_stats = SoftmaxStats::new(raw_packed.max, raw_packed.sum_exp, 1.0, raw_bytes.len());
-    let packed_bytes = packed_data.as_bytes();
-    let packed = layout::unpack(&layout::words_of(packed_bytes), pending.k, true)?;
-    let stats = SoftmaxStats::new(packed.max, packed.sum_exp, temperature, packed_bytes.len());
+        .map_err(|e| KernelError::Device(format!("{e:?}")))?
+        .into_iter();
+    let mut next = || data.next().ok_or_else(|| KernelError::MalformedResult("a read is missing from the transaction".into()));
+    let packed_data = next()?;
+    let packed = layout::unpack(&layout::words_of(packed_data.as_bytes()), pending.k, true)?;
+    let stats = SoftmaxStats::new(packed.max, packed.sum_exp, temperature, packed_data.as_bytes().len());
     let tail = TailOutput {
         ids: packed.ids,
         logits: packed.logits,
@@ -543,9 +560,19 @@ pub async fn decode_tail_with_raw_stats(
         log_sum_exp: stats.log_sum_exp,
         sum_exp: stats.sum_exp,
         temperature,
-        bytes_read: packed_bytes.len(),
+        bytes_read: packed_data.as_bytes().len(),
     };
-    Ok((tail, raw_stats))
+    let raw_stats_data = next()?;
+    let raw_packed = layout::unpack(&layout::words_of(raw_stats_data.as_bytes()), 0, false)?;
+    let raw_stats = SoftmaxStats::new(raw_packed.max, raw_packed.sum_exp, 1.0, raw_stats_data.as_bytes().len());
+    let top = if raw_top_k > 0 {
+        let raw_top_data = next()?;
+        let raw_top = layout::unpack(&layout::words_of(raw_top_data.as_bytes()), raw_top_k, true)?;
+        Some(TopK { ids: raw_top.ids, logits: raw_top.logits, bytes_read: raw_top_data.as_bytes().len() })
+    } else {
+        None
+    };
+    Ok((tail, RawRow { stats: raw_stats, top }))
 }
 
 /// Whether the kernels can run on `device` (a wgpu device: Vulkan, Metal, DX12 or WebGPU).

@@ -190,23 +190,41 @@ fn other_backends_are_refused_not_panicking() {
 }
 
 #[test]
-fn tail_with_raw_statistics_reads_both_in_one_transaction() {
+fn tail_with_the_raw_row_reads_everything_in_one_transaction() {
     let mut rng = Rng::new(77);
     let logits = random_logits(&mut rng, 49_152, 3.0);
+    let best = reference::top_k(&logits, 1).unwrap().ids[0];
+    // Forbid the raw best token and lift another: the adjusted and raw top lists differ.
     let adjustments = LogitAdjustments::from_entries(vec![
-        LogitAdjustment::new(5).with_bias(4.0),
-        LogitAdjustment::new(9).with_bias(f32::NEG_INFINITY),
+        LogitAdjustment::new(5).with_bias(40.0),
+        LogitAdjustment::new(best).with_bias(f32::NEG_INFINITY),
     ]);
-    for (temperature, k) in [(0.8, 64), (1.5, 20)] {
-        let (tail, raw) =
-            block_on(nucleus_kernels::decode_tail_with_raw_stats(row(&logits), &adjustments, temperature, k)).unwrap();
-        // The tail is the adjusted row at T; the raw statistics are the unadjusted row at 1.
+    for (temperature, k, raw_top_k) in [(0.8, 64, 20), (1.5, 20, 0)] {
+        let (tail, raw) = block_on(nucleus_kernels::decode_tail_with_raw(
+            row(&logits),
+            &adjustments,
+            temperature,
+            k,
+            raw_top_k,
+        ))
+        .unwrap();
+        // The tail is the adjusted row at T; the raw part is the unadjusted row at 1.
         let (_, stats, top) = reference::decode_tail(&logits, &adjustments, temperature, k).unwrap();
         assert_eq!(tail.ids, top.ids);
+        assert_eq!(tail.ids[0], 5);
         assert!(close(f64::from(tail.sum_exp), stats.sum_exp, 1e-6, 0.0));
         let raw_reference = reference::softmax_stats(&logits, 1.0).unwrap();
-        assert_eq!(raw.max.to_bits(), raw_reference.max.to_bits());
-        assert!(close(f64::from(raw.sum_exp), raw_reference.sum_exp, 1e-6, 0.0));
-        assert_eq!((tail.bytes_read, raw.bytes_read), (16 + 8 * k, 16));
+        assert_eq!(raw.stats.max.to_bits(), raw_reference.max.to_bits());
+        assert!(close(f64::from(raw.stats.sum_exp), raw_reference.sum_exp, 1e-6, 0.0));
+        assert_eq!((tail.bytes_read, raw.stats.bytes_read), (16 + 8 * k, 16));
+        match raw.top {
+            Some(raw_top) => {
+                let expected = reference::top_k(&logits, raw_top_k).unwrap();
+                assert_eq!(raw_top.ids, expected.ids);
+                assert_eq!(raw_top.ids[0], best, "the raw row is read before the adjustments");
+                assert_eq!(raw_top.bytes_read, 16 + 8 * raw_top_k);
+            }
+            None => assert_eq!(raw_top_k, 0),
+        }
     }
 }
