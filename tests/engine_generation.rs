@@ -133,3 +133,25 @@ fn stopping_early_keeps_the_text_so_far_and_the_engine_usable() {
     let (steps, _) = run(&mut engine, greedy_request("The capital of France is", 1));
     assert_eq!(steps[0].id, 7042);
 }
+
+#[test]
+fn an_owned_generation_state_steps_like_a_borrowed_one_and_refuses_an_interleaved_step() {
+    let mut engine = engine();
+    let case = &reference().logit_cases["capital"];
+    let mut state = engine.start(greedy_request(&case.text, 3)).unwrap();
+    let mut ids = Vec::new();
+    while let Some(step) = pollster::block_on(engine.step(&mut state)).unwrap() {
+        ids.push(step.id);
+    }
+    assert_eq!(ids, case.greedy32[..3]);
+    assert_eq!(state.result().usage.completion_tokens, 3);
+
+    // A second generation that runs between two steps of the first takes the cache: the first
+    // is refused with `busy` instead of continuing on the wrong keys and values.
+    let mut first = engine.start(greedy_request(&case.text, 4)).unwrap();
+    pollster::block_on(engine.step(&mut first)).unwrap().unwrap();
+    let (other, _) = run(&mut engine, greedy_request("Once upon a time", 1));
+    assert_eq!(other.len(), 1);
+    let err = pollster::block_on(engine.step(&mut first)).unwrap_err();
+    assert_eq!(err.code(), "busy");
+}

@@ -21,6 +21,8 @@ pub enum EngineError {
     BadOption { name: &'static str, allowed: String, got: String },
     #[error("the prompt has {prompt_tokens} tokens but the context holds {context_length} (one more is needed to generate)")]
     ContextOverflow { prompt_tokens: usize, context_length: usize },
+    #[error("another generation ran on this engine since this one's last step; start this one again")]
+    Interleaved,
 }
 
 impl EngineError {
@@ -29,7 +31,7 @@ impl EngineError {
     }
 
     /// A stable machine-readable code: `bad-model`, `unsupported-model`, `bad-options`,
-    /// `context-overflow`, `device`.
+    /// `context-overflow`, `device`, `busy`.
     pub fn code(&self) -> &'static str {
         match self {
             Self::BadModel(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. }) => "unsupported-model",
@@ -44,6 +46,7 @@ impl EngineError {
             Self::Tokenizer(TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPreTokenizer(_)) => "unsupported-model",
             Self::Tokenizer(_) => "bad-options",
             Self::Sampler(_) | Self::BadOption { .. } => "bad-options",
+            Self::Interleaved => "busy",
         }
     }
 }

@@ -61,6 +61,9 @@ pub struct GenerateRequest {
     pub top_logprobs: usize,
     /// Candidates in the sampler's explanation of each step; 0 = no explanation. 0..=256.
     pub explain_top_n: usize,
+    /// Hand each step the whole raw logits row ([`Step::logits`]): the step reads the row back
+    /// (`4·vocab` bytes) instead of ending on the GPU decode tail.
+    pub return_logits: bool,
 }
 
 impl GenerateRequest {
@@ -73,6 +76,7 @@ impl GenerateRequest {
             ignore_eos: false,
             top_logprobs: 20,
             explain_top_n: 0,
+            return_logits: false,
         }
     }
 
@@ -149,6 +153,9 @@ impl StepExplanation {
 pub struct Step {
     pub index: usize,
     pub id: u32,
+    /// The token's own text (its bytes, lossily decoded: a token that holds part of a UTF-8
+    /// character shows U+FFFD). For display of token boundaries; `text` is what to print.
+    pub token: String,
     /// Text released by this token: stop-safe (text that could begin a stop string is held back)
     /// and UTF-8-safe (a partial character waits for the next token). May be empty.
     pub text: String,
@@ -162,6 +169,9 @@ pub struct Step {
     /// Set on the last step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
+    /// The whole raw logits row, when the request asked for it.
+    #[serde(skip)]
+    pub logits: Option<Vec<f32>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -317,6 +327,14 @@ impl Engine {
 
     /// Starts a generation. Validates the request and the prompt's length; runs nothing yet.
     pub fn generate(&mut self, request: GenerateRequest) -> Result<Generation<'_>, EngineError> {
+        let state = self.start(request)?;
+        Ok(Generation { engine: self, state })
+    }
+
+    /// Like [`Engine::generate`], but the generation's state is owned by the caller and stepped
+    /// with [`Engine::step`]: for callers that cannot hold a borrow of the engine across steps
+    /// (the browser's worker, which keeps both behind one handle).
+    pub fn start(&mut self, request: GenerateRequest) -> Result<GenerationState, EngineError> {
         request.validate(self.info.vocab_size)?;
         let prompt_tokens = self.prompt_tokens(&request.prompt)?;
         if prompt_tokens.is_empty() {
@@ -334,8 +352,7 @@ impl Engine {
             max_tokens: Some(request.max_tokens),
             stop_strings: request.stop.clone(),
         });
-        Ok(Generation {
-            engine: self,
+        Ok(GenerationState {
             request,
             prompt_tokens,
             sampler,
@@ -371,9 +388,55 @@ impl Engine {
     }
 }
 
-/// A generation in progress; see the crate documentation.
+/// A generation in progress, borrowing its engine; see the crate documentation.
 pub struct Generation<'e> {
     engine: &'e mut Engine,
+    state: GenerationState,
+}
+
+impl Generation<'_> {
+    pub fn prompt_tokens(&self) -> &[u32] {
+        self.state.prompt_tokens()
+    }
+
+    pub fn generated_tokens(&self) -> &[u32] {
+        self.state.generated_tokens()
+    }
+
+    /// Finished by itself or stopped.
+    pub fn is_finished(&self) -> bool {
+        self.state.is_finished()
+    }
+
+    /// Runs one step and returns its token, or `None` once the generation has finished.
+    pub async fn next_step(&mut self) -> Result<Option<Step>, EngineError> {
+        self.engine.step(&mut self.state).await
+    }
+
+    /// See [`GenerationState::stop`].
+    pub fn stop(&mut self) -> String {
+        self.state.stop()
+    }
+
+    /// The outcome so far.
+    pub fn result(&self) -> GenerationResult {
+        self.state.result()
+    }
+}
+
+impl Engine {
+    /// Runs one step of `state` (a generation started on this engine by [`Engine::start`]) and
+    /// returns its token, or `None` once the generation has finished.
+    ///
+    /// Between two steps of one generation the engine must not run another: the KV cache holds
+    /// this generation's tokens.
+    pub async fn step(&mut self, state: &mut GenerationState) -> Result<Option<Step>, EngineError> {
+        state.next_step(self).await
+    }
+}
+
+/// The state of a generation, owned by its caller; stepped by [`Engine::step`].
+pub struct GenerationState {
     request: GenerateRequest,
     prompt_tokens: Vec<u32>,
     sampler: Sampler,
@@ -391,7 +454,7 @@ pub struct Generation<'e> {
     transfer: Transfer,
 }
 
-impl Generation<'_> {
+impl GenerationState {
     pub fn prompt_tokens(&self) -> &[u32] {
         &self.prompt_tokens
     }
@@ -405,8 +468,7 @@ impl Generation<'_> {
         self.finish_reason.is_some() || self.stopped
     }
 
-    /// Runs one step and returns its token, or `None` once the generation has finished.
-    pub async fn next_step(&mut self) -> Result<Option<Step>, EngineError> {
+    async fn next_step(&mut self, engine: &mut Engine) -> Result<Option<Step>, EngineError> {
         if self.finish_reason.is_some() || self.stopped {
             return Ok(None);
         }
@@ -414,13 +476,19 @@ impl Generation<'_> {
         let first = self.pending.is_none();
         let logits = match self.pending.take() {
             None => {
-                let kept = self.engine.reuse_cache_prefix(&self.prompt_tokens);
+                let kept = engine.reuse_cache_prefix(&self.prompt_tokens);
                 self.cached_prompt_tokens = kept;
-                self.engine.forward_last(&self.prompt_tokens[kept..])?
+                engine.forward_last(&self.prompt_tokens[kept..])?
             }
-            Some(token) => self.engine.forward_last(&[token])?,
+            Some(token) => {
+                if !self.owns_cache(engine) {
+                    self.pending = Some(token);
+                    return Err(EngineError::Interleaved);
+                }
+                engine.forward_last(&[token])?
+            }
         };
-        let Choice { sampled, top, logprob } = self.choose(logits).await?;
+        let Choice { sampled, top, logprob, row } = self.choose(engine, logits).await?;
         if first {
             self.prefill_ms = step_clock.elapsed_ms();
         } else {
@@ -429,10 +497,10 @@ impl Generation<'_> {
         let id = sampled.id;
         self.sampler.accept(id)?;
         self.generated.push(id);
-        let tokenizer = &self.engine.tokenizer;
+        let tokenizer = &engine.tokenizer;
         let output = self.stops.push_token(id, tokenizer.token_bytes(id));
         let mut finish = output.finish;
-        if finish.is_none() && self.engine.cached_tokens.len() + 1 > self.engine.cache.capacity() {
+        if finish.is_none() && engine.cached_tokens.len() + 1 > engine.cache.capacity() {
             // No room to run this token: the context is full.
             finish = Some(FinishReason::Length);
         }
@@ -448,20 +516,33 @@ impl Generation<'_> {
         Ok(Some(Step {
             index: self.generated.len() - 1,
             id,
+            token: tokenizer.token_text(id),
             text,
             logprob,
             top,
             explain: sampled.explanation.map(|e| StepExplanation::new(e, tokenizer)),
             finish_reason: finish,
+            logits: row,
         }))
     }
 
-    /// Whether this step can end on the GPU: a wgpu device, no explanation (it needs the whole
-    /// row) and no DRY (it has no per-token form). Bias and penalties are applied by the tail.
+    /// Whether the engine's cache still holds exactly this generation's tokens (the prompt and
+    /// every generated token but the pending one): no other generation ran since the last step.
+    fn owns_cache(&self, engine: &Engine) -> bool {
+        let (prompt, generated) = engine.cached_tokens.split_at(self.prompt_tokens.len().min(engine.cached_tokens.len()));
+        prompt == self.prompt_tokens && generated == &self.generated[..self.generated.len().saturating_sub(1)]
+    }
+
+    /// Whether this step can end on the GPU: a wgpu device, no explanation and no logits asked
+    /// for (both need the whole row) and no DRY (it has no per-token form). Bias and penalties
+    /// are applied by the tail.
     ///
     /// Returns the temperature for the tail's statistics, `None` when the step cannot use it.
-    fn decode_tail_temperature(&self) -> Option<f32> {
-        let usable = self.engine.decode_tail && self.request.explain_top_n == 0 && self.sampler.gpu_path_available();
+    fn decode_tail_temperature(&self, engine: &Engine) -> Option<f32> {
+        let usable = engine.decode_tail
+            && self.request.explain_top_n == 0
+            && !self.request.return_logits
+            && self.sampler.gpu_path_available();
         let temperature = self.sampler.params().temperature;
         let single = temperature as f32;
         if !usable {
@@ -479,9 +560,9 @@ impl Generation<'_> {
 
     /// Samples the next token from `logits` (still on the device): on the GPU decode tail when it
     /// settles the step, else from the whole row read back.
-    async fn choose(&mut self, logits: Tensor<2>) -> Result<Choice, EngineError> {
-        let tokenizer = &self.engine.tokenizer;
-        if let Some(temperature) = self.decode_tail_temperature() {
+    async fn choose(&mut self, engine: &Engine, logits: Tensor<2>) -> Result<Choice, EngineError> {
+        let tokenizer = &engine.tokenizer;
+        if let Some(temperature) = self.decode_tail_temperature(engine) {
             let adjustments = LogitAdjustments::from_entries(
                 self.sampler
                     .gpu_adjustments()?
@@ -518,7 +599,7 @@ impl Generation<'_> {
                 adjusted_logits: &tail.logits,
                 max: tail.max,
                 sum_exp: tail.sum_exp,
-                vocab_size: self.engine.info.vocab_size,
+                vocab_size: engine.info.vocab_size,
             };
             if let Some(sampled) = self.sampler.sample_candidates(&set)? {
                 self.transfer.tail_steps += 1;
@@ -543,7 +624,7 @@ impl Generation<'_> {
                     None => tail.logits[chosen],
                 };
                 let logprob = raw.stats.log_probability(raw_logit);
-                return Ok(Choice { sampled, top, logprob });
+                return Ok(Choice { sampled, top, logprob, row: None });
             }
         }
         let row = read_logits(logits).await?.pop().expect("one row");
@@ -561,11 +642,12 @@ impl Generation<'_> {
             })
             .collect();
         let logprob = raw_logprobs[sampled.id as usize];
-        Ok(Choice { sampled, top, logprob })
+        let row = self.request.return_logits.then_some(row);
+        Ok(Choice { sampled, top, logprob, row })
     }
 
     /// Ends the generation now (an abort): releases the text held back for stop strings and
-    /// returns it. Later calls to [`Generation::next_step`] return `None`, and the result's
+    /// returns it. Later steps return `None`, and the result's
     /// finish reason stays `None`.
     pub fn stop(&mut self) -> String {
         if self.finish_reason.is_some() || self.stopped {
@@ -609,6 +691,8 @@ struct Choice {
     top: Vec<TopCandidate>,
     /// The chosen token's log-probability under the raw model distribution.
     logprob: f64,
+    /// The whole raw row, when the request asked for it.
+    row: Option<Vec<f32>>,
 }
 
 /// The raw logit an adjusted one came from: the inverse of `((v + bias) · scale) + offset`, the

@@ -14,7 +14,8 @@ fn native_draws_match_the_recorded_ids() {
     if std::env::var_os("NUCLEUS_RECORD_DETERMINISM").is_some() {
         std::fs::write(FIXTURE, format!("{{\"ids\":{ids:?}}}\n")).unwrap();
     }
-    let fixture = std::fs::read_to_string(FIXTURE).expect("the determinism fixture");
+    // Compiled in, so the test does not depend on where it runs from.
+    let fixture = include_str!("../../../tests/fixtures/sampler-determinism.json");
     let start = fixture.find('[').expect("an array") + 1;
     let end = fixture.rfind(']').expect("an array");
     let recorded: Vec<u32> = fixture[start..end].split(',').map(|s| s.trim().parse().unwrap()).collect();
