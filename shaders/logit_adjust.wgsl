@@ -40,9 +40,12 @@
 @group(0) @binding(3) var<storage, read_write> allow_mask: array<u32>;
 
 const WORKGROUP_SIZE: u32 = 256u;
-const NEG_INF_BITS: u32 = 0xff800000u;
 const POS_INF_BITS: u32 = 0x7f800000u;
-const NAN_BITS: u32 = 0x7fc00000u;
+// -inf and NaN are made from their bits at run time, through private variables: WGSL forbids a
+// constant expression whose value is not finite, and Tint (Chrome's WebGPU) enforces it on
+// `bitcast<f32>(constant)`, where naga (native wgpu) lets it pass.
+var<private> neg_inf_bits: u32 = 0xff800000u;
+var<private> nan_bits: u32 = 0x7fc00000u;
 
 fn is_nan_bits(bits: u32) -> bool {
     return (bits & 0x7fffffffu) > POS_INF_BITS;
@@ -57,11 +60,11 @@ fn ieee_add(a: f32, b: f32) -> f32 {
     let a_bits = bitcast<u32>(a);
     let b_bits = bitcast<u32>(b);
     if is_nan_bits(a_bits) || is_nan_bits(b_bits) {
-        return bitcast<f32>(NAN_BITS);
+        return bitcast<f32>(nan_bits);
     }
     if is_inf_bits(a_bits) {
         if is_inf_bits(b_bits) && a_bits != b_bits {
-            return bitcast<f32>(NAN_BITS);
+            return bitcast<f32>(nan_bits);
         }
         return a;
     }
@@ -128,7 +131,7 @@ fn main(
                 if ((word >> (id - first)) & 1u) == 0u {
                     let bits = bitcast<u32>(logits[id]);
                     if !is_nan_bits(bits) && bits != POS_INF_BITS {
-                        logits[id] = bitcast<f32>(NEG_INF_BITS);
+                        logits[id] = bitcast<f32>(neg_inf_bits);
                     }
                 }
             }

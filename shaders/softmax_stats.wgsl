@@ -186,14 +186,15 @@ fn main(
     }
 
     if pass_index == 2u {
-        if stats[0] != 0u {
-            return;
-        }
-        let m = bitcast<f32>(stats[1]);
-        let sum = bitcast<f32>(stats[2]);
-        let stride = num_workgroups.x * WORKGROUP_SIZE;
-        for (var i = global_id.x; i < vocab; i += stride) {
-            probabilities[i] = shifted_exp(bitcast<u32>(logits[i]), m, inv_temperature) / sum;
+        // No early return on a value read from storage: WGSL's uniformity analysis would then
+        // count everything after this pass as non-uniform, barriers included (Tint rejects it).
+        if stats[0] == 0u {
+            let m = bitcast<f32>(stats[1]);
+            let sum = bitcast<f32>(stats[2]);
+            let stride = num_workgroups.x * WORKGROUP_SIZE;
+            for (var i = global_id.x; i < vocab; i += stride) {
+                probabilities[i] = shifted_exp(bitcast<u32>(logits[i]), m, inv_temperature) / sum;
+            }
         }
         return;
     }

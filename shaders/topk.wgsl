@@ -301,7 +301,9 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     vocab = uniforms.vocab;
     block_count = uniforms.block_count;
     let k = uniforms.k;
-    let wanted = min(k, vocab);
+    // From the uniform load, not the private copies: WGSL's uniformity analysis counts every read
+    // of a private variable as non-uniform, and these bound loops that hold barriers.
+    let wanted = min(k, uniforms.vocab);
 
     // Step 1: t = the K-th largest block maximum (keys only, 4 rounds at most).
     var sel = Selection(0u, 0u, k, 0u, 0u);
@@ -378,7 +380,7 @@ fn main(@builtin(local_invocation_index) lid: u32) {
             append_selected(above_keys[i], above_ids[i]);
         }
         var still_wanted = wanted - above;
-        let chunk_count = (vocab + CHUNK - 1u) / CHUNK;
+        let chunk_count = (uniforms.vocab + CHUNK - 1u) / CHUNK;
         for (var chunk = 0u; chunk < chunk_count; chunk += 1u) {
             tied_chunk = chunk;
             for (var j = 0u; j < BLOCK_LEN; j += 1u) {
