@@ -4,6 +4,7 @@
 
 mod bench;
 mod inspect;
+mod submissions;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -79,7 +80,12 @@ enum Backend {
 impl Backend {
     fn device(self) -> Result<Device, String> {
         match self {
-            Backend::Wgpu => Device::wgpu_options().init().map_err(|e| format!("cannot start the wgpu backend: {e}")),
+            Backend::Wgpu => {
+                let (device, setup) =
+                    Device::wgpu_options().init_with_setup().map_err(|e| format!("cannot start the wgpu backend: {e}"))?;
+                submissions::register_queue(setup.queue);
+                Ok(device)
+            }
             Backend::Cpu => Ok(Device::flex()),
         }
     }
@@ -266,6 +272,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
         ignore_eos: args.ignore_eos,
         top_logprobs: args.top_logprobs,
         explain_top_n: if args.explain { args.top_logprobs.max(1) } else { 0 },
+        return_logits: false,
     };
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
