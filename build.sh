@@ -4,6 +4,8 @@
 #
 #   ./build.sh test     set up, then run every test (what CI runs)
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
+#   ./build.sh web      build the wasm engine into www/pkg/ (wasm-bindgen, wasm-opt)
+#   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`
 #   ./build.sh cli      build the native `nucleus` binary
 #   ./build.sh model    fetch the default model into the cache and check its sha256
 #   ./build.sh setup    system packages and toolchain only
@@ -114,13 +116,40 @@ ensure_wasm_target() {
 
 ensure_node() {
   command -v node >/dev/null || ensure_apt nodejs
+  command -v npm >/dev/null || ensure_apt npm
+}
+
+# wasm-opt (npm binaryen; Debian's binaryen 108 writes modules that fail to load) and
+# playwright-core (it drives Debian's chromium; it never downloads a browser).
+ensure_npm_packages() {
+  ensure_node
+  if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
+    log "npm ci (binaryen, playwright-core)"
+    npm ci --no-audit --no-fund --loglevel=error >/dev/null
+  fi
+}
+
+# The CLI must match the wasm-bindgen crate the web crate pins (crates/web/Cargo.toml).
+WASM_BINDGEN_VERSION="0.2.130"
+ensure_wasm_bindgen() {
+  if [ "$(wasm-bindgen --version 2>/dev/null | cut -d' ' -f2)" != "$WASM_BINDGEN_VERSION" ]; then
+    log "cargo install wasm-bindgen-cli $WASM_BINDGEN_VERSION (a few minutes, once)"
+    # Not --locked: its lock file names a crate version the registry no longer has.
+    cargo install --quiet wasm-bindgen-cli --version "$WASM_BINDGEN_VERSION"
+  fi
+}
+
+# Headless Chromium for the browser tests (WebGPU on its bundled SwiftShader).
+ensure_chromium() {
+  ensure_apt chromium
 }
 
 cmd_setup() {
   ensure_rust
   ensure_vulkan
   ensure_wasm_target
-  ensure_node
+  ensure_wasm_bindgen
+  ensure_npm_packages
 }
 
 cmd_test() {
@@ -134,6 +163,35 @@ cmd_test() {
   log "sampler determinism probe in wasm32"
   cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-sampler --example determinism_probe
   node tests/wasm/sampler-determinism.mjs "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/examples/determinism_probe.wasm"
+  # The JS API and the page in headless Chromium, WebGPU on SwiftShader, the real model.
+  cmd_web
+  ensure_chromium
+  log "browser tests (headless chromium, SwiftShader WebGPU)"
+  # One file at a time: each loads the model in its own browser.
+  for suite in tests/browser/*.test.mjs; do
+    node --test "$suite"
+  done
+}
+
+# Builds the engine for the browser: cargo (wasm32, release) -> wasm-bindgen (--target web) ->
+# wasm-opt, into www/pkg/ (ignored by git). Prints the .wasm size raw and gzipped.
+cmd_web() {
+  ensure_rust
+  ensure_wasm_target
+  ensure_wasm_bindgen
+  ensure_npm_packages
+  log "cargo build --release --target wasm32-unknown-unknown -p nucleus-web"
+  cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-web
+  local built="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/nucleus_web.wasm"
+  local out="www/pkg/nucleus_web_bg.wasm"
+  if [ ! -f "$out" ] || [ "$built" -nt "$out" ]; then
+    wasm-bindgen --target web --no-typescript --out-dir www/pkg "$built"
+    # -O2: most of -O3's speed; -Oz would be ~10% smaller and slower in the browser.
+    node_modules/.bin/wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+      --enable-mutable-globals --enable-reference-types --enable-multivalue "$out" -o "$out.opt"
+    mv "$out.opt" "$out"
+  fi
+  log "www/pkg/nucleus_web_bg.wasm: $(stat -c %s "$out") bytes raw, $(gzip -9 -c "$out" | wc -c) gzipped (cargo's: $(stat -c %s "$built"))"
 }
 
 cmd_cli() {
@@ -142,9 +200,20 @@ cmd_cli() {
   log "built $CARGO_TARGET_DIR/release/nucleus"
 }
 
+cmd_bench() {
+  cmd_setup
+  ensure_model
+  ensure_chromium
+  export NUCLEUS_MODEL="$(model_path)"
+  cmd_web
+  cargo build --release --locked --bin nucleus
+  node tests/browser/bench.mjs "$@"
+}
+
 cmd_serve() {
   cmd_setup
   ensure_model
+  cmd_web
   mkdir -p www/models
   ln -sf "$(model_path)" "www/models/$MODEL_FILE"
   local port="${PORT:-8080}"
@@ -156,6 +225,8 @@ case "${1:-}" in
   test) cmd_test ;;
   serve) cmd_serve ;;
   cli) cmd_cli ;;
+  web) cmd_web ;;
+  bench) shift; cmd_bench "$@" ;;
   model) ensure_model; echo "$(model_path)" ;;
   setup) cmd_setup ;;
   *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;

@@ -1,0 +1,201 @@
+//! The wasm-bindgen exports the worker calls: [`load_engine`] and [`WasmEngine`].
+//!
+//! Errors reach JS as `Error` objects with a stable `code` (and `option`, for `bad-options`).
+
+use std::cell::RefCell;
+use std::fmt::Display;
+use std::rc::Rc;
+
+use burn::tensor::Device;
+use burn::tensor::wgpu::wgpu;
+use js_sys::{Function, Promise, Reflect, Uint8Array};
+use nucleus_engine::{Engine, EngineError, GenerationState};
+use nucleus_model::LoadProgress;
+use wasm_bindgen::prelude::*;
+use wasm_bindgen_futures::future_to_promise;
+
+use crate::options::{OptionError, parse_generate_options};
+use crate::shapes;
+
+thread_local! {
+    /// The one wgpu device of this worker (Burn's runtime can be initialised once) and its wgpu
+    /// handle, kept for the device-lost test hook.
+    static DEVICE: RefCell<Option<(Device, wgpu::Device)>> = const { RefCell::new(None) };
+    /// The message of the last Rust panic, for the worker to report.
+    static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
+}
+
+#[wasm_bindgen]
+extern "C" {
+    #[wasm_bindgen(js_namespace = console, js_name = error)]
+    fn console_error(message: &str);
+}
+
+#[wasm_bindgen(start)]
+fn start() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info.to_string();
+        console_error(&message);
+        LAST_PANIC.with(|last| *last.borrow_mut() = Some(message));
+    }));
+}
+
+/// The message of the last Rust panic (after which this wasm instance is unusable), if any.
+#[wasm_bindgen(js_name = lastPanic)]
+pub fn last_panic() -> Option<String> {
+    LAST_PANIC.with(|last| last.borrow().clone())
+}
+
+/// A JS `Error` with a stable `code`.
+fn js_error(code: &str, message: impl Display) -> JsValue {
+    let error = js_sys::Error::new(&message.to_string());
+    // Setting a property on a fresh Error object cannot fail.
+    let _ = Reflect::set(&error, &"code".into(), &code.into());
+    error.into()
+}
+
+fn engine_error(error: EngineError) -> JsValue {
+    let message = error.to_string();
+    match error.code() {
+        // cubecl marks the device poisoned when wgpu reports it lost; reads then fail with that.
+        "device" if message.to_lowercase().contains("poisoned") || message.contains("lost") => js_error("device-lost", message),
+        code => js_error(code, message),
+    }
+}
+
+fn option_error(error: OptionError) -> JsValue {
+    let value = js_error("bad-options", &error.message);
+    let _ = Reflect::set(&value, &"option".into(), &error.option.as_str().into());
+    value
+}
+
+/// The worker's wgpu device, created on first use with WebGPU (asynchronously: the browser has
+/// no synchronous adapter request).
+async fn device() -> Result<Device, JsValue> {
+    if let Some((device, _)) = DEVICE.with(|d| d.borrow().clone()) {
+        return Ok(device);
+    }
+    let (device, setup) = Device::wgpu_options()
+        .init_with_setup_async()
+        .await
+        .map_err(|e| js_error("no-webgpu", format!("WebGPU could not start a device: {e}")))?;
+    DEVICE.with(|d| *d.borrow_mut() = Some((device.clone(), setup.device)));
+    Ok(device)
+}
+
+/// Destroys the WebGPU device, as a driver reset would: for tests of the `device-lost` error.
+#[wasm_bindgen(js_name = loseDeviceForTesting)]
+pub fn lose_device_for_testing() {
+    DEVICE.with(|d| {
+        if let Some((_, device)) = d.borrow().as_ref() {
+            device.destroy();
+        }
+    });
+}
+
+/// Parses the GGUF `bytes`, uploads the weights and allocates the KV cache (`context_length`
+/// positions, default the model's). `on_progress(phase, loaded, total)` is called with phase
+/// `"parse"` once, then `"upload"` per tensor, in bytes of the file.
+#[wasm_bindgen(js_name = loadEngine)]
+pub async fn load_engine(bytes: Uint8Array, context_length: Option<u32>, on_progress: Function) -> Result<WasmEngine, JsValue> {
+    let device = device().await?;
+    let bytes = bytes.to_vec();
+    let total = bytes.len() as f64;
+    let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
+    let engine = Engine::load_with_progress(&bytes, &device, context_length.map(|n| n as usize), |p: LoadProgress| {
+        let _ = on_progress.call3(&JsValue::NULL, &"upload".into(), &(p.bytes_done as f64).into(), &(p.bytes_total as f64).into());
+    })
+    .map_err(engine_error)?;
+    Ok(WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) })
+}
+
+struct Inner {
+    engine: Engine,
+    /// The current generation; one at a time (the KV cache is the engine's).
+    generation: Option<GenerationState>,
+    /// The last step's raw logits row, when the generation asked for it (`returnLogits`).
+    last_logits: Option<Vec<f32>>,
+}
+
+/// A loaded model and its current generation.
+#[wasm_bindgen]
+pub struct WasmEngine {
+    inner: Rc<RefCell<Inner>>,
+}
+
+#[wasm_bindgen]
+impl WasmEngine {
+    /// `{ name, architecture, vocabSize, contextLength, parameters, fileBytes }` as JSON.
+    pub fn info(&self) -> Result<String, JsValue> {
+        let inner = self.inner.try_borrow().map_err(|_| busy())?;
+        Ok(shapes::info(inner.engine.info()).to_string())
+    }
+
+    /// The token ids of `text` (control tokens written in it are parsed as special tokens).
+    pub fn tokenize(&self, text: &str) -> Result<Vec<u32>, JsValue> {
+        let inner = self.inner.try_borrow().map_err(|_| busy())?;
+        inner.engine.tokenizer().encode(text).map_err(|e| engine_error(e.into()))
+    }
+
+    /// Starts a generation from the options of `lm.generate` (JSON). Fails with `busy` while
+    /// another generation has not finished (or been stopped).
+    pub fn start(&self, options_json: &str) -> Result<(), JsValue> {
+        let mut inner = self.inner.try_borrow_mut().map_err(|_| busy())?;
+        if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
+            return Err(busy());
+        }
+        let request = parse_generate_options(options_json, inner.engine.info().vocab_size).map_err(option_error)?;
+        let generation = inner.engine.start(request).map_err(engine_error)?;
+        inner.generation = Some(generation);
+        Ok(())
+    }
+
+    /// Runs the next step of the current generation. Resolves to the step as JSON, or `null`
+    /// once the generation has finished.
+    #[wasm_bindgen(js_name = nextStep)]
+    pub fn next_step(&self) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let mut inner = inner.try_borrow_mut().map_err(|_| busy())?;
+            let Inner { engine, generation, last_logits } = &mut *inner;
+            let generation = generation.as_mut().ok_or_else(no_generation)?;
+            match engine.step(generation).await.map_err(engine_error)? {
+                Some(mut step) => {
+                    *last_logits = step.logits.take();
+                    Ok(shapes::step(&step).to_string().into())
+                }
+                None => Ok(JsValue::NULL),
+            }
+        })
+    }
+
+    /// The raw logits row of the last step (taken: a second call returns `undefined`), when
+    /// the generation was started with `returnLogits`.
+    #[wasm_bindgen(js_name = takeLogits)]
+    pub fn take_logits(&self) -> Result<Option<js_sys::Float32Array>, JsValue> {
+        let mut inner = self.inner.try_borrow_mut().map_err(|_| busy())?;
+        Ok(inner.last_logits.take().map(|row| js_sys::Float32Array::from(row.as_slice())))
+    }
+
+    /// Ends the current generation now (an abort); returns the text it was holding back.
+    pub fn stop(&self) -> Result<String, JsValue> {
+        let mut inner = self.inner.try_borrow_mut().map_err(|_| busy())?;
+        Ok(inner.generation.as_mut().map(|g| g.stop()).unwrap_or_default())
+    }
+
+    /// The current generation's outcome as JSON (`finishReason` `"abort"` if it was stopped);
+    /// the worker adds `timing.loadMs`.
+    pub fn result(&self) -> Result<String, JsValue> {
+        let inner = self.inner.try_borrow().map_err(|_| busy())?;
+        let generation = inner.generation.as_ref().ok_or_else(no_generation)?;
+        Ok(shapes::result(&generation.result()).to_string())
+    }
+}
+
+fn busy() -> JsValue {
+    js_error("busy", "a generation is running: wait for it to finish or abort it first")
+}
+
+fn no_generation() -> JsValue {
+    js_error("bad-options", "no generation has been started")
+}

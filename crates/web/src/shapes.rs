@@ -1,0 +1,107 @@
+//! The JSON the JS API hands out: the engine's values with camelCase keys, as JS expects them.
+
+use nucleus_engine::{GenerationResult, ModelInfo, Step};
+use nucleus_sampler::FinishReason;
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+
+use crate::options::camel_case;
+
+/// A step: `{ index, id, token, text, logprob, top: [{ id, text, logit, logprob }], explain?, finishReason? }`.
+pub fn step(step: &Step) -> Value {
+    let mut value = camel_keys(to_value(step));
+    if let (Some(reason), Value::Object(map)) = (&step.finish_reason, &mut value) {
+        insert_finish_reason(map, Some(reason));
+    }
+    value
+}
+
+/// A generation's outcome: `{ text, finishReason, usage, timing, transfer }`. A generation that
+/// ended without a finish reason was aborted.
+pub fn result(result: &GenerationResult) -> Value {
+    let mut value = camel_keys(to_value(result));
+    if let Value::Object(map) = &mut value {
+        insert_finish_reason(map, result.finish_reason.as_ref());
+        if let Some(Value::Object(transfer)) = map.get_mut("transfer") {
+            transfer.insert("bytesPerToken".into(), json!(result.transfer.bytes_per_token()));
+        }
+    }
+    value
+}
+
+/// `lm.info` without the adapter (the worker adds what WebGPU says about it).
+pub fn info(info: &ModelInfo) -> Value {
+    camel_keys(to_value(info))
+}
+
+fn insert_finish_reason(map: &mut Map<String, Value>, reason: Option<&FinishReason>) {
+    let (name, sequence) = match reason {
+        None => ("abort", None),
+        Some(FinishReason::Eos) => ("eos", None),
+        Some(FinishReason::Length) => ("length", None),
+        Some(FinishReason::Stop { sequence, .. }) => ("stop", Some(sequence.clone())),
+    };
+    map.insert("finishReason".into(), json!(name));
+    if let Some(sequence) = sequence {
+        map.insert("stopSequence".into(), json!(sequence));
+    }
+}
+
+fn to_value(value: &impl Serialize) -> Value {
+    serde_json::to_value(value).expect("engine values serialise")
+}
+
+/// Renames every object key from snake_case to camelCase, recursively.
+pub fn camel_keys(value: Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (camel_case(&k), camel_keys(v))).collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(camel_keys).collect()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nucleus_engine::{TopCandidate, Usage};
+
+    #[test]
+    fn keys_are_camel_case_and_finish_reasons_are_js_names() {
+        let step = Step {
+            index: 3,
+            id: 2,
+            token: "<|im_end|>".into(),
+            text: String::new(),
+            logprob: -0.5,
+            top: vec![TopCandidate { id: 2, text: "<|im_end|>".into(), logit: 20.0, logprob: -0.5 }],
+            explain: None,
+            finish_reason: Some(FinishReason::Stop { index: 0, sequence: "END".into() }),
+            logits: Some(vec![0.0; 3]),
+        };
+        let value = super::step(&step);
+        assert_eq!(value["finishReason"], "stop");
+        assert_eq!(value["stopSequence"], "END");
+        assert_eq!(value["top"][0]["logprob"], -0.5);
+        assert!(value.get("finish_reason").is_none());
+        assert!(value.get("logits").is_none(), "the row travels as a Float32Array, not JSON");
+
+        let result = GenerationResult {
+            text: "x".into(),
+            finish_reason: None,
+            usage: Usage { prompt_tokens: 4, completion_tokens: 2, cached_prompt_tokens: 1 },
+            timing: nucleus_engine::Timing {
+                prefill_ms: 10.0,
+                prefill_tokens_per_s: 300.0,
+                ttft_ms: 10.0,
+                decode_ms: 5.0,
+                decode_tokens_per_s: 200.0,
+            },
+            transfer: nucleus_engine::Transfer { readback_bytes: 1056, tail_steps: 2, full_read_steps: 0 },
+        };
+        let value = super::result(&result);
+        assert_eq!(value["finishReason"], "abort", "no finish reason: aborted");
+        assert_eq!(value["usage"]["cachedPromptTokens"], 1);
+        assert_eq!(value["timing"]["prefillTokensPerS"], 300.0);
+        assert_eq!(value["transfer"]["bytesPerToken"], 528.0);
+    }
+}

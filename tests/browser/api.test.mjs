@@ -1,0 +1,271 @@
+// The JS API in a real browser: headless Chromium, WebGPU on SwiftShader, the real default model.
+// Run by `./build.sh test` (node --test) after the wasm build; see README.md.
+//
+// One page loads the model once and the tests run on it in order. SwiftShader is slow (about 6 s
+// per decoded token, and about 50 s to prefill a short prompt, whose matmuls take Burn's tiled
+// kernel): each test generates only a few tokens, and consecutive tests share prompts so that the
+// KV cache spares the prefill.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import os from 'node:os';
+import { startServer, REPO, MODEL_PATH, BLANK_PAGE } from './server.mjs';
+import { launch, open } from './browser.mjs';
+
+const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
+const TARGET_DIR = process.env.CARGO_TARGET_DIR ?? path.join(os.homedir(), '.cache/nucleus/target');
+const NUCLEUS_CLI = path.join(TARGET_DIR, 'release/nucleus');
+
+// A file that is not a GGUF, and the real model cut off in its tensor data.
+const model = readFileSync(MODEL_PATH);
+const extra = {
+  ...BLANK_PAGE,
+  '/test-models/corrupt.gguf': Buffer.from('this is not a GGUF file, it is a text file\n'.repeat(100)),
+  '/test-models/truncated.gguf': model.subarray(0, Math.floor(model.length / 2)),
+};
+
+let server;
+let context;
+let page;
+
+/** Runs `fn` (source text of an async function of `lm`) in the page. */
+const inPage = (fn, arg) => page.evaluate(([source, value]) => (0, eval)(`(${source})`)(window.lm, value), [fn.toString(), arg]);
+
+/** The error a page-side call rejects with, as { code, option, status, message }. */
+async function pageError(fn, arg) {
+  return page.evaluate(async ([source, value]) => {
+    try {
+      await (0, eval)(`(${source})`)(window.lm, value);
+      return null;
+    } catch (error) {
+      return { code: error.code, option: error.option, status: error.status, message: error.message, name: error.name };
+    }
+  }, [fn.toString(), arg]);
+}
+
+before(async () => {
+  server = await startServer({ extra });
+  context = await launch();
+  page = await open(context, `${server.url}blank.html`);
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+});
+
+test('Nucleus.load() loads the default model with progress, on a WebGPU adapter', async () => {
+  const loaded = await page.evaluate(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    const phases = [];
+    const started = performance.now();
+    window.lm = await Nucleus.load({ onProgress: (p) => phases.push(p) });
+    return { info: window.lm.info, phases, ms: performance.now() - started };
+  });
+  const { info, phases } = loaded;
+  console.log(`  loaded in ${loaded.ms.toFixed(0)} ms on ${info.adapter.vendor}/${info.adapter.architecture}`);
+  assert.match(info.name, /^Smollm2 135M/i);
+  assert.equal(info.architecture, 'llama');
+  assert.equal(info.vocabSize, 49152);
+  assert.equal(info.contextLength, 8192);
+  assert.equal(typeof info.adapter.isFallback, 'boolean');
+  assert.equal(info.f16, false, 'SwiftShader has no shader-f16');
+  assert.equal(info.fromCache, false);
+  assert.deepEqual([...new Set(phases.map((p) => p.phase))], ['download', 'parse', 'upload']);
+  const lastDownload = phases.filter((p) => p.phase === 'download').at(-1);
+  assert.equal(lastDownload.loaded, model.length);
+  assert.equal(lastDownload.total, model.length);
+  const lastUpload = phases.at(-1);
+  assert.equal(lastUpload.loaded, lastUpload.total);
+});
+
+for (const [name, caseData] of Object.entries(reference.logit_cases)) {
+  test(`greedy: 8 tokens of the "${name}" prompt equal the reference`, async () => {
+    const { steps, result } = await inPage(async (lm, prompt) => {
+      const gen = lm.generate({ prompt, maxTokens: 8, temperature: 0, topLogprobs: 20 });
+      const steps = [];
+      for await (const step of gen) steps.push(step);
+      return { steps, result: await gen.result };
+    }, caseData.text);
+    const ids = steps.map((s) => s.id);
+    // The reference stops early at end-of-generation; ours stops there too.
+    assert.deepEqual(ids, caseData.greedy32.slice(0, ids.length));
+    assert.ok(ids.length === 8 || result.finishReason === 'eos', `${ids.length} tokens, ${result.finishReason}`);
+    const top = steps[0].top;
+    assert.equal(top.length, 20);
+    caseData.top20.forEach((expected, i) => {
+      assert.equal(top[i].id, expected.id, `rank ${i + 1}`);
+      assert.ok(Math.abs(top[i].logit - expected.logit) < 1e-2, `rank ${i + 1}: ${top[i].logit} vs ${expected.logit}`);
+    });
+    assert.equal(result.text, steps.map((s) => s.text).join(''));
+    assert.equal(result.usage.completionTokens, ids.length);
+    assert.ok(result.transfer.bytesPerToken <= 4096, `${result.transfer.bytesPerToken} bytes per token`);
+    console.log(`  ${JSON.stringify(result.text)}: ttft ${result.timing.ttftMs.toFixed(0)} ms, `
+      + `decode ${result.timing.decodeTokensPerS.toFixed(2)} tok/s, ${result.transfer.bytesPerToken} B/token`);
+  });
+}
+
+// Its chat prompt renders to the "chat" reference prompt, still in the KV cache: no new prefill.
+test('the OpenAI facade streams the same text as generate', async () => {
+  const outcome = await inPage(async (lm) => {
+    const messages = [{ role: 'user', content: 'What is 2+2?' }];
+    const direct = await lm.generate({ messages, maxTokens: 3, temperature: 0 }).result;
+    const stream = await lm.chat.completions.create({ messages, max_tokens: 3, temperature: 0, stream: true,
+      logprobs: true, top_logprobs: 3, stream_options: { include_usage: true } });
+    const chunks = [];
+    for await (const chunk of stream) chunks.push(chunk);
+    const whole = await lm.chat.completions.create({ messages, max_tokens: 3, temperature: 0 });
+    return { direct, chunks, whole };
+  });
+  const { direct, chunks, whole } = outcome;
+  const streamed = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
+  assert.equal(streamed, direct.text);
+  assert.equal(chunks[0].object, 'chat.completion.chunk');
+  assert.equal(chunks[0].choices[0].delta.role, 'assistant');
+  assert.equal(chunks[0].choices[0].logprobs.content[0].top_logprobs.length, 3);
+  assert.equal(chunks.at(-2).choices[0].finish_reason, 'length');
+  assert.deepEqual(chunks.at(-1).usage, { prompt_tokens: direct.usage.promptTokens, completion_tokens: 3,
+    total_tokens: direct.usage.promptTokens + 3 });
+  assert.equal(whole.object, 'chat.completion');
+  assert.equal(whole.choices[0].message.content, direct.text);
+  assert.equal(whole.choices[0].finish_reason, 'length');
+});
+
+test('a seeded sampled generation gives the same ids in the browser as `nucleus generate` natively', async () => {
+  const options = { prompt: 'Once upon a time', maxTokens: 6, temperature: 0.8, topP: 0.95, seed: 42 };
+  const browser = await inPage(async (lm, o) => {
+    const gen = lm.generate(o);
+    const ids = [];
+    for await (const step of gen) ids.push(step.id);
+    return ids;
+  }, options);
+  const lines = execFileSync(NUCLEUS_CLI, ['generate', '--model', MODEL_PATH, '--backend', 'cpu', '--json',
+    '--max-tokens', '6', '--temperature', '0.8', '--top-p', '0.95', '--seed', '42', '--prompt', options.prompt], { encoding: 'utf8' })
+    .trim().split('\n').map((line) => JSON.parse(line));
+  const native = lines.filter((line) => 'id' in line).map((line) => line.id);
+  assert.equal(native.length, 6);
+  assert.deepEqual(browser, native);
+});
+
+test('abort stops within a step, resolves result with finishReason "abort", and the next generate works', async () => {
+  const outcome = await inPage(async (lm) => {
+    const controller = new AbortController();
+    const gen = lm.generate({ prompt: 'Once upon a time', maxTokens: 64, temperature: 0, signal: controller.signal });
+    const seen = [];
+    for await (const step of gen) {
+      seen.push(step.id);
+      if (seen.length === 2) controller.abort();
+    }
+    const result = await gen.result;
+    const again = await lm.generate({ prompt: 'Once upon a time', maxTokens: 1, temperature: 0 }).result;
+    return { seen, result, again };
+  });
+  assert.equal(outcome.seen.length, 2, 'no step after the abort');
+  assert.equal(outcome.result.finishReason, 'abort');
+  assert.ok(outcome.result.usage.completionTokens <= 3, `${outcome.result.usage.completionTokens} tokens`);
+  assert.ok(outcome.result.text.length > 0);
+  assert.equal(outcome.again.finishReason, 'length');
+  assert.equal(outcome.again.usage.completionTokens, 1);
+});
+
+test('invalid options are rejected with bad-options naming the option, and the engine keeps working', async () => {
+  const cases = [
+    [{ prompt: 'x', topP: 1.5 }, 'topP'],
+    [{ prompt: 'x', temperature: NaN }, 'temperature'],
+    [{ prompt: 'x', maxTokens: 0 }, 'maxTokens'],
+    [{ prompt: 'x', temperatur: 1 }, 'temperatur'],
+    [{ prompt: 'x', logitBias: { 999999: 1 } }, 'logitBias'],
+    [{ messages: [{ role: 'robot', content: 'x' }] }, 'messages'],
+    [{ prompt: 'x', signal: 'no' }, 'signal'],
+  ];
+  for (const [options, option] of cases) {
+    const error = await pageError((lm, o) => lm.generate(o).result, options);
+    assert.equal(error?.code, 'bad-options', JSON.stringify(options));
+    assert.equal(error.option, option, error.message);
+    assert.equal(error.name, 'NucleusError');
+  }
+  const overflow = await pageError((lm) => lm.generate({ prompt: 'hello '.repeat(9000) }).result);
+  assert.equal(overflow?.code, 'context-overflow', overflow?.message);
+});
+
+test('a second generate while one runs is refused with busy', async () => {
+  const codes = await inPage(async (lm) => {
+    const first = lm.generate({ prompt: 'Once upon a time', maxTokens: 3, temperature: 0 });
+    const iterator = first[Symbol.asyncIterator]();
+    await iterator.next();
+    let busy = null;
+    try {
+      await lm.generate({ prompt: 'Once upon a time', maxTokens: 1 }).result;
+    } catch (error) {
+      busy = error.code;
+    }
+    await first.abort();
+    const after = (await lm.generate({ prompt: 'Once upon a time', maxTokens: 1, temperature: 0 }).result).finishReason;
+    return { busy, after };
+  });
+  assert.deepEqual(codes, { busy: 'busy', after: 'length' });
+});
+
+test('a wrong URL, a corrupt file and a truncated file each give their code', async () => {
+  const load = async (_lm, model) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const lm = await Nucleus.load({ model });
+    lm.dispose();
+  };
+  const missing = await pageError(load, '/models/no-such-model.gguf');
+  assert.equal(missing?.code, 'fetch-failed', missing?.message);
+  assert.equal(missing.status, 404);
+  const corrupt = await pageError(load, '/test-models/corrupt.gguf');
+  assert.equal(corrupt?.code, 'bad-model', corrupt?.message);
+  const truncated = await pageError(load, '/test-models/truncated.gguf');
+  assert.equal(truncated?.code, 'bad-model', truncated?.message);
+  assert.match(truncated.message, /truncated|past the end|end of the file/i);
+  const badOption = await pageError(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    await Nucleus.load({ contextLength: -4 });
+  });
+  assert.equal(badOption?.code, 'bad-options');
+  assert.equal(badOption.option, 'contextLength');
+});
+
+test('a reload loads the model from the Cache API without downloading it', async () => {
+  await page.reload();
+  const before = server.requests.filter((r) => r.endsWith('.gguf')).length;
+  const info = await page.evaluate(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    window.lm = await Nucleus.load();
+    return window.lm.info;
+  });
+  assert.equal(info.fromCache, true);
+  assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before, 'no request for the model');
+});
+
+test('a lost GPU device is reported as device-lost', async () => {
+  const error = await pageError(async (lm) => {
+    await lm.loseDeviceForTesting();
+    await lm.generate({ prompt: 'The capital of France is', maxTokens: 1, temperature: 0 }).result;
+  });
+  assert.equal(error?.code, 'device-lost', error?.message);
+});
+
+test('without WebGPU, Nucleus.load() fails with no-webgpu', async () => {
+  const plain = await launch({ webgpu: false });
+  try {
+    const noGpuPage = await open(plain, `${server.url}blank.html`);
+    const error = await noGpuPage.evaluate(async () => {
+      const { Nucleus } = await import('/nucleus.js');
+      try {
+        await Nucleus.load();
+        return null;
+      } catch (e) {
+        return { code: e.code, message: e.message };
+      }
+    });
+    assert.equal(error?.code, 'no-webgpu', error?.message);
+  } finally {
+    await plain.close();
+  }
+});

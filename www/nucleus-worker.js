@@ -1,0 +1,206 @@
+// The Web Worker that runs the engine (wasm, WebGPU) off the page's thread.
+//
+// It answers typed messages from `nucleus.js`: { id, type, ...payload } -> { id, type: 'ok', value }
+// or { id, type: 'error', error: { code, message, ... } }, with { id, type: 'progress', ... } while
+// a model loads. One model per worker, one generation at a time (a second one is `busy`).
+
+import init, { loadEngine, lastPanic, loseDeviceForTesting } from './pkg/nucleus_web.js';
+
+const MODEL_CACHE = 'nucleus-models-v1';
+
+/** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
+let engine = null;
+let loadMs = 0;
+let generation = null; // { id, aborted, inFlight: Promise | null, done }
+let nextGenerationId = 1;
+
+function fail(code, message, extra = {}) {
+  return Object.assign(new Error(message), { code }, extra);
+}
+
+/** A thrown value as a plain object the page can rebuild an Error from. */
+function describe(error) {
+  if (error instanceof WebAssembly.RuntimeError) {
+    const panic = lastPanic?.();
+    return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again` };
+  }
+  const { code = 'internal', message = String(error), option, status } = error ?? {};
+  return { code, message, ...(option && { option }), ...(status && { status }) };
+}
+
+async function adapterFacts() {
+  if (!navigator.gpu) {
+    throw fail('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
+      + 'Safari 26+, or Firefox 141+ on Windows; elsewhere enable WebGPU in the browser\'s flags');
+  }
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) {
+    throw fail('no-webgpu', 'WebGPU is present but offers no adapter (the GPU may be blocklisted; '
+      + 'Chromium needs --enable-unsafe-webgpu for a software adapter)');
+  }
+  const info = adapter.info ?? {};
+  return {
+    adapter: {
+      vendor: info.vendor ?? '',
+      architecture: info.architecture ?? '',
+      description: info.description ?? '',
+      isFallback: Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter ?? false),
+    },
+    f16: adapter.features.has('shader-f16'),
+  };
+}
+
+/** Reads a response body, reporting bytes as they arrive. */
+async function readBody(response, total, report) {
+  const reader = response.body.getReader();
+  const chunks = [];
+  let loaded = 0;
+  report(loaded, total);
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    chunks.push(value);
+    loaded += value.byteLength;
+    report(loaded, total);
+  }
+  if (total && loaded !== total) {
+    throw fail('fetch-failed', `the download ended after ${loaded} of ${total} bytes`);
+  }
+  const bytes = new Uint8Array(loaded);
+  let offset = 0;
+  for (const chunk of chunks) {
+    bytes.set(chunk, offset);
+    offset += chunk.byteLength;
+  }
+  return bytes;
+}
+
+/** The model's bytes, from the Cache API when a previous load stored them, else downloaded. */
+async function fetchModel(url, useCache, progress) {
+  const cache = useCache && self.caches ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  let response = cache ? await cache.match(url) : undefined;
+  const fromCache = Boolean(response);
+  if (!response) {
+    try {
+      response = await fetch(url);
+    } catch (error) {
+      throw fail('fetch-failed', `could not fetch ${url}: ${error.message}`);
+    }
+    if (!response.ok) {
+      throw fail('fetch-failed', `could not fetch ${url}: HTTP ${response.status} ${response.statusText}`.trim(),
+        { status: response.status });
+    }
+  }
+  const total = Number(response.headers.get('content-length')) || 0;
+  const bytes = await readBody(response, total, (loaded, size) => progress('download', loaded, size, fromCache));
+  return { bytes, cache, fromCache };
+}
+
+const handlers = {
+  async load({ url, contextLength, cache: useCache }, progress) {
+    if (engine) throw fail('busy', 'this worker already holds a model');
+    const started = performance.now();
+    const facts = await adapterFacts();
+    await init();
+    const { bytes, cache, fromCache } = await fetchModel(url, useCache, progress);
+    try {
+      engine = await loadEngine(bytes, contextLength ?? undefined,
+        (phase, loaded, total) => progress(phase, loaded, total, fromCache));
+    } catch (error) {
+      // A stored copy that no longer loads is dropped, so the next load downloads it again.
+      if (fromCache) await cache.delete(url).catch(() => {});
+      throw error;
+    }
+    if (cache && !fromCache) {
+      const stored = new Response(bytes, { headers: { 'content-type': 'application/octet-stream',
+        'content-length': String(bytes.byteLength) } });
+      await cache.put(url, stored).catch((error) => console.warn(`nucleus: the model was not cached: ${error}`));
+    }
+    loadMs = performance.now() - started;
+    return { ...JSON.parse(engine.info()), ...facts, loadMs, fromCache };
+  },
+
+  async tokenize({ text }) {
+    return [...engine.tokenize(text)];
+  },
+
+  async generate({ options }) {
+    if (generation && !generation.done) {
+      throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
+    }
+    engine.start(options);
+    generation = { id: nextGenerationId++, aborted: false, inFlight: null, done: false };
+    return generation.id;
+  },
+
+  async next({ gen }) {
+    const current = currentGeneration(gen);
+    if (current.done || current.aborted) return null;
+    current.inFlight = engine.nextStep();
+    let json;
+    try {
+      json = await current.inFlight;
+    } finally {
+      current.inFlight = null;
+    }
+    if (json === null) {
+      current.done = true;
+      return null;
+    }
+    const step = JSON.parse(json);
+    const logits = engine.takeLogits();
+    if (logits) step.logits = logits;
+    if (step.finishReason) current.done = true;
+    return step;
+  },
+
+  /** Stops the generation after the step in flight, if any; resolves to its result. */
+  async abort({ gen }) {
+    const current = currentGeneration(gen);
+    current.aborted = true;
+    if (current.inFlight) await current.inFlight.catch(() => {});
+    if (!current.done) {
+      engine.stop();
+      current.done = true;
+    }
+    return result();
+  },
+
+  async result({ gen }) {
+    currentGeneration(gen);
+    return result();
+  },
+
+  async loseDeviceForTesting() {
+    loseDeviceForTesting();
+    // The loss is reported asynchronously; give it a moment to land.
+    await new Promise((resolve) => setTimeout(resolve, 100));
+    return true;
+  },
+};
+
+function currentGeneration(id) {
+  if (!generation || generation.id !== id) throw fail('bad-options', `generation ${id} is not the current one`);
+  return generation;
+}
+
+function result() {
+  const value = JSON.parse(engine.result());
+  value.timing.loadMs = loadMs;
+  return value;
+}
+
+self.onmessage = async ({ data }) => {
+  const { id, type } = data;
+  const progress = (phase, loaded, total, cached) =>
+    self.postMessage({ id, type: 'progress', phase, loaded, total, cached });
+  try {
+    const handler = handlers[type];
+    if (!handler) throw fail('internal', `unknown request ${type}`);
+    const value = await handler(data, progress);
+    // A step's logits row moves to the page instead of being copied.
+    self.postMessage({ id, type: 'ok', value }, value?.logits ? [value.logits.buffer] : []);
+  } catch (error) {
+    self.postMessage({ id, type: 'error', error: describe(error) });
+  }
+};

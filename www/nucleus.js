@@ -1,0 +1,336 @@
+// Nucleus: a language model in the browser, on WebGPU. The page-side client.
+//
+//   import { Nucleus } from './nucleus.js';
+//   const lm = await Nucleus.load({ onProgress: ({ phase, loaded, total }) => {} });
+//   const gen = lm.generate({ prompt: 'The capital of France is', maxTokens: 16, temperature: 0 });
+//   for await (const step of gen) console.log(step.text, step.top);
+//   const { text, finishReason, usage, timing } = await gen.result;
+//
+// The engine (Rust compiled to wasm, on WebGPU) runs in a module Web Worker (nucleus-worker.js);
+// this module sends it typed requests, one id each, and pulls steps one at a time. README.md
+// documents the whole API.
+
+/** The model `Nucleus.load()` loads when no `model` is given, next to this module. */
+export const DEFAULT_MODEL_URL = new URL('models/SmolLM2-135M-Instruct.Q4_1.gguf', import.meta.url).href;
+
+/**
+ * Every error of this API: `code` is one of `no-webgpu`, `fetch-failed`, `bad-model`,
+ * `unsupported-model`, `bad-options` (with `option`), `context-overflow`, `busy`, `device-lost`,
+ * `device`, `internal`.
+ */
+export class NucleusError extends Error {
+  constructor(code, message, extra = {}) {
+    super(message);
+    this.name = 'NucleusError';
+    this.code = code;
+    Object.assign(this, extra);
+  }
+}
+
+const badOption = (option, message) => new NucleusError('bad-options', message, { option });
+
+/** The worker behind one model: requests with ids, answers routed back to their promises. */
+class WorkerClient {
+  #worker;
+  #pending = new Map();
+  #nextId = 1;
+  #broken = null;
+
+  constructor(worker) {
+    this.#worker = worker;
+    worker.onmessage = ({ data }) => {
+      const request = this.#pending.get(data.id);
+      if (!request) return;
+      if (data.type === 'progress') {
+        request.onProgress?.({ phase: data.phase, loaded: data.loaded, total: data.total, cached: data.cached });
+        return;
+      }
+      this.#pending.delete(data.id);
+      if (data.type === 'ok') {
+        request.resolve(data.value);
+      } else {
+        const { code, message, ...extra } = data.error;
+        request.reject(new NucleusError(code, message, extra));
+      }
+    };
+    worker.onerror = (event) => {
+      event.preventDefault?.();
+      this.#fail(new NucleusError('internal', `the Nucleus worker failed: ${event.message ?? 'it could not start'}`));
+    };
+  }
+
+  call(type, payload = {}, onProgress) {
+    if (this.#broken) return Promise.reject(this.#broken);
+    const id = this.#nextId++;
+    return new Promise((resolve, reject) => {
+      this.#pending.set(id, { resolve, reject, onProgress });
+      this.#worker.postMessage({ id, type, ...payload });
+    });
+  }
+
+  #fail(error) {
+    this.#broken = error;
+    for (const { reject } of this.#pending.values()) reject(error);
+    this.#pending.clear();
+  }
+
+  terminate() {
+    this.#worker.terminate();
+    this.#fail(new NucleusError('internal', 'this model was disposed'));
+  }
+}
+
+/** JSON for the worker; non-finite numbers become strings so that the engine rejects them by name. */
+function encodeOptions(options) {
+  return JSON.stringify(options, (_key, value) =>
+    typeof value === 'number' && !Number.isFinite(value) ? String(value) : value);
+}
+
+function checkOptionsObject(options, what) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    throw badOption('options', `${what} takes an options object`);
+  }
+}
+
+/**
+ * A running generation: an async iterator of steps, and `result`, a promise of the outcome.
+ * Awaiting `result` without iterating runs the generation to its end.
+ */
+export class Generation {
+  #client;
+  #started;
+  #aborted = false;
+  #finished = false;
+  #iterating = false;
+  #result;
+  #settle;
+
+  constructor(client, options) {
+    this.#client = client;
+    this.#result = new Promise((resolve, reject) => { this.#settle = { resolve, reject }; });
+    // An unobserved rejection of `result` is not an unhandled one: the iterator reports it too.
+    this.#result.catch(() => {});
+    let signal;
+    try {
+      checkOptionsObject(options, 'generate');
+      const { signal: given, ...engineOptions } = options;
+      if (given !== undefined && !(given instanceof AbortSignal)) {
+        throw badOption('signal', 'signal must be an AbortSignal');
+      }
+      signal = given;
+      this.#started = client.call('generate', { options: encodeOptions(engineOptions) });
+    } catch (error) {
+      this.#started = Promise.reject(error);
+    }
+    this.#started.catch((error) => this.#fail(error));
+    if (signal) {
+      if (signal.aborted) this.abort();
+      else signal.addEventListener('abort', () => this.abort(), { once: true });
+    }
+  }
+
+  /** The outcome: `{ text, finishReason, usage, timing, transfer }`. */
+  get result() {
+    if (!this.#iterating && !this.#finished) this.#drain();
+    return this.#result;
+  }
+
+  /** Stops the generation after the step in flight; `result` resolves with finishReason 'abort'. */
+  async abort() {
+    if (this.#aborted || this.#finished) return;
+    this.#aborted = true;
+    try {
+      const gen = await this.#started;
+      this.#finish(await this.#client.call('abort', { gen }));
+    } catch (error) {
+      this.#fail(error);
+    }
+  }
+
+  async *[Symbol.asyncIterator]() {
+    if (this.#iterating) throw new NucleusError('busy', 'a generation can be iterated once');
+    this.#iterating = true;
+    const gen = await this.#started;
+    try {
+      while (!this.#aborted) {
+        const step = await this.#client.call('next', { gen });
+        if (step === null || this.#aborted) break;
+        yield step;
+        if (step.finishReason) break;
+      }
+      if (!this.#aborted) this.#finish(await this.#client.call('result', { gen }));
+    } catch (error) {
+      this.#fail(error);
+      throw error;
+    } finally {
+      // A consumer that leaves the loop early ends the generation, so the next one can start.
+      if (!this.#finished && !this.#aborted) await this.abort();
+    }
+    await this.#result;
+  }
+
+  async #drain() {
+    try {
+      for await (const _step of this);
+    } catch {
+      // Reported through `result`.
+    }
+  }
+
+  #finish(value) {
+    this.#finished = true;
+    this.#settle.resolve(value);
+  }
+
+  #fail(error) {
+    this.#finished = true;
+    this.#settle.reject(error);
+  }
+}
+
+/** OpenAI's finish reasons: end-of-generation and stop strings are both 'stop'. */
+const OPENAI_FINISH = { eos: 'stop', stop: 'stop', length: 'length', abort: 'abort' };
+
+const OPENAI_OPTIONS = {
+  // OpenAI name -> Nucleus name (null: accepted and ignored).
+  messages: 'messages', temperature: 'temperature', top_p: 'topP', max_tokens: 'maxTokens',
+  max_completion_tokens: 'maxTokens', stop: 'stop', seed: 'seed', frequency_penalty: 'frequencyPenalty',
+  presence_penalty: 'presencePenalty', logit_bias: 'logitBias', top_k: 'topK', min_p: 'minP',
+  repetition_penalty: 'repetitionPenalty', model: null, user: null, n: null, stream: null,
+  stream_options: null, logprobs: null, top_logprobs: null, signal: 'signal',
+};
+
+const utf8 = new TextEncoder();
+
+function openAiLogprobs(step, topLogprobs) {
+  return {
+    token: step.token,
+    logprob: step.logprob,
+    bytes: [...utf8.encode(step.token)],
+    top_logprobs: step.top.slice(0, topLogprobs).map((c) => ({ token: c.text, logprob: c.logprob, bytes: [...utf8.encode(c.text)] })),
+  };
+}
+
+/** `lm.chat.completions.create(...)`, shaped like OpenAI's (and WebLLM's) API. */
+function createChatCompletion(lm, request) {
+  checkOptionsObject(request, 'chat.completions.create');
+  const options = {};
+  for (const [key, value] of Object.entries(request)) {
+    if (!(key in OPENAI_OPTIONS)) throw badOption(key, `unknown option ${JSON.stringify(key)}`);
+    if (OPENAI_OPTIONS[key] && value !== undefined) options[OPENAI_OPTIONS[key]] = value;
+  }
+  if (request.n !== undefined && request.n !== 1) throw badOption('n', 'n must be 1');
+  const logprobs = Boolean(request.logprobs);
+  const topLogprobs = request.top_logprobs ?? 0;
+  if (!Number.isInteger(topLogprobs) || topLogprobs < 0 || topLogprobs > 256) {
+    throw badOption('top_logprobs', `top_logprobs must be a whole number in 0..=256, got ${topLogprobs}`);
+  }
+  options.topLogprobs = Math.max(topLogprobs, 1);
+  const id = `chatcmpl-${crypto.randomUUID()}`;
+  const created = Math.floor(Date.now() / 1000);
+  const model = lm.info.name;
+  const usageOf = (result) => ({
+    prompt_tokens: result.usage.promptTokens,
+    completion_tokens: result.usage.completionTokens,
+    total_tokens: result.usage.promptTokens + result.usage.completionTokens,
+  });
+  const generation = lm.generate(options);
+
+  if (!request.stream) {
+    return (async () => {
+      const content = [];
+      for await (const step of generation) if (logprobs) content.push(openAiLogprobs(step, topLogprobs));
+      const result = await generation.result;
+      return {
+        id, object: 'chat.completion', created, model,
+        choices: [{ index: 0, message: { role: 'assistant', content: result.text },
+          logprobs: logprobs ? { content } : null, finish_reason: OPENAI_FINISH[result.finishReason] }],
+        usage: usageOf(result),
+      };
+    })();
+  }
+
+  const chunk = (delta, extra = {}) => ({ id, object: 'chat.completion.chunk', created, model,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: null, ...extra }] });
+  return Promise.resolve({
+    async *[Symbol.asyncIterator]() {
+      let first = true;
+      for await (const step of generation) {
+        yield chunk({ ...(first && { role: 'assistant' }), content: step.text },
+          logprobs ? { logprobs: { content: [openAiLogprobs(step, topLogprobs)] } } : {});
+        first = false;
+      }
+      const result = await generation.result;
+      yield chunk({}, { finish_reason: OPENAI_FINISH[result.finishReason] });
+      if (request.stream_options?.include_usage) {
+        yield { id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOf(result) };
+      }
+    },
+    abort: () => generation.abort(),
+  });
+}
+
+export class Nucleus {
+  #client;
+
+  /**
+   * Loads a GGUF model into a new worker. Options: `model` (URL, same-origin or CORS; default
+   * DEFAULT_MODEL_URL), `onProgress({ phase: 'download'|'parse'|'upload', loaded, total, cached })`,
+   * `contextLength` (KV cache positions; default the model's), `cache` (keep the file in the
+   * Cache API; default true).
+   */
+  static async load(options = {}) {
+    checkOptionsObject(options, 'Nucleus.load');
+    const known = ['model', 'onProgress', 'contextLength', 'cache'];
+    const unknown = Object.keys(options).find((key) => !known.includes(key));
+    if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${known.join(', ')})`);
+    const { model = DEFAULT_MODEL_URL, onProgress, contextLength, cache = true } = options;
+    if (typeof model !== 'string' && !(model instanceof URL)) throw badOption('model', 'model must be a URL');
+    if (onProgress !== undefined && typeof onProgress !== 'function') throw badOption('onProgress', 'onProgress must be a function');
+    if (contextLength !== undefined && !(Number.isInteger(contextLength) && contextLength >= 1)) {
+      throw badOption('contextLength', `contextLength must be a whole number >= 1, got ${contextLength}`);
+    }
+    if (!globalThis.navigator?.gpu) {
+      throw new NucleusError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
+        + 'Safari 26+, or Firefox 141+ on Windows; elsewhere enable WebGPU in the browser\'s flags');
+    }
+    const url = new URL(model, globalThis.document?.baseURI ?? import.meta.url).href;
+    const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
+    const client = new WorkerClient(worker);
+    try {
+      const info = await client.call('load', { url, contextLength, cache: Boolean(cache) }, onProgress);
+      return new Nucleus(client, info);
+    } catch (error) {
+      client.terminate();
+      throw error;
+    }
+  }
+
+  constructor(client, info) {
+    this.#client = client;
+    /** `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, adapter, f16, loadMs, fromCache }` */
+    this.info = Object.freeze(info);
+    this.chat = Object.freeze({ completions: Object.freeze({ create: (request) => createChatCompletion(this, request) }) });
+  }
+
+  /** Starts a generation; see the module documentation and README.md for its options. */
+  generate(options) {
+    return new Generation(this.#client, options);
+  }
+
+  /** The token ids of `text`, as the model reads it. */
+  async tokenize(text) {
+    if (typeof text !== 'string') throw badOption('text', 'tokenize takes a string');
+    return this.#client.call('tokenize', { text });
+  }
+
+  /** Ends the worker and frees the model's GPU memory. */
+  dispose() {
+    this.#client.terminate();
+  }
+
+  /** Destroys the GPU device, as a driver reset would: for tests of the `device-lost` error. */
+  loseDeviceForTesting() {
+    return this.#client.call('loseDeviceForTesting');
+  }
+}
