@@ -1,0 +1,112 @@
+// The playground page in headless Chromium (WebGPU on SwiftShader), driven like a person would:
+// generate, click a token, move sliders, stop. Screenshots go to test-output/.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { startServer, REPO } from './server.mjs';
+import { launch, open } from './browser.mjs';
+
+const OUTPUT = path.join(REPO, 'test-output');
+const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
+const capital = reference.logit_cases.capital;
+
+let server;
+let context;
+let page;
+
+const state = () => page.evaluate(() => document.body.dataset.state);
+const generateCalls = () => page.evaluate(() => Number(document.body.dataset.generateCalls));
+const chartSnapshot = () => page.evaluate(() => document.querySelector('#chart').innerHTML + document.querySelector('#whatif').textContent);
+
+before(async () => {
+  mkdirSync(OUTPUT, { recursive: true });
+  server = await startServer();
+  context = await launch();
+  page = await open(context, server.url);
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+});
+
+test('the page loads the model and shows the adapter', async () => {
+  const status = await page.textContent('#status');
+  assert.match(status, /swiftshader/i);
+  assert.equal(await page.isVisible('#no-webgpu'), false);
+  assert.equal(await page.isEnabled('#generate'), true);
+});
+
+test('greedy tokens of a reference prompt stream as chips, and the inspector shows the reference top candidate', async () => {
+  await page.check('input[name="mode"][value="raw"]');
+  await page.fill('#prompt', capital.text);
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#max-tokens', '3');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.querySelectorAll('#tokens .token').length >= 1, null, { timeout: 300_000 });
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-mid-generation.png'), fullPage: true });
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
+
+  const chips = await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent));
+  assert.deepEqual(chips, [' Paris', '.', '↵\n']);
+  assert.equal(await page.textContent('[data-stat="finish reason"]'), 'length');
+  assert.equal(await page.textContent('[data-stat="tokens generated"]'), '3');
+
+  await page.click('#tokens .token >> nth=0');
+  const first = await page.$eval('#chart .candidate[data-rank="1"]', (g) => ({ id: Number(g.dataset.id), label: g.querySelector('.label').textContent }));
+  assert.equal(first.id, capital.top20[0].id);
+  assert.equal(first.label, '1. ␣Paris', 'the space shown as ␣');
+  assert.match(await page.textContent('#inspector-step'), /step 1 of 3/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-inspector.png'), fullPage: true });
+});
+
+test('moving the temperature and top-p sliders redraws the chart without a new generation', async () => {
+  const calls = await generateCalls();
+  const before = await chartSnapshot();
+  await page.fill('#knob-temperature', '1.5');
+  const hot = await chartSnapshot();
+  assert.notEqual(hot, before, 'the temperature changed the chart');
+  await page.fill('#knob-topP', '0.5');
+  const cut = await chartSnapshot();
+  assert.notEqual(cut, hot, 'top-p changed the chart');
+  assert.ok(await page.$('#chart line.top-p'), 'the top-p cut line is drawn');
+  assert.match(await page.textContent('#whatif'), /What if/);
+  assert.equal(await generateCalls(), calls, 'no generation ran');
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-what-if.png'), fullPage: true });
+});
+
+test('Stop ends a run mid-generation and the page can generate again', async () => {
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#max-tokens', '40');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.querySelectorAll('#tokens .token').length >= 1, null, { timeout: 300_000 });
+  await page.click('#stop');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
+  assert.equal(await page.textContent('[data-stat="finish reason"]'), 'abort');
+  const count = await page.$$eval('#tokens .token', (nodes) => nodes.length);
+  assert.ok(count < 40, `${count} tokens`);
+  assert.equal(await page.isEnabled('#generate'), true);
+});
+
+test('at phone width the page has no horizontal scroll', async () => {
+  await page.setViewportSize({ width: 375, height: 800 });
+  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `${overflow} px wider than the screen`);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-phone.png'), fullPage: true });
+});
+
+test('without WebGPU the page says so, and which browsers work', async () => {
+  const plain = await launch({ webgpu: false });
+  try {
+    const noGpu = await open(plain, server.url);
+    await noGpu.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    assert.equal(await noGpu.isVisible('#no-webgpu'), true);
+    assert.match(await noGpu.textContent('#no-webgpu'), /Chrome and Edge 113/);
+    await noGpu.screenshot({ path: path.join(OUTPUT, 'playground-no-webgpu.png') });
+  } finally {
+    await plain.close();
+  }
+});

@@ -1,0 +1,455 @@
+// The playground: the public Nucleus API (nucleus.js) and the sampler's stages in JS
+// (sampling.js), drawn with plain DOM and SVG. Nothing here reaches into the engine.
+
+import { Nucleus } from './nucleus.js';
+import { rowGroups, stepGroups, transform } from './sampling.js';
+
+const $ = (id) => document.getElementById(id);
+const SVG = 'http://www.w3.org/2000/svg';
+/** Candidates per step: the GPU decode tail's own K, so asking for them costs no extra read. */
+const CANDIDATES = 64;
+/** Bars in the inspector's chart. */
+const BARS = 24;
+/** Rows of the softmax walkthrough. */
+const WALK_ROWS = 8;
+
+const KNOBS = [
+  { key: 'temperature', label: 'Temperature', min: 0, max: 2, step: 0.05, value: 0.7, off: null, hint: '0 = greedy' },
+  { key: 'topK', label: 'Top-k', min: 0, max: 100, step: 1, value: 0, off: 0, hint: '0 = off' },
+  { key: 'topP', label: 'Top-p', min: 0.05, max: 1, step: 0.01, value: 0.9, off: 1, hint: '1 = off' },
+  { key: 'minP', label: 'Min-p', min: 0, max: 0.5, step: 0.01, value: 0, off: 0, hint: '0 = off' },
+  { key: 'typicalP', label: 'Typical-p', min: 0.05, max: 1, step: 0.01, value: 1, off: 1, hint: '1 = off' },
+  { key: 'repetitionPenalty', label: 'Repetition penalty', min: 1, max: 2, step: 0.05, value: 1, off: 1, hint: '1 = off' },
+  { key: 'presencePenalty', label: 'Presence penalty', min: -2, max: 2, step: 0.1, value: 0, off: 0, hint: '0 = off' },
+  { key: 'frequencyPenalty', label: 'Frequency penalty', min: -2, max: 2, step: 0.1, value: 0, off: 0, hint: '0 = off' },
+];
+const TRUNCATION_KEYS = ['temperature', 'topK', 'topP', 'minP', 'typicalP'];
+const PRESETS = {
+  greedy: { temperature: 0, topK: 0, topP: 1, minP: 0, typicalP: 1 },
+  balanced: { temperature: 0.7, topK: 0, topP: 0.9, minP: 0, typicalP: 1 },
+  hot: { temperature: 1.5, topK: 0, topP: 1, minP: 0, typicalP: 1 },
+};
+
+const state = {
+  lm: null,
+  /** The current run: its steps, the settings it used, its generation. */
+  steps: [],
+  runSettings: null,
+  generation: null,
+  /** The step the inspector shows; null follows the latest. */
+  selected: null,
+  walkTemperature: 1,
+  generateCalls: 0,
+};
+
+// ---- controls ---------------------------------------------------------------------------------
+
+function buildKnobs() {
+  const container = $('knobs');
+  for (const knob of KNOBS) {
+    const wrap = document.createElement('div');
+    wrap.className = 'knob';
+    const id = `knob-${knob.key}`;
+    wrap.innerHTML = `<label for="${id}">${knob.label} <span class="hint">${knob.hint}</span></label>
+      <input type="range" id="${id}" name="${knob.key}" min="${knob.min}" max="${knob.max}" step="${knob.step}" value="${knob.value}">
+      <output for="${id}" id="${id}-value"></output>`;
+    container.append(wrap);
+    const input = wrap.querySelector('input');
+    input.addEventListener('input', () => {
+      showKnobValue(knob);
+      renderInspector();
+    });
+    showKnobValue(knob);
+  }
+}
+
+function showKnobValue(knob) {
+  const value = Number($(`knob-${knob.key}`).value);
+  $(`knob-${knob.key}-value`).textContent = knob.off !== null && value === knob.off ? 'off' : String(value);
+}
+
+function knobValues() {
+  return Object.fromEntries(KNOBS.map((k) => [k.key, Number($(`knob-${k.key}`).value)]));
+}
+
+function setKnobs(values) {
+  for (const knob of KNOBS) {
+    if (values[knob.key] === undefined) continue;
+    $(`knob-${knob.key}`).value = values[knob.key];
+    showKnobValue(knob);
+  }
+  renderInspector();
+}
+
+function parseStops(text) {
+  return text.split('\n').filter((line) => line.length > 0)
+    .map((line) => line.replace(/\\n/g, '\n').replace(/\\t/g, '\t'));
+}
+
+function generateOptions() {
+  const knobs = knobValues();
+  const prompt = $('prompt').value;
+  const chat = document.querySelector('input[name="mode"]:checked').value === 'chat';
+  let seed = Number($('seed').value);
+  if ($('seed-random').checked) {
+    seed = Math.floor(Math.random() * 2 ** 32);
+    $('seed').value = seed;
+  }
+  return {
+    ...(chat ? { messages: [{ role: 'user', content: prompt }] } : { prompt }),
+    ...knobs,
+    maxTokens: Number($('max-tokens').value),
+    seed,
+    stop: parseStops($('stop-strings').value),
+    topLogprobs: CANDIDATES,
+    returnLogits: $('exact').checked,
+  };
+}
+
+// ---- generation --------------------------------------------------------------------------------
+
+function setBusy(busy) {
+  $('generate').disabled = busy || !state.lm;
+  $('stop').disabled = !busy;
+  document.body.dataset.state = busy ? 'generating' : 'ready';
+}
+
+async function generate(event) {
+  event?.preventDefault();
+  if (!state.lm || state.generation) return;
+  $('form-error').hidden = true;
+  const options = generateOptions();
+  state.steps = [];
+  state.selected = null;
+  state.runSettings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, options[k]]));
+  $('tokens').replaceChildren();
+  $('stats').replaceChildren();
+  renderInspector();
+  state.generateCalls += 1;
+  document.body.dataset.generateCalls = String(state.generateCalls);
+  const generation = state.lm.generate(options);
+  state.generation = generation;
+  setBusy(true);
+  const started = performance.now();
+  try {
+    for await (const step of generation) {
+      state.steps.push(step);
+      appendChip(step);
+      showStats({ tokens: state.steps.length, elapsedMs: performance.now() - started });
+      if (state.selected === null) renderInspector();
+    }
+    const result = await generation.result;
+    showStats({ result });
+  } catch (error) {
+    $('form-error').textContent = error.option ? `${error.option}: ${error.message}` : error.message;
+    $('form-error').hidden = false;
+  } finally {
+    state.generation = null;
+    setBusy(false);
+    renderInspector();
+  }
+}
+
+function stop() {
+  state.generation?.abort();
+}
+
+// ---- output ------------------------------------------------------------------------------------
+
+/**
+ * The step's distribution as groups for sampling.js: exact from the whole row when the run asked
+ * for it, else the top candidates plus the rest of the vocabulary as one group. The last one is
+ * kept (a whole row's groups are a few MB: one at a time).
+ */
+let lastDistribution = { step: null, value: null };
+function distribution(step) {
+  if (lastDistribution.step !== step) {
+    const value = step.logits ? rowGroups(step) : stepGroups(step, state.lm.info.vocabSize);
+    lastDistribution = { step, value };
+  }
+  return lastDistribution.value;
+}
+
+/** The chosen token's probability and rank under the settings the run used. */
+function chosenUnderRun(step) {
+  const { groups } = distribution(step);
+  const result = transform(groups, state.runSettings);
+  const index = result.groups.findIndex((g) => g.id === step.id);
+  if (index < 0) return { probability: null, rank: null };
+  return { probability: result.groups[index].finalProb, rank: index + 1 };
+}
+
+function chipColour(probability) {
+  if (probability === null) return 'hsl(0 0% 90%)';
+  const colourBy = $('colour-by').value;
+  // Probability: red (unlikely) to green (certain). Surprisal: the same scale over 0..8 bits.
+  const level = colourBy === 'surprisal'
+    ? 1 - Math.min(1, -Math.log2(Math.max(probability, 1e-12)) / 8)
+    : probability;
+  return `hsl(${Math.round(level * 120)} 70% 86%)`;
+}
+
+function appendChip(step) {
+  const { probability, rank } = chosenUnderRun(step);
+  const chip = document.createElement('button');
+  chip.type = 'button';
+  chip.className = 'token';
+  chip.dataset.index = String(step.index);
+  chip.dataset.probability = probability === null ? '' : String(probability);
+  chip.style.setProperty('--chip', chipColour(probability));
+  const shown = step.token.replace(/\n/g, '↵\n');
+  chip.textContent = shown;
+  const pText = probability === null ? `below the top ${CANDIDATES}` : `p ${probability.toFixed(4)}, rank ${rank}`;
+  chip.title = `id ${step.id} · ${pText} · raw logprob ${step.logprob.toFixed(3)}`;
+  chip.setAttribute('aria-label', `token ${step.index + 1}: ${JSON.stringify(step.token)}, ${pText}`);
+  chip.addEventListener('click', () => select(step.index));
+  $('tokens').append(chip);
+}
+
+function recolourChips() {
+  for (const chip of $('tokens').children) {
+    const p = chip.dataset.probability;
+    chip.style.setProperty('--chip', chipColour(p === '' ? null : Number(p)));
+  }
+}
+
+function select(index) {
+  state.selected = index;
+  for (const chip of $('tokens').children) chip.classList.toggle('selected', Number(chip.dataset.index) === index);
+  renderInspector();
+}
+
+function showStats({ tokens, elapsedMs, result }) {
+  const rows = result
+    ? [
+      ['time to first token', `${result.timing.ttftMs.toFixed(0)} ms`],
+      ['prefill', `${result.timing.prefillTokensPerS.toFixed(2)} tok/s (${result.usage.promptTokens} prompt tokens${result.usage.cachedPromptTokens ? `, ${result.usage.cachedPromptTokens} cached` : ''})`],
+      ['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`],
+      ['tokens generated', String(result.usage.completionTokens)],
+      ['finish reason', result.finishReason],
+      ['read back', `${result.transfer.bytesPerToken.toFixed(0)} bytes/token`],
+    ]
+    : [['tokens generated', String(tokens)], ['elapsed', `${(elapsedMs / 1000).toFixed(1)} s`]];
+  $('stats').replaceChildren(...rows.flatMap(([name, value]) => {
+    const dt = document.createElement('dt');
+    dt.textContent = name;
+    const dd = document.createElement('dd');
+    dd.textContent = value;
+    dd.dataset.stat = name;
+    return [dt, dd];
+  }));
+}
+
+// ---- inspector ---------------------------------------------------------------------------------
+
+/** A token's text for a label: escapes visible, spaces as ␣. */
+const shownToken = (text) => (text === null ? '?' : JSON.stringify(text).slice(1, -1).replace(/ /g, '␣'));
+
+function svg(tag, attributes, text) {
+  const element = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+  if (text !== undefined) element.textContent = text;
+  return element;
+}
+
+function renderInspector() {
+  const index = state.selected ?? state.steps.length - 1;
+  const step = state.steps[index];
+  if (!step || !state.lm) {
+    $('chart').replaceChildren();
+    $('walkthrough').replaceChildren();
+    $('inspector-step').textContent = '';
+    return;
+  }
+  const settings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, knobValues()[k]]));
+  const { groups, approximate } = distribution(step);
+  const now = transform(groups, settings);
+  const then = transform(groups, state.runSettings);
+  const chosenNow = now.groups.find((g) => g.id === step.id);
+  const chosenThen = then.groups.find((g) => g.id === step.id);
+  $('inspector-step').textContent = `step ${index + 1} of ${state.steps.length}: chose “${shownToken(step.token)}”`;
+
+  const differs = TRUNCATION_KEYS.some((k) => settings[k] !== state.runSettings[k]);
+  const fmt = (p) => (p === undefined ? `below the top ${CANDIDATES}` : p.toFixed(4));
+  const parts = [
+    `${now.keptCount.toLocaleString('en')} token${now.keptCount === 1 ? '' : 's'} kept (mass ${now.keptMass.toFixed(3)} after temperature); `,
+    `entropy ${now.entropy.toFixed(3)} nats (${(now.entropy / Math.LN2).toFixed(2)} bits). `,
+    `The chosen token had p = ${fmt(chosenThen?.finalProb)} with the run's settings`,
+  ];
+  if (differs) parts.push(`; with these it would have p = ${fmt(chosenNow?.finalProb)}`);
+  $('whatif').innerHTML = '';
+  if (differs) {
+    const badge = document.createElement('span');
+    badge.className = 'differs';
+    badge.textContent = 'What if: ';
+    $('whatif').append(badge);
+  }
+  const estimated = approximate && ![0, 1].includes(settings.temperature);
+  $('whatif').append(parts.join('') + (estimated ? ' (the rest of the vocabulary is estimated).' : '.'));
+  $('whatif').dataset.keptCount = String(now.keptCount);
+
+  drawChart(now, step, approximate, settings);
+  drawWalkthrough(groups, step);
+}
+
+function drawChart(result, step, approximate, settings) {
+  const bars = result.groups.filter((g) => !g.rest).slice(0, BARS);
+  const rest = result.groups.find((g) => g.rest);
+  const hiddenMass = result.groups.filter((g) => !g.rest).slice(BARS).reduce((s, g) => s + g.prob, 0)
+    + (rest ? rest.prob * rest.count : 0);
+  const rowHeight = 18;
+  const labelWidth = 150;
+  const width = 520;
+  const barWidth = width - labelWidth - 110;
+  const rows = bars.length + 1;
+  const height = rows * rowHeight + 30;
+  const maxProb = Math.max(...bars.map((g) => g.prob), hiddenMass, 1e-9);
+  const x = (p) => labelWidth + (p / maxProb) * barWidth;
+  const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img',
+    'aria-label': `Top ${bars.length} candidates of step ${step.index + 1} by probability` });
+  root.append(svg('text', { x: labelWidth, y: 11, class: 'value' }, settings.temperature === 0
+    ? 'probability at temperature 1 (greedy keeps the first)' : `probability after temperature ${settings.temperature}`));
+
+  bars.forEach((g, i) => {
+    const y = 18 + i * rowHeight;
+    const kept = g.kept > 0;
+    const row = svg('g', { class: 'candidate', 'data-id': g.id, 'data-rank': i + 1, 'data-kept': kept });
+    row.append(svg('text', { x: 0, y: y + 12, class: 'label' }, `${i + 1}. ${shownToken(g.text)}`.slice(0, 24)));
+    row.append(svg('rect', { x: labelWidth, y: y + 2, width: Math.max(1, x(g.prob) - labelWidth), height: rowHeight - 5,
+      class: `bar ${kept ? 'kept' : 'removed'}` }));
+    row.append(svg('text', { x: labelWidth + barWidth + 6, y: y + 12, class: 'value' },
+      `${g.prob.toFixed(3)} · ${g.logit.toFixed(2)}`));
+    if (g.id === step.id) {
+      row.append(svg('rect', { x: 1, y: y + 1, width: width - 2, height: rowHeight - 2, rx: 3, class: 'chosen-mark' }));
+    }
+    const title = svg('title', {}, `id ${g.id}, raw logit ${g.logit.toFixed(3)}, p ${g.prob.toFixed(5)}, `
+      + (kept ? `kept, final p ${g.finalProb.toFixed(5)}` : `removed by ${g.removedBy}`));
+    row.append(title);
+    root.append(row);
+  });
+  const restY = 18 + bars.length * rowHeight;
+  const restCount = (rest?.count ?? 0) + Math.max(0, result.groups.filter((g) => !g.rest).length - BARS);
+  const restRow = svg('g', { class: 'rest' });
+  restRow.append(svg('text', { x: 0, y: restY + 12, class: 'label' }, `rest (${restCount.toLocaleString('en')} tokens)`));
+  restRow.append(svg('rect', { x: labelWidth, y: restY + 2, width: Math.max(1, x(hiddenMass) - labelWidth), height: rowHeight - 5, class: 'bar rest' }));
+  restRow.append(svg('text', { x: labelWidth + barWidth + 6, y: restY + 12, class: 'value' },
+    `${approximate && ![0, 1].includes(settings.temperature) ? '≈' : ''}${hiddenMass.toFixed(3)}`));
+  root.append(restRow);
+
+  // Cut lines: top-k and top-p after the last token they keep; min-p at its probability threshold.
+  // A cut below the last bar is drawn above the rest's bar, with the number of tokens it keeps.
+  const cutAfter = (tokensKept, cls, label, offset) => {
+    if (tokensKept <= 0) return;
+    const beyond = tokensKept > bars.length;
+    const y = 18 + Math.min(tokensKept, bars.length) * rowHeight;
+    root.append(svg('line', { x1: 0, x2: width, y1: y, y2: y, class: `cut ${cls}` }));
+    root.append(svg('text', { x: width - offset, y: y - 2, class: `cut-label ${cls}`, 'text-anchor': 'end', fill: 'currentColor' },
+      beyond ? `${label}: ${tokensKept.toLocaleString('en')} kept` : label));
+  };
+  const all = result.groups.reduce((n, g) => n + g.count, 0);
+  if (settings.temperature > 0 && settings.topK > 0 && settings.topK < all) {
+    cutAfter(result.cuts.topK, 'top-k', `top-k ${settings.topK}`, 4);
+  }
+  if (settings.temperature > 0 && settings.topP < 1 && result.cuts.topP < result.cuts.topK) {
+    cutAfter(result.cuts.topP, 'top-p', `top-p ${settings.topP}`, 90);
+  }
+  if (settings.temperature > 0 && settings.minP > 0 && result.cuts.minP <= maxProb) {
+    const mx = x(result.cuts.minP);
+    root.append(svg('line', { x1: mx, x2: mx, y1: 14, y2: height - 8, class: 'cut min-p' }));
+    root.append(svg('text', { x: mx + 3, y: height - 2, class: 'cut-label min-p' }, `min-p ${settings.minP}`));
+  }
+  $('chart').replaceChildren(root);
+}
+
+function drawWalkthrough(groups, step) {
+  const t = state.walkTemperature;
+  const rows = groups.filter((g) => !g.rest).slice(0, WALK_ROWS);
+  const scaled = rows.map((g) => g.logit / t);
+  const max = Math.max(...scaled);
+  const exps = scaled.map((s) => Math.exp(s - max));
+  // The normaliser is over the whole vocabulary (the rest group included), not just these rows.
+  const whole = transform(groups, { temperature: t });
+  const table = document.createElement('table');
+  table.innerHTML = `<thead><tr><th>token</th><th>logit</th><th>÷ T = ${t}</th><th>exp(· − max)</th><th>÷ Σ = p</th></tr></thead>`;
+  const body = document.createElement('tbody');
+  rows.forEach((g, i) => {
+    const tr = document.createElement('tr');
+    if (g.id === step.id) tr.className = 'chosen';
+    const cells = [shownToken(g.text), g.logit.toFixed(3), scaled[i].toFixed(3), exps[i].toPrecision(4), whole.groups[i].prob.toFixed(4)];
+    tr.innerHTML = cells.map((c) => `<td></td>`).join('');
+    cells.forEach((c, j) => { tr.children[j].textContent = c; });
+    body.append(tr);
+  });
+  table.append(body);
+  $('walkthrough').replaceChildren(table);
+}
+
+// ---- start -------------------------------------------------------------------------------------
+
+function showNoWebGpu(detail) {
+  document.body.dataset.state = 'no-webgpu';
+  $('no-webgpu').hidden = false;
+  $('no-webgpu-detail').textContent = detail;
+  $('load').hidden = true;
+  $('status').textContent = 'WebGPU is not available in this browser.';
+}
+
+async function start() {
+  buildKnobs();
+  $('form').addEventListener('submit', generate);
+  $('stop').addEventListener('click', stop);
+  $('show-boundaries').addEventListener('change', (e) => $('tokens').classList.toggle('boundaries', e.target.checked));
+  $('colour-by').addEventListener('change', recolourChips);
+  for (const button of document.querySelectorAll('[data-preset]')) {
+    button.addEventListener('click', () => setKnobs(PRESETS[button.dataset.preset]));
+  }
+  for (const button of document.querySelectorAll('[data-walk-t]')) {
+    button.addEventListener('click', () => {
+      state.walkTemperature = Number(button.dataset.walkT);
+      for (const other of document.querySelectorAll('[data-walk-t]')) other.setAttribute('aria-pressed', String(other === button));
+      renderInspector();
+    });
+  }
+  // Keyboard: arrows move the selected step when a token has focus.
+  $('tokens').addEventListener('keydown', (event) => {
+    if (!['ArrowLeft', 'ArrowRight'].includes(event.key) || !state.steps.length) return;
+    const current = state.selected ?? state.steps.length - 1;
+    const next = Math.max(0, Math.min(state.steps.length - 1, current + (event.key === 'ArrowRight' ? 1 : -1)));
+    select(next);
+    $('tokens').children[next]?.focus();
+    event.preventDefault();
+  });
+
+  if (!navigator.gpu) {
+    showNoWebGpu('navigator.gpu is missing.');
+    return;
+  }
+  const phases = { download: 'Downloading the model', parse: 'Reading the model file', upload: 'Uploading the weights to the GPU' };
+  try {
+    state.lm = await Nucleus.load({
+      onProgress: ({ phase, loaded, total, cached }) => {
+        const mb = (n) => (n / 1e6).toFixed(1);
+        $('load-label').textContent = `${phases[phase]}${cached && phase === 'download' ? ' (from the browser cache)' : ''}: `
+          + `${mb(loaded)} of ${mb(total)} MB`;
+        $('load-bar').value = total ? loaded / total : 0;
+      },
+    });
+  } catch (error) {
+    if (error.code === 'no-webgpu') {
+      showNoWebGpu(error.message);
+    } else {
+      document.body.dataset.state = 'error';
+      $('status').textContent = `The model could not load (${error.code}): ${error.message}`;
+    }
+    return;
+  }
+  const { info } = state.lm;
+  const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
+  $('status').textContent = `${info.name} (${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens) `
+    + `on WebGPU: ${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}, ${info.f16 ? 'f16 available' : 'f32'}; `
+    + `loaded in ${(info.loadMs / 1000).toFixed(1)} s${info.fromCache ? ' from the browser cache' : ''}.`;
+  $('load').hidden = true;
+  setBusy(false);
+}
+
+start();
