@@ -3,7 +3,6 @@
 use nucleus_engine::{Engine, GenerateRequest, Prompt, Stopwatch};
 use nucleus_sampler::SamplingParams;
 
-use crate::submissions::SubmissionCounter;
 use crate::{Backend, ModelArg, load_engine};
 
 #[derive(clap::Args)]
@@ -40,8 +39,6 @@ struct Run {
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     decode_ms_per_token: f64,
-    /// GPU queue submissions per decode step (native wgpu only).
-    submissions_per_token: Option<f64>,
 }
 
 const FILLER: &str = "The quick brown fox jumps over the lazy dog while the river runs past the old mill, \
@@ -98,10 +95,6 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             let (min, median, max) = column(f);
             println!("{name:<28} {min:>12.2} {median:>12.2} {max:>12.2}");
         }
-        if of_tail.iter().all(|r| r.submissions_per_token.is_some()) {
-            let (min, median, max) = column(|r| r.submissions_per_token.unwrap_or_default());
-            println!("{:<28} {min:>12.2} {median:>12.2} {max:>12.2}", "GPU submissions (per token)");
-        }
     }
     println!();
     engine.set_decode_tail(true);
@@ -138,19 +131,11 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -
     let clock = Stopwatch::start();
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
     let mut ttft_ms = 0.0;
-    let counter = SubmissionCounter::new();
-    let (mut decode_submissions, mut decode_steps) = (0, 0);
-    loop {
-        let mark = counter.as_ref().and_then(SubmissionCounter::mark);
-        let Some(step) = pollster::block_on(generation.next_step()).map_err(|e| e.to_string())? else { break };
+    while let Some(step) = pollster::block_on(generation.next_step()).map_err(|e| e.to_string())? {
         if step.index == 0 {
             ttft_ms = clock.elapsed_ms();
-        } else if let (Some(counter), Some(mark)) = (&counter, mark) {
-            decode_submissions += counter.since(mark).unwrap_or_default();
-            decode_steps += 1;
         }
     }
-    let submissions_per_token = (decode_steps > 0).then(|| decode_submissions as f64 / decode_steps as f64);
     let result = generation.result();
     let decoded = result.usage.completion_tokens.saturating_sub(1).max(1) as f64;
     Ok(Run {
@@ -160,7 +145,6 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -
         prefill_tokens_per_s: result.timing.prefill_tokens_per_s,
         decode_tokens_per_s: result.timing.decode_tokens_per_s,
         decode_ms_per_token: result.timing.decode_ms / decoded,
-        submissions_per_token,
     })
 }
 
@@ -189,29 +173,23 @@ fn decode_tail_alone(engine: &Engine, prompt: &[u32], iterations: usize) -> Resu
     let logits = model.forward(prompt, &mut cache, nucleus_model::Logits::Last).map_err(|e| e.to_string())?;
     // A fresh row each call (the tail adjusts in place), made on the device from the real logits.
     let fresh = |step: usize| logits.clone() + (step as f32) * 1e-6;
-    let counter = SubmissionCounter::new();
-    // Median and min ms, bytes read, and GPU submissions per call (when they can be counted).
-    let time = |f: &mut dyn FnMut(usize) -> Result<usize, String>| -> Result<(f64, f64, usize, Option<f64>), String> {
+    let time = |f: &mut dyn FnMut(usize) -> Result<usize, String>| -> Result<(f64, f64, usize), String> {
         let mut bytes = 0;
         for step in 0..2 {
             bytes = f(step)?;
         }
         let mut samples = Vec::new();
-        let mut submissions = Some(0);
         for step in 0..iterations {
-            let mark = counter.as_ref().and_then(SubmissionCounter::mark);
             let clock = Stopwatch::start();
             bytes = f(step + 2)?;
             samples.push(clock.elapsed_ms());
-            let made = counter.as_ref().zip(mark).and_then(|(counter, mark)| counter.since(mark));
-            submissions = submissions.zip(made).map(|(sum, n)| sum + n);
         }
         samples.sort_by(f64::total_cmp);
-        Ok((samples[samples.len() / 2], samples[0], bytes, submissions.map(|n| n as f64 / iterations as f64)))
+        Ok((samples[samples.len() / 2], samples[0], bytes))
     };
     println!("the decode tail alone, on the model's logits (vocab {}, K = {K}, T = {TEMPERATURE}); ms per step", engine.info().vocab_size);
-    println!("{:<52} {:>10} {:>10} {:>12} {:>12}", "variant", "median", "min", "bytes read", "submissions");
-    let mut rows: Vec<(&str, (f64, f64, usize, Option<f64>))> = Vec::new();
+    println!("{:<52} {:>10} {:>10} {:>12}", "variant", "median", "min", "bytes read");
+    let mut rows: Vec<(&str, (f64, f64, usize))> = Vec::new();
     rows.push(("fresh row + 4-byte read (floor, in every line)", time(&mut |step| {
         pollster::block_on(fresh(step).slice([0..1, 0..1]).into_data_async()).map_err(|e| format!("{e:?}"))?;
         Ok(4)
@@ -234,9 +212,8 @@ fn decode_tail_alone(engine: &Engine, prompt: &[u32], iterations: usize) -> Resu
         let ids = pollster::block_on(ids.into_data_async()).map_err(|e| format!("{e:?}"))?;
         Ok(values.as_bytes().len() + ids.as_bytes().len())
     })?));
-    for (name, (median, min, bytes, submissions)) in rows {
-        let submissions = submissions.map_or("n/a".to_string(), |n| format!("{n:.1}"));
-        println!("{name:<52} {median:>10.2} {min:>10.2} {bytes:>12} {submissions:>12}");
+    for (name, (median, min, bytes)) in rows {
+        println!("{name:<52} {median:>10.2} {min:>10.2} {bytes:>12}");
     }
     println!();
     Ok(())

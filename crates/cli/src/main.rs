@@ -4,7 +4,6 @@
 
 mod bench;
 mod inspect;
-mod submissions;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -80,12 +79,7 @@ enum Backend {
 impl Backend {
     fn device(self) -> Result<Device, String> {
         match self {
-            Backend::Wgpu => {
-                let (device, setup) =
-                    Device::wgpu_options().init_with_setup().map_err(|e| format!("cannot start the wgpu backend: {e}"))?;
-                submissions::register_queue(setup.queue);
-                Ok(device)
-            }
+            Backend::Wgpu => Device::wgpu_options().init().map_err(|e| format!("cannot start the wgpu backend: {e}")),
             Backend::Cpu => Ok(Device::flex()),
         }
     }

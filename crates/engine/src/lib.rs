@@ -428,8 +428,9 @@ impl Engine {
     /// Runs one step of `state` (a generation started on this engine by [`Engine::start`]) and
     /// returns its token, or `None` once the generation has finished.
     ///
-    /// Between two steps of one generation the engine must not run another: the KV cache holds
-    /// this generation's tokens.
+    /// The KV cache holds one generation's tokens at a time: a step of a generation whose
+    /// tokens another one has replaced since its last step fails with `busy`
+    /// ([`EngineError::Interleaved`]).
     pub async fn step(&mut self, state: &mut GenerationState) -> Result<Option<Step>, EngineError> {
         state.next_step(self).await
     }
