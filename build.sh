@@ -173,21 +173,21 @@ cmd_test() {
   done
 }
 
-# Builds the engine for the browser: cargo (wasm32, release) -> wasm-bindgen (--target web) ->
-# wasm-opt, into www/pkg/ (ignored by git). Prints the .wasm size raw and gzipped.
+# Builds the engine for the browser: cargo (wasm32, the size-optimised `wasm-release` profile) ->
+# wasm-bindgen (--target web) -> wasm-opt -Os, into www/pkg/ (ignored by git). Prints the .wasm
+# size raw and gzipped.
 cmd_web() {
   ensure_rust
   ensure_wasm_target
   ensure_wasm_bindgen
   ensure_npm_packages
-  log "cargo build --release --target wasm32-unknown-unknown -p nucleus-web"
-  cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-web
-  local built="$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/nucleus_web.wasm"
+  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p nucleus-web"
+  cargo build --profile wasm-release --locked --target wasm32-unknown-unknown -p nucleus-web
+  local built="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/nucleus_web.wasm"
   local out="www/pkg/nucleus_web_bg.wasm"
   if [ ! -f "$out" ] || [ "$built" -nt "$out" ]; then
     wasm-bindgen --target web --no-typescript --out-dir www/pkg "$built"
-    # -O2: most of -O3's speed; -Oz would be ~10% smaller and slower in the browser.
-    node_modules/.bin/wasm-opt -O2 --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+    node_modules/.bin/wasm-opt -Os --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
       --enable-mutable-globals --enable-reference-types --enable-multivalue "$out" -o "$out.opt"
     mv "$out.opt" "$out"
   fi

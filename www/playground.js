@@ -297,9 +297,10 @@ function drawChart(result, step, approximate, settings) {
   const rest = result.groups.find((g) => g.rest);
   const hiddenMass = result.groups.filter((g) => !g.rest).slice(BARS).reduce((s, g) => s + g.prob, 0)
     + (rest ? rest.prob * rest.count : 0);
+  // Drawn at the chart's own width, so the text keeps its size on a phone.
   const rowHeight = 18;
-  const labelWidth = 150;
-  const width = 520;
+  const width = Math.max(300, Math.min(720, $('chart').clientWidth || 520));
+  const labelWidth = width < 420 ? 96 : 150;
   const barWidth = width - labelWidth - 110;
   const rows = bars.length + 1;
   const height = rows * rowHeight + 30;
@@ -314,7 +315,7 @@ function drawChart(result, step, approximate, settings) {
     const y = 18 + i * rowHeight;
     const kept = g.kept > 0;
     const row = svg('g', { class: 'candidate', 'data-id': g.id, 'data-rank': i + 1, 'data-kept': kept });
-    row.append(svg('text', { x: 0, y: y + 12, class: 'label' }, `${i + 1}. ${shownToken(g.text)}`.slice(0, 24)));
+    row.append(svg('text', { x: 0, y: y + 12, class: 'label' }, `${i + 1}. ${shownToken(g.text)}`.slice(0, Math.floor(labelWidth / 6.5))));
     row.append(svg('rect', { x: labelWidth, y: y + 2, width: Math.max(1, x(g.prob) - labelWidth), height: rowHeight - 5,
       class: `bar ${kept ? 'kept' : 'removed'}` }));
     row.append(svg('text', { x: labelWidth + barWidth + 6, y: y + 12, class: 'value' },
@@ -400,6 +401,7 @@ async function start() {
   $('stop').addEventListener('click', stop);
   $('show-boundaries').addEventListener('change', (e) => $('tokens').classList.toggle('boundaries', e.target.checked));
   $('colour-by').addEventListener('change', recolourChips);
+  window.addEventListener('resize', () => renderInspector());
   for (const button of document.querySelectorAll('[data-preset]')) {
     button.addEventListener('click', () => setKnobs(PRESETS[button.dataset.preset]));
   }
