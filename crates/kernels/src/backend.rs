@@ -7,6 +7,9 @@
 //! Every output is an f32 tensor whose words may hold u32 bit patterns (flags, ids); the public
 //! functions read it as raw bytes.
 
+use std::collections::HashMap;
+use std::sync::{LazyLock, Mutex};
+
 use burn::backend::fusion::custom::TensorSpec;
 use burn::backend::wgpu::{CubeBackend, CubeTensor, KernelSource, SourceKernel, SourceTemplate};
 use burn::backend::{Backend, backend_extension, tensor::FloatTensor};
@@ -17,6 +20,7 @@ use burn::cubecl::{CubeCount, CubeDim};
 use burn::tensor::{DType, Shape};
 
 use crate::adjust::AdjustPlan;
+use crate::linear::WeightLayout;
 use crate::layout::{
     CHUNK_LEN, HEADER_WORDS, MAX_ADJUST_WORKGROUPS, MAX_PROBABILITY_WORKGROUPS, WORKGROUP_SIZE,
     packed_words,
@@ -25,6 +29,7 @@ use crate::layout::{
 const LOGIT_ADJUST_WGSL: &str = include_str!("../../../shaders/logit_adjust.wgsl");
 const SOFTMAX_STATS_WGSL: &str = include_str!("../../../shaders/softmax_stats.wgsl");
 const TOPK_WGSL: &str = include_str!("../../../shaders/topk.wgsl");
+const LINEAR_WGSL: &str = include_str!("../../../shaders/linear.wgsl");
 
 /// The decode-tail kernels as backend operations. Inputs are `[1, vocab]` (or `[vocab]`) f32
 /// rows already validated by the public functions; `inverse_temperature` is `1/T` in f32.
@@ -64,6 +69,60 @@ pub trait DecodeTailOps: Backend {
     ) -> FloatTensor<Self>;
 }
 
+/// The barrier-free linear layer of `linear.wgsl`.
+#[backend_extension(Cube, Fusion)]
+pub trait LinearOps: Backend {
+    /// `x Wᵀ`: `x` is `[rows, inputs]`, `weight` is stored as `layout` says; `[rows, outputs]`.
+    #[fusion(dtype = x, shape = linear_shape(x, weight, layout))]
+    fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, layout: WeightLayout) -> FloatTensor<Self>;
+}
+
+/// `[rows, outputs]` of a linear layer.
+fn linear_shape(x: &Shape, weight: &Shape, layout: &WeightLayout) -> Shape {
+    Shape::new([x.dims::<2>()[0], layout.outputs(weight.dims::<2>())])
+}
+
+impl LinearOps for CubeBackend {
+    fn linear(x: CubeTensor, weight: CubeTensor, layout: WeightLayout) -> CubeTensor {
+        let x = readable(x);
+        let weight = readable(weight);
+        let [rows, inputs] = x.meta.shape().dims::<2>();
+        let outputs = layout.outputs(weight.meta.shape().dims::<2>());
+        let y = CubeTensor::new_contiguous(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([rows, outputs]),
+            x.client.empty(rows * outputs * 4),
+            DType::F32,
+        );
+        let layout_word = match layout {
+            WeightLayout::OutputsByInputs => 0,
+            WeightLayout::InputsByOutputs => 1,
+        };
+        let params = constant_buffer(&x, &[rows as u32, inputs as u32, outputs as u32, layout_word]);
+        launch(
+            &x,
+            LinearLayerKernel,
+            CubeCount::Static(
+                (outputs as u32).div_ceil(LINEAR_WORKGROUP_SIZE),
+                (rows as u32).div_ceil(LINEAR_ROWS_PER_INVOCATION),
+                1,
+            ),
+            vec![
+                (binding(&x.handle), BufferIOAttr::ReadOnly),
+                (binding(&weight.handle), BufferIOAttr::ReadOnly),
+                (binding(&y.handle), BufferIOAttr::WriteOnly),
+                (binding(&params), BufferIOAttr::ReadOnly),
+            ],
+        );
+        y
+    }
+}
+
+/// `linear.wgsl`'s workgroup size and rows per invocation.
+const LINEAR_WORKGROUP_SIZE: u32 = 64;
+const LINEAR_ROWS_PER_INVOCATION: u32 = 4;
+
 /// Shape of a statistics output: [`HEADER_WORDS`] words.
 fn stats_shape(_logits: &Shape) -> Shape {
     Shape::new([HEADER_WORDS])
@@ -76,20 +135,20 @@ fn packed_shape(k: &usize) -> Shape {
 
 impl DecodeTailOps for CubeBackend {
     fn logit_adjust(logits: CubeTensor, plan: AdjustPlan) -> CubeTensor {
-        let logits = writable_row(logits);
+        let logits = writable(logits);
         launch_logit_adjust(&logits, &plan);
         logits
     }
 
     fn softmax_stats(logits: CubeTensor, inverse_temperature: f32) -> CubeTensor {
-        let logits = readable_row(logits);
+        let logits = readable(logits);
         let stats = zeroed_output(&logits, HEADER_WORDS);
         launch_softmax_stats(&logits, inverse_temperature, &stats, None);
         stats
     }
 
     fn softmax(logits: CubeTensor, inverse_temperature: f32) -> (CubeTensor, CubeTensor) {
-        let logits = readable_row(logits);
+        let logits = readable(logits);
         let stats = zeroed_output(&logits, HEADER_WORDS);
         let probabilities = empty_like(&logits);
         launch_softmax_stats(&logits, inverse_temperature, &stats, Some(&probabilities));
@@ -97,7 +156,7 @@ impl DecodeTailOps for CubeBackend {
     }
 
     fn top_k(logits: CubeTensor, k: usize) -> CubeTensor {
-        let logits = readable_row(logits);
+        let logits = readable(logits);
         let packed = zeroed_output(&logits, packed_words(k));
         // Only the block records are needed (their sums, at T = 1, are not read). Pass 0 does
         // not touch its stats binding; the packed output fills it.
@@ -115,9 +174,9 @@ impl DecodeTailOps for CubeBackend {
         k: usize,
     ) -> CubeTensor {
         let logits = if plan.is_empty() {
-            readable_row(logits)
+            readable(logits)
         } else {
-            let logits = writable_row(logits);
+            let logits = writable(logits);
             launch_logit_adjust(&logits, &plan);
             logits
         };
@@ -134,9 +193,11 @@ struct LogitAdjustKernel;
 struct SoftmaxStatsKernel;
 /// `topk.wgsl` (both passes share the pipeline).
 struct TopKKernel;
+/// `linear.wgsl`.
+struct LinearLayerKernel;
 
 macro_rules! wgsl_kernel {
-    ($kernel:ty, $source:expr) => {
+    ($kernel:ty, $source:expr, $workgroup_size:expr) => {
         impl KernelSource for $kernel {
             fn source(&self) -> SourceTemplate {
                 // The files have no `{{ }}` placeholders: they are complete WGSL.
@@ -144,23 +205,29 @@ macro_rules! wgsl_kernel {
             }
 
             fn id(&self) -> KernelId {
-                KernelId::new::<Self>().cube_dim(workgroup().0)
+                KernelId::new::<Self>().cube_dim(CubeDim::new_1d($workgroup_size).0)
             }
 
             fn lang(&self) -> &'static str {
                 "wgsl"
             }
         }
+
+        impl WgslKernel for $kernel {
+            const WORKGROUP_SIZE: u32 = $workgroup_size;
+        }
     };
 }
 
-wgsl_kernel!(LogitAdjustKernel, LOGIT_ADJUST_WGSL);
-wgsl_kernel!(SoftmaxStatsKernel, SOFTMAX_STATS_WGSL);
-wgsl_kernel!(TopKKernel, TOPK_WGSL);
-
-fn workgroup() -> CubeDim {
-    CubeDim::new_1d(WORKGROUP_SIZE)
+/// A kernel's `@workgroup_size(N, 1, 1)`, as declared in its file.
+trait WgslKernel: KernelSource {
+    const WORKGROUP_SIZE: u32;
 }
+
+wgsl_kernel!(LogitAdjustKernel, LOGIT_ADJUST_WGSL, WORKGROUP_SIZE);
+wgsl_kernel!(SoftmaxStatsKernel, SOFTMAX_STATS_WGSL, WORKGROUP_SIZE);
+wgsl_kernel!(TopKKernel, TOPK_WGSL, WORKGROUP_SIZE);
+wgsl_kernel!(LinearLayerKernel, LINEAR_WGSL, LINEAR_WORKGROUP_SIZE);
 
 fn words_to_bytes(words: &[u32]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
@@ -171,13 +238,32 @@ fn upload(tensor: &CubeTensor, words: &[u32]) -> Handle {
     tensor.client.create_from_slice(&words_to_bytes(words))
 }
 
+/// Like [`upload`], but uploaded once per device and content and then reused, for parameters that
+/// repeat from step to step: cubecl submits the work recorded so far before every write to the
+/// queue (so that the write cannot overtake it), so a fresh upload per launch would cost a queue
+/// submission per launch (per linear layer: 217 per decode token, measured).
+fn constant_buffer(tensor: &CubeTensor, words: &[u32]) -> Handle {
+    type Key = (burn::cubecl::Device, Vec<u32>);
+    static BUFFERS: LazyLock<Mutex<HashMap<Key, Handle>>> = LazyLock::new(Default::default);
+    /// Distinct parameter sets kept (shapes × prompt lengths); past it the set starts afresh.
+    const MAX_KEPT: usize = 1024;
+    let mut buffers = BUFFERS.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if buffers.len() >= MAX_KEPT {
+        buffers.clear();
+    }
+    buffers
+        .entry((tensor.device.clone(), words.to_vec()))
+        .or_insert_with(|| upload(tensor, words))
+        .clone()
+}
+
 fn vocab_of(tensor: &CubeTensor) -> u32 {
     tensor.meta.shape().num_elements() as u32
 }
 
 /// Contiguous, starting at the buffer's first byte (a view with an offset is copied: storage
 /// bindings need aligned offsets and the shaders index from 0).
-fn readable_row(tensor: CubeTensor) -> CubeTensor {
+fn readable(tensor: CubeTensor) -> CubeTensor {
     let tensor = burn::backend::wgpu::into_contiguous(tensor);
     if tensor.handle.offset_start.unwrap_or(0) != 0 {
         tensor.copy()
@@ -186,9 +272,9 @@ fn readable_row(tensor: CubeTensor) -> CubeTensor {
     }
 }
 
-/// Like [`readable_row`], and not shared with any other tensor, so it can be modified in place.
-fn writable_row(tensor: CubeTensor) -> CubeTensor {
-    let tensor = readable_row(tensor);
+/// Like [`readable`], and not shared with any other tensor, so it can be modified in place.
+fn writable(tensor: CubeTensor) -> CubeTensor {
+    let tensor = readable(tensor);
     if tensor.can_mut() {
         tensor
     } else {
@@ -223,9 +309,9 @@ fn binding(handle: &Handle) -> BufferBinding {
     handle.clone().binding()
 }
 
-fn launch(
+fn launch<K: WgslKernel>(
     tensor: &CubeTensor,
-    kernel: impl KernelSource,
+    kernel: K,
     count: CubeCount,
     buffers: Vec<(BufferBinding, BufferIOAttr)>,
 ) {
@@ -235,7 +321,7 @@ fn launch(
             arguments.with_buffer_io(buffer, io)
         });
     tensor.client.launch(
-        Box::new(SourceKernel::new(kernel, workgroup())),
+        Box::new(SourceKernel::new(kernel, CubeDim::new_1d(K::WORKGROUP_SIZE))),
         count,
         arguments,
     );
@@ -279,7 +365,7 @@ struct BlockSummaries {
 /// `softmax_stats.wgsl` parameters (binding 1).
 fn softmax_params(logits: &CubeTensor, inverse_temperature: f32, block_count: u32) -> Handle {
     let vocab = vocab_of(logits);
-    upload(
+    constant_buffer(
         logits,
         &[
             0,
@@ -312,7 +398,7 @@ fn launch_softmax_pass(
     let probabilities = match probabilities {
         Some(tensor) => (binding(&tensor.handle), BufferIOAttr::WriteOnly),
         // Bound (the entry point uses the binding) but not touched in passes 0 and 1.
-        None => (binding(&upload(logits, &[0])), BufferIOAttr::Dead),
+        None => (binding(&constant_buffer(logits, &[0])), BufferIOAttr::Dead),
     };
     launch(
         logits,
@@ -380,7 +466,7 @@ fn block_count(logits: &CubeTensor) -> u32 {
 
 /// `topk.wgsl` over the row and its block records, into words 0 and 3.. of `packed`.
 fn launch_top_k(logits: &CubeTensor, blocks: &BlockSummaries, k: usize, packed: &CubeTensor) {
-    let params = upload(
+    let params = constant_buffer(
         logits,
         &[
             vocab_of(logits),

@@ -102,6 +102,23 @@
 //! ([`reference::order_key`]); NaN and infinities are recognised from the bits, never by float
 //! comparisons (drivers may assume finite math).
 //!
+//! ## Linear layers
+//!
+//! [`linear`] computes `y = x Wᵀ` with `linear.wgsl`, a kernel without workgroup barriers for
+//! adapters that run on the CPU, where Burn's matmul is several times slower
+//! ([`LinearKernel::for_adapter`] decides; the model calls it for every linear layer when
+//! chosen). Workgroup size 64 × 1 × 1, dispatch `(⌈outputs/64⌉, ⌈rows/4⌉, 1)`: each invocation
+//! computes up to 4 rows of one output column.
+//!
+//! | binding | array | use | layout |
+//! |---|---|---|---|
+//! | 0 | `f32` | reads | `x`, `[rows, inputs]` |
+//! | 1 | `f32` | reads | `W`, `[outputs, inputs]` ([`WeightLayout::OutputsByInputs`], layout 0) or `[inputs, outputs]` (layout 1) |
+//! | 2 | `f32` | writes | `y`, `[rows, outputs]` |
+//! | 3 | `u32` | reads | `[rows, inputs, outputs, layout]`, uploaded once per device and shape |
+//!
+//! `examples/linear_bench.rs` times it against Burn's matmul; ARCHITECTURE.md has the figures.
+//!
 //! ## Burn integration
 //!
 //! The kernels are Burn `KernelSource`s (`lang() = "wgsl"`, entry point `main`, the files'
@@ -117,7 +134,10 @@
 //!   a byte offset is copied too (the shaders index from 0).
 //! - A WGSL passthrough module gets wgpu's automatic bind-group layout: every binding is
 //!   statically used by `main`, and a pass that does not need one still binds a 1-word buffer.
-//!   Parameters travel in a small storage buffer per dispatch (`client.create_from_slice`).
+//!   Parameters travel in small storage buffers (`client.create_from_slice`). Those that repeat
+//!   from step to step (shapes, temperature, K) are uploaded once per device and content and
+//!   reused: cubecl submits the recorded work before every queue write, so each fresh upload
+//!   costs a queue submission.
 //! - Only wgpu devices are accepted (a WGSL source cannot run on the CPU, CUDA or Flex runtimes);
 //!   another device is a [`KernelError::UnsupportedInput`], not a panic. Burn's `vulkan` feature
 //!   (SPIR-V compiler) would refuse WGSL sources; the workspace uses `wgpu`.
@@ -148,9 +168,11 @@
 mod adjust;
 mod backend;
 mod layout;
+mod linear;
 pub mod reference;
 
 pub use adjust::{LogitAdjustment, LogitAdjustments};
+pub use linear::{LinearKernel, WeightLayout, linear};
 pub use layout::{
     BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K,
     MAX_VOCAB, WORKGROUP_SIZE, packed_words,

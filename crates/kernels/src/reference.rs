@@ -7,7 +7,7 @@
 //! - [`softmax_stats`] / [`softmax`] compute the same quantities in f64 from the same f32
 //!   arguments `(x - m) * (1/T)`: the GPU differs only by its `exp` and its f32 summation.
 
-use crate::{KernelError, LogitAdjustments, TopK};
+use crate::{KernelError, LogitAdjustments, TopK, WeightLayout};
 
 /// The statistics of [`crate::softmax_stats`], computed in f64.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -171,4 +171,25 @@ pub fn decode_tail(
     let stats = softmax_stats(&adjusted, temperature)?;
     let top = top_k(&adjusted, k)?;
     Ok((adjusted, stats, top))
+}
+
+/// `y = x Wᵀ` as `linear.wgsl` computes it: `x` is `rows × inputs`, `weight` is stored as
+/// `layout` says, `y` is `rows × outputs`, each sum in f64 (the shader sums in f32, in order of
+/// increasing input index).
+pub fn linear(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: WeightLayout) -> Vec<f32> {
+    assert_eq!(x.len(), rows * inputs, "x is rows × inputs");
+    assert_eq!(weight.len() % inputs, 0, "weight holds whole columns");
+    let outputs = weight.len() / inputs;
+    let w = |output: usize, input: usize| match layout {
+        WeightLayout::OutputsByInputs => weight[output * inputs + input],
+        WeightLayout::InputsByOutputs => weight[input * outputs + output],
+    };
+    let mut y = Vec::with_capacity(rows * outputs);
+    for row in 0..rows {
+        for output in 0..outputs {
+            let sum: f64 = (0..inputs).map(|i| x[row * inputs + i] as f64 * w(output, i) as f64).sum();
+            y.push(sum as f32);
+        }
+    }
+    y
 }
