@@ -1,10 +1,11 @@
-//! The Burn model on the real GGUF against the independent float64 reference, on both backends:
+//! The Burn model on the real GGUF against the independent float64 reference, on both backends
+//! (and on wgpu with both kernels for the linear layers):
 //! every last-position logit within 1e-3, the top-20 order, 32 greedy tokens, and prefill+decode
 //! equal to a full recompute within 1e-4.
 
 use burn::tensor::Device;
 use nucleus_gguf::GgufFile;
-use nucleus_model::{Llama, Logits, read_logits};
+use nucleus_model::{LinearKernel, Llama, Logits, read_logits};
 use nucleus_tests::{LogitCase, cpu_device, max_abs_diff, model_bytes, reference, top_ids, wgpu_device};
 
 const LOGIT_TOLERANCE: f32 = 1e-3;
@@ -36,10 +37,11 @@ fn greedy(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
     }
 }
 
-fn check_backend(name: &str, device: Device) {
+fn check_backend(name: &str, device: Device, linear_kernel: LinearKernel) {
     let file = GgufFile::parse(model_bytes()).unwrap();
     let started = std::time::Instant::now();
-    let model = Llama::load(&file, &device).unwrap();
+    let mut model = Llama::load(&file, &device).unwrap();
+    model.set_linear_kernel(linear_kernel).unwrap();
     println!("[{name}] loaded in {:.2?}", started.elapsed());
     let reference = reference();
     let mut failures = Vec::new();
@@ -87,12 +89,28 @@ fn check_greedy_and_recompute(name: &str, case_name: &str, model: &Llama, case: 
 
 #[test]
 fn wgpu_matches_reference() {
-    check_backend("wgpu", wgpu_device());
+    check_backend("wgpu", wgpu_device(), LinearKernel::BurnMatmul);
+}
+
+/// The linear layers in `shaders/linear.wgsl` (the kernel of CPU adapters such as the browser's
+/// SwiftShader) instead of Burn's matmul.
+#[test]
+fn wgpu_with_the_wgsl_linear_kernel_matches_reference() {
+    check_backend("wgpu, linear.wgsl", wgpu_device(), LinearKernel::Wgsl);
 }
 
 #[test]
 fn cpu_matches_reference() {
-    check_backend("cpu", cpu_device());
+    check_backend("cpu", cpu_device(), LinearKernel::BurnMatmul);
+}
+
+#[test]
+fn the_wgsl_linear_kernel_needs_a_wgpu_device() {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let mut model = Llama::load(&file, &cpu_device()).unwrap();
+    let error = model.set_linear_kernel(LinearKernel::Wgsl).unwrap_err();
+    assert!(error.to_string().contains("runs on wgpu devices"), "{error}");
+    assert_eq!(model.linear_kernel(), LinearKernel::BurnMatmul, "a refused choice changes nothing");
 }
 
 #[test]

@@ -92,7 +92,14 @@ impl LogitCase {
 /// Burn's wgpu device (lavapipe on a machine without a GPU), initialised once per process.
 pub fn wgpu_device() -> Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
-    DEVICE.get_or_init(|| Device::wgpu_options().init().expect("initialise wgpu (is a Vulkan driver such as lavapipe installed?)")).clone()
+    DEVICE
+        .get_or_init(|| {
+            Device::wgpu_options()
+                .tasks_max(nucleus_engine::WGPU_TASKS_PER_SUBMISSION)
+                .init()
+                .expect("initialise wgpu (is a Vulkan driver such as lavapipe installed?)")
+        })
+        .clone()
 }
 
 /// Burn's pure-Rust CPU backend.

@@ -11,8 +11,29 @@ const MODEL_CACHE = 'nucleus-models-v1';
 /** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
 let engine = null;
 let loadMs = 0;
-let generation = null; // { id, aborted, inFlight: Promise | null, done }
+let generation = null; // { id, aborted, inFlight: Promise | null, done, queueAtStart, queueAfterFirstStep }
 let nextGenerationId = 1;
+
+/**
+ * The GPU queue calls this worker has made: every GPUQueue.submit and GPUQueue.writeBuffer.
+ * wgpu (inside the wasm) calls them through wasm-bindgen's glue, which looks the method up on the
+ * queue at each call, so wrapping the prototype's methods once counts them all.
+ */
+const queueCalls = { submits: 0, bufferWrites: 0 };
+if (self.GPUQueue) {
+  for (const [method, counter] of [['submit', 'submits'], ['writeBuffer', 'bufferWrites']]) {
+    const original = GPUQueue.prototype[method];
+    GPUQueue.prototype[method] = function counted(...args) {
+      queueCalls[counter] += 1;
+      return original.apply(this, args);
+    };
+  }
+}
+
+/** The queue calls between two copies of `queueCalls`. */
+function queueCallsBetween(earlier, later) {
+  return { submits: later.submits - earlier.submits, bufferWrites: later.bufferWrites - earlier.bufferWrites };
+}
 
 function fail(code, message, extra = {}) {
   return Object.assign(new Error(message), { code }, extra);
@@ -129,7 +150,8 @@ const handlers = {
       throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
     }
     engine.start(options);
-    generation = { id: nextGenerationId++, aborted: false, inFlight: null, done: false };
+    generation = { id: nextGenerationId++, aborted: false, inFlight: null, done: false,
+      queueAtStart: { ...queueCalls }, queueAfterFirstStep: null, steps: 0 };
     return generation.id;
   },
 
@@ -148,6 +170,8 @@ const handlers = {
       return null;
     }
     const step = JSON.parse(json);
+    current.steps += 1;
+    if (current.steps === 1) current.queueAfterFirstStep = { ...queueCalls };
     const logits = engine.takeLogits();
     if (logits) step.logits = logits;
     if (step.finishReason) current.done = true;
@@ -187,7 +211,25 @@ function currentGeneration(id) {
 function result() {
   const value = JSON.parse(engine.result());
   value.timing.loadMs = loadMs;
+  value.transfer.gpuQueue = gpuQueueOf(generation);
   return value;
+}
+
+/**
+ * A generation's GPU queue calls: the first step (prefill and the first token), then the mean per
+ * later step (null before there is one).
+ */
+function gpuQueueOf({ queueAtStart, queueAfterFirstStep, steps }) {
+  const now = { ...queueCalls };
+  if (!queueAfterFirstStep) return { firstStep: queueCallsBetween(queueAtStart, now), perDecodeToken: null };
+  const decode = queueCallsBetween(queueAfterFirstStep, now);
+  const decodeSteps = steps - 1;
+  return {
+    firstStep: queueCallsBetween(queueAtStart, queueAfterFirstStep),
+    perDecodeToken: decodeSteps > 0
+      ? { submits: decode.submits / decodeSteps, bufferWrites: decode.bufferWrites / decodeSteps }
+      : null,
+  };
 }
 
 self.onmessage = async ({ data }) => {

@@ -228,6 +228,9 @@ function showStats({ tokens, elapsedMs, result }) {
       ['tokens generated', String(result.usage.completionTokens)],
       ['finish reason', result.finishReason],
       ['read back', `${result.transfer.bytesPerToken.toFixed(0)} bytes/token`],
+      ...(result.transfer.gpuQueue.perDecodeToken
+        ? [['GPU submits', `${result.transfer.gpuQueue.perDecodeToken.submits.toFixed(1)}/decode token`]]
+        : []),
     ]
     : [['tokens generated', String(tokens)], ['elapsed', `${(elapsedMs / 1000).toFixed(1)} s`]];
   $('stats').replaceChildren(...rows.flatMap(([name, value]) => {
@@ -448,7 +451,8 @@ async function start() {
   const { info } = state.lm;
   const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
   $('status').textContent = `${info.name} (${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens) `
-    + `on WebGPU: ${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}, ${info.f16 ? 'f16 available' : 'f32'}; `
+    + `on WebGPU: ${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}, ${info.f16 ? 'f16 available' : 'f32'}, `
+    + `linear layers in ${info.linearKernel === 'wgsl' ? 'linear.wgsl' : 'Burn\'s matmul'}; `
     + `loaded in ${(info.loadMs / 1000).toFixed(1)} s${info.fromCache ? ' from the browser cache' : ''}.`;
   $('load').hidden = true;
   setBusy(false);

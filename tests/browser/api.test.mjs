@@ -66,12 +66,15 @@ test('Nucleus.load() loads the default model with progress, on a WebGPU adapter'
     return { info: window.lm.info, phases, ms: performance.now() - started };
   });
   const { info, phases } = loaded;
-  console.log(`  loaded in ${loaded.ms.toFixed(0)} ms on ${info.adapter.vendor}/${info.adapter.architecture}`);
+  console.log(`  loaded in ${loaded.ms.toFixed(0)} ms on ${info.adapter.vendor}/${info.adapter.architecture} `
+    + `(fallback ${info.adapter.isFallback}), linear layers: ${info.linearKernel}`);
   assert.match(info.name, /^Smollm2 135M/i);
   assert.equal(info.architecture, 'llama');
   assert.equal(info.vocabSize, 49152);
   assert.equal(info.contextLength, 8192);
   assert.equal(typeof info.adapter.isFallback, 'boolean');
+  // A fallback adapter runs on the CPU, where linear.wgsl beats Burn's matmul.
+  assert.equal(info.linearKernel, info.adapter.isFallback ? 'wgsl' : 'burn-matmul');
   assert.equal(info.f16, false, 'SwiftShader has no shader-f16');
   assert.equal(info.fromCache, false);
   assert.deepEqual([...new Set(phases.map((p) => p.phase))], ['download', 'parse', 'upload']);
@@ -103,8 +106,13 @@ for (const [name, caseData] of Object.entries(reference.logit_cases)) {
     assert.equal(result.text, steps.map((s) => s.text).join(''));
     assert.equal(result.usage.completionTokens, ids.length);
     assert.ok(result.transfer.bytesPerToken <= 4096, `${result.transfer.bytesPerToken} bytes per token`);
+    // Every step submits GPU work and reads its candidates back: at least one submit each.
+    const { firstStep, perDecodeToken } = result.transfer.gpuQueue;
+    assert.ok(firstStep.submits >= 1 && perDecodeToken.submits >= 1, JSON.stringify(result.transfer.gpuQueue));
     console.log(`  ${JSON.stringify(result.text)}: ttft ${result.timing.ttftMs.toFixed(0)} ms, `
-      + `decode ${result.timing.decodeTokensPerS.toFixed(2)} tok/s, ${result.transfer.bytesPerToken} B/token`);
+      + `decode ${result.timing.decodeTokensPerS.toFixed(2)} tok/s, ${result.transfer.bytesPerToken} B/token, `
+      + `${perDecodeToken.submits.toFixed(1)} submits and ${perDecodeToken.bufferWrites.toFixed(1)} buffer writes `
+      + `per decode token (first step ${firstStep.submits} and ${firstStep.bufferWrites})`);
   });
 }
 

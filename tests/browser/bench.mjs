@@ -62,7 +62,7 @@ const of = (f) => median(browser.results.map(f));
 const { adapter } = browser.info;
 console.log(`browser: headless Chromium, WebGPU adapter ${adapter.vendor}/${adapter.architecture} (fallback ${adapter.isFallback}), `
   + `${browser.results[0].usage.promptTokens} prompt tokens, ${genTokens} generated, median of ${runs} runs after a warm-up`);
-console.log(`${'metric'.padEnd(28)} ${'browser'.padStart(12)}`);
+console.log(`${'metric'.padEnd(30)} ${'browser'.padStart(12)}`);
 for (const [name, value] of [
   ['load (ms)', browser.loadMs],
   ['time to first token (ms)', of((r) => r.timing.ttftMs)],
@@ -70,8 +70,11 @@ for (const [name, value] of [
   ['decode (tok/s)', of((r) => r.timing.decodeTokensPerS)],
   ['decode (ms/token)', of((r) => r.timing.decodeMs / Math.max(1, r.usage.completionTokens - 1))],
   ['read back (bytes/token)', of((r) => r.transfer.bytesPerToken)],
+  ['GPU submits (first step)', of((r) => r.transfer.gpuQueue.firstStep.submits)],
+  ['GPU submits (/decode token)', of((r) => r.transfer.gpuQueue.perDecodeToken?.submits ?? NaN)],
+  ['buffer writes (/decode token)', of((r) => r.transfer.gpuQueue.perDecodeToken?.bufferWrites ?? NaN)],
 ]) {
-  console.log(`${name.padEnd(28)} ${value.toFixed(2).padStart(12)}`);
+  console.log(`${name.padEnd(30)} ${value.toFixed(2).padStart(12)}`);
 }
 
 console.log(`\nnative, same settings: nucleus bench --backend ${values['native-backend']}`);

@@ -3,7 +3,8 @@
 use nucleus_engine::{Engine, GenerateRequest, Prompt, Stopwatch};
 use nucleus_sampler::SamplingParams;
 
-use crate::{Backend, ModelArg, load_engine};
+use crate::queue_calls::{QueueCallCount, QueueCalls};
+use crate::{Backend, LinearArg, ModelArg, load_engine};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -11,6 +12,9 @@ pub struct BenchArgs {
     model: ModelArg,
     #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
     backend: Backend,
+    /// The kernel of the linear layers.
+    #[arg(long, value_enum, default_value_t = LinearArg::Auto)]
+    linear: LinearArg,
     /// Prompt length in tokens.
     #[arg(long, default_value_t = 128)]
     prompt_tokens: usize,
@@ -49,13 +53,14 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         return Err("--prompt-tokens, --gen-tokens and --runs must be at least 1".into());
     }
     let context = args.prompt_tokens + args.gen_tokens;
-    let (mut engine, load_ms) = load_engine(&args.model, args.backend, Some(context))?;
+    let (mut engine, load_ms) = load_engine(&args.model, args.backend, args.linear, Some(context))?;
     let prompt = bench_prompt(&engine, args.prompt_tokens)?;
     println!(
-        "model {} ({} parameters), backend {:?}, {} prompt tokens, {} generated tokens, {} runs after 1 warm-up; load {:.0} ms",
+        "model {} ({} parameters), backend {:?}, linear layers {:?}, {} prompt tokens, {} generated tokens, {} runs after 1 warm-up; load {:.0} ms",
         engine.info().name,
         engine.info().parameters,
         args.backend,
+        engine.linear_kernel(),
         args.prompt_tokens,
         args.gen_tokens,
         args.runs,
@@ -71,6 +76,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             if index > 0 {
                 runs.push(run);
             }
+        }
+    }
+    let mut counted = Vec::new();
+    for &tail in tails {
+        engine.set_decode_tail(tail == Tail::Gpu);
+        if args.backend == Backend::Wgpu {
+            counted.push((tail, counted_run(&mut engine, &prompt, args.gen_tokens)?));
         }
     }
     for &tail in tails {
@@ -94,6 +106,18 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         ] {
             let (min, median, max) = column(f);
             println!("{name:<28} {min:>12.2} {median:>12.2} {max:>12.2}");
+        }
+        if let Some((_, run)) = counted.iter().find(|(t, _)| *t == tail) {
+            let per_step = |n: u64| n as f64 / run.decode_steps.max(1) as f64;
+            println!("GPU queue calls, counted in one more (untimed) run:");
+            println!("{:<28} {:>12} {:>12}", "", "submits", "buffer writes");
+            println!("{:<28} {:>12} {:>12}", "prefill + first token", run.first_step.submits, run.first_step.buffer_writes);
+            println!(
+                "{:<28} {:>12.2} {:>12.2}",
+                "per decode token",
+                per_step(run.decode.submits),
+                per_step(run.decode.buffer_writes)
+            );
         }
     }
     println!();
@@ -120,7 +144,8 @@ fn bench_prompt(engine: &Engine, n: usize) -> Result<Vec<u32>, String> {
     }
 }
 
-fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -> Result<Run, String> {
+/// Greedy, `gen_tokens` tokens whatever they are, on an empty cache.
+fn bench_request(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> GenerateRequest {
     engine.clear_cache();
     let text = engine.tokenizer().decode(prompt);
     let mut request = GenerateRequest::new(Prompt::Text(text));
@@ -128,6 +153,11 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -
     request.sampling = SamplingParams::greedy();
     request.ignore_eos = true;
     request.top_logprobs = 0;
+    request
+}
+
+fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -> Result<Run, String> {
+    let request = bench_request(engine, prompt, gen_tokens);
     let clock = Stopwatch::start();
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
     let mut ttft_ms = 0.0;
@@ -146,6 +176,28 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -
         decode_tokens_per_s: result.timing.decode_tokens_per_s,
         decode_ms_per_token: result.timing.decode_ms / decoded,
     })
+}
+
+/// Queue calls of one run: the first step (prefill and the first token) and each later step.
+struct CountedRun {
+    first_step: QueueCalls,
+    decode_steps: u64,
+    decode: QueueCalls,
+}
+
+/// One more run, untimed, with the GPU queue calls counted (see `queue_calls`).
+fn counted_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<CountedRun, String> {
+    let request = bench_request(engine, prompt, gen_tokens);
+    let count = QueueCallCount::start()?;
+    let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+    let mut first_step = None;
+    let mut steps = 0u64;
+    while pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?.is_some() {
+        steps += 1;
+        first_step.get_or_insert_with(|| count.so_far());
+    }
+    let first_step = first_step.ok_or("the counted run generated no token")?;
+    Ok(CountedRun { first_step, decode_steps: steps - 1, decode: count.so_far() - first_step })
 }
 
 /// Peak resident set size of this process (Linux; 0 elsewhere).

@@ -4,6 +4,7 @@
 
 mod bench;
 mod inspect;
+mod queue_calls;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -11,7 +12,9 @@ use std::process::ExitCode;
 
 use burn::tensor::Device;
 use clap::{Parser, Subcommand, ValueEnum};
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Stopwatch, Timing, Transfer, Usage};
+use nucleus_engine::{
+    BeamRequest, Engine, GenerateRequest, LinearKernel, Prompt, Stopwatch, Timing, Transfer, Usage, WGPU_TASKS_PER_SUBMISSION,
+};
 use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
 use serde::Serialize;
@@ -77,12 +80,34 @@ enum Backend {
 }
 
 impl Backend {
-    fn device(self) -> Result<Device, String> {
+    /// The device, and on wgpu the kernel its adapter runs the linear layers fastest with.
+    fn device(self) -> Result<(Device, LinearKernel), String> {
         match self {
-            Backend::Wgpu => Device::wgpu_options().init().map_err(|e| format!("cannot start the wgpu backend: {e}")),
-            Backend::Cpu => Ok(Device::flex()),
+            Backend::Wgpu => {
+                let mut options = Device::wgpu_options();
+                // cubecl's own variable, when set, wins (for measuring other values).
+                if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
+                    options = options.tasks_max(WGPU_TASKS_PER_SUBMISSION);
+                }
+                let (device, setup) = options
+                    .init_with_setup()
+                    .map_err(|e| format!("cannot start the wgpu backend: {e}"))?;
+                Ok((device, LinearKernel::for_adapter(&setup.adapter.get_info())))
+            }
+            Backend::Cpu => Ok((Device::flex(), LinearKernel::BurnMatmul)),
         }
     }
+}
+
+/// `--linear`: the kernel of the linear layers.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub(crate) enum LinearArg {
+    /// `wgsl` on a wgpu adapter that runs on the CPU (lavapipe, SwiftShader), else `burn`.
+    Auto,
+    /// Burn's matmul.
+    Burn,
+    /// Our barrier-free `shaders/linear.wgsl` (wgpu only).
+    Wgsl,
 }
 
 #[derive(clap::Args)]
@@ -167,6 +192,9 @@ struct GenerateArgs {
     context: Option<usize>,
     #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
     backend: Backend,
+    /// The kernel of the linear layers.
+    #[arg(long, value_enum, default_value_t = LinearArg::Auto)]
+    linear: LinearArg,
     /// One JSON object per token, then a summary line.
     #[arg(long)]
     json: bool,
@@ -244,16 +272,22 @@ fn tokenize(model: &ModelArg, text: &str) -> Result<(), String> {
 }
 
 /// Reads the model and loads it on `backend`, returning the engine and the load time in ms.
-fn load_engine(model: &ModelArg, backend: Backend, context: Option<usize>) -> Result<(Engine, f64), String> {
+pub(crate) fn load_engine(model: &ModelArg, backend: Backend, linear: LinearArg, context: Option<usize>) -> Result<(Engine, f64), String> {
     let clock = Stopwatch::start();
     let bytes = model.read()?;
-    let device = backend.device()?;
-    let engine = Engine::load(&bytes, &device, context).map_err(|e| format!("{}: {e}", model.path().display()))?;
+    let (device, preferred) = backend.device()?;
+    let mut engine = Engine::load(&bytes, &device, context).map_err(|e| format!("{}: {e}", model.path().display()))?;
+    let kernel = match linear {
+        LinearArg::Auto => preferred,
+        LinearArg::Burn => LinearKernel::BurnMatmul,
+        LinearArg::Wgsl => LinearKernel::Wgsl,
+    };
+    engine.set_linear_kernel(kernel).map_err(|e| format!("--linear wgsl: {e}"))?;
     Ok((engine, clock.elapsed_ms()))
 }
 
 fn generate(args: &GenerateArgs) -> Result<(), String> {
-    let (mut engine, load_ms) = load_engine(&args.model, args.backend, args.context)?;
+    let (mut engine, load_ms) = load_engine(&args.model, args.backend, args.linear, args.context)?;
     if let Some(beams) = args.beams {
         return beam_search(&mut engine, args, beams);
     }

@@ -3,6 +3,7 @@
 use std::fmt::Display;
 
 use nucleus_gguf::GgufError;
+use nucleus_kernels::KernelError;
 use nucleus_model::ModelError;
 use nucleus_sampler::SamplerError;
 use nucleus_tokenizer::TokenizerError;
@@ -41,7 +42,7 @@ impl EngineError {
                 "unsupported-model"
             }
             Self::Model(ModelError::ContextOverflow { .. }) | Self::ContextOverflow { .. } => "context-overflow",
-            Self::Model(ModelError::Device(_)) => "device",
+            Self::Model(ModelError::Device(_) | ModelError::Kernel(KernelError::Device(_))) => "device",
             Self::Model(_) | Self::Tokenizer(TokenizerError::Metadata(_) | TokenizerError::Invalid(_)) => "bad-model",
             Self::Tokenizer(TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPreTokenizer(_)) => "unsupported-model",
             Self::Tokenizer(_) => "bad-options",

@@ -28,6 +28,12 @@ use serde::Serialize;
 
 pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
+pub use nucleus_model::LinearKernel;
+
+/// Kernels Burn's wgpu runtime records before each queue submission (`tasks_max`; Burn's default
+/// is 32). With 256 a greedy decode step makes 8 submissions instead of 35; see README.md
+/// ("The decode tail on the GPU") for the measurements.
+pub const WGPU_TASKS_PER_SUBMISSION: usize = 256;
 pub use timing::Stopwatch;
 
 /// Most candidates a step can report (`top_logprobs`, explanation size).
@@ -308,6 +314,17 @@ impl Engine {
     /// Turns the GPU decode tail on or off (it stays off on devices that cannot run it).
     pub fn set_decode_tail(&mut self, enabled: bool) {
         self.decode_tail = enabled && nucleus_kernels::supports_device(self.model.device());
+    }
+
+    /// The kernel of the model's linear layers (Burn's matmul unless set).
+    pub fn linear_kernel(&self) -> LinearKernel {
+        self.model.linear_kernel()
+    }
+
+    /// Chooses the kernel of the model's linear layers: [`LinearKernel::for_adapter`] picks the
+    /// faster one for a wgpu adapter; [`LinearKernel::Wgsl`] is refused on other devices.
+    pub fn set_linear_kernel(&mut self, kernel: LinearKernel) -> Result<(), EngineError> {
+        Ok(self.model.set_linear_kernel(kernel)?)
     }
 
     /// Empties the KV cache, so the next generation prefills its whole prompt.

@@ -24,8 +24,10 @@ mod config;
 use burn::tensor::activation::{silu, softmax};
 use burn::tensor::{DType, Device, Int, Tensor, TensorData, s};
 use nucleus_gguf::{GgufError, GgufFile};
+use nucleus_kernels::{KernelError, WeightLayout};
 
 pub use config::{LlamaConfig, SUPPORTED_ARCHITECTURES};
+pub use nucleus_kernels::LinearKernel;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -47,6 +49,8 @@ pub enum ModelError {
     EmptyInput,
     #[error("device: {0}")]
     Device(String),
+    #[error(transparent)]
+    Kernel(#[from] KernelError),
 }
 
 /// Which positions of a forward pass produce logits.
@@ -83,6 +87,7 @@ pub struct Llama {
     /// `[context, hd/2]` tables of cos and sin of `position · base^(-2i/hd)`.
     rope_cos: Tensor<2>,
     rope_sin: Tensor<2>,
+    linear_kernel: LinearKernel,
 }
 
 /// Keys and values of every block for the positions seen so far, allocated once.
@@ -219,7 +224,22 @@ impl Llama {
             tied_output,
             rope_cos,
             rope_sin,
+            linear_kernel: LinearKernel::BurnMatmul,
         })
+    }
+
+    /// The kernel of the linear layers ([`LinearKernel::BurnMatmul`] until set).
+    pub fn linear_kernel(&self) -> LinearKernel {
+        self.linear_kernel
+    }
+
+    /// Chooses the kernel of the linear layers; [`LinearKernel::Wgsl`] needs a wgpu device.
+    pub fn set_linear_kernel(&mut self, kernel: LinearKernel) -> Result<(), ModelError> {
+        if kernel == LinearKernel::Wgsl && !nucleus_kernels::supports_device(&self.device) {
+            return Err(ModelError::Unsupported(format!("the WGSL linear kernel runs on wgpu devices, not {:?}", self.device)));
+        }
+        self.linear_kernel = kernel;
+        Ok(())
     }
 
     pub fn config(&self) -> &LlamaConfig {
@@ -280,12 +300,12 @@ impl Llama {
 
         for (index, block) in self.blocks.iter().enumerate() {
             let h = self.rms_norm(x.clone(), &block.attn_norm);
-            let attention = self.attention(h, block, index, cache, start, (&cos, &sin), mask.as_ref());
+            let attention = self.attention(h, block, index, cache, start, (&cos, &sin), mask.as_ref())?;
             x = x + attention;
             let h = self.rms_norm(x.clone(), &block.ffn_norm);
-            let gate = silu(linear(h.clone(), &block.w_gate));
-            let up = linear(h, &block.w_up);
-            x = x + linear(gate * up, &block.w_down);
+            let gate = silu(self.linear(h.clone(), &block.w_gate)?);
+            let up = self.linear(h, &block.w_up)?;
+            x = x + self.linear(gate * up, &block.w_down)?;
         }
         cache.len = end;
 
@@ -293,7 +313,7 @@ impl Llama {
             x = x.slice(s![seq - 1..seq, ..]);
         }
         let x = self.rms_norm(x, &self.output_norm);
-        Ok(linear(x, &self.output))
+        self.linear(x, &self.output)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -306,15 +326,15 @@ impl Llama {
         start: usize,
         (cos, sin): (&Tensor<3>, &Tensor<3>),
         mask: Option<&Tensor<3>>,
-    ) -> Tensor<2> {
+    ) -> Result<Tensor<2>, ModelError> {
         let c = &self.config;
         let (seq, end) = (h.dims()[0], start + h.dims()[0]);
         let (heads, kv_heads, hd, group) = (c.head_count, c.head_count_kv, c.head_dim, c.group_size());
 
         let to_heads = |t: Tensor<2>, n: usize| t.reshape([seq, n, hd]).swap_dims(0, 1);
-        let q = rope(to_heads(linear(h.clone(), &block.wq), heads), cos, sin);
-        let k = rope(to_heads(linear(h.clone(), &block.wk), kv_heads), cos, sin);
-        let v = to_heads(linear(h, &block.wv), kv_heads);
+        let q = rope(to_heads(self.linear(h.clone(), &block.wq)?, heads), cos, sin);
+        let k = rope(to_heads(self.linear(h.clone(), &block.wk)?, kv_heads), cos, sin);
+        let v = to_heads(self.linear(h, &block.wv)?, kv_heads);
 
         let keys = cache.keys[index].take().expect("cache present").slice_assign(s![.., start..end, ..], k);
         let values = cache.values[index].take().expect("cache present").slice_assign(s![.., start..end, ..], v);
@@ -331,7 +351,7 @@ impl Llama {
         }
         let out = softmax(scores, 2).matmul(v_all); // [KV, G·S, hd]
         let out = out.reshape([heads, seq, hd]).swap_dims(0, 1).reshape([seq, heads * hd]);
-        linear(out, &block.wo)
+        self.linear(out, &block.wo)
     }
 
     /// `[1, G·S, T]`: 0 where row `(g, i)` (query position `start + i`) may see key `j`, -inf after.
@@ -352,11 +372,14 @@ impl Llama {
         let inv_rms = x.clone().square().mean_dim(1).add_scalar(self.config.rms_norm_eps).sqrt().recip();
         x * inv_rms * weight.clone()
     }
-}
 
-/// `x Wᵀ` for `x: [S, in]` and a GGUF matrix `W: [out, in]`.
-fn linear(x: Tensor<2>, weight: &Tensor<2>) -> Tensor<2> {
-    x.matmul(weight.clone().transpose())
+    /// `x Wᵀ` for `x: [S, in]` and a GGUF matrix `W: [out, in]`, with the chosen kernel.
+    fn linear(&self, x: Tensor<2>, weight: &Tensor<2>) -> Result<Tensor<2>, ModelError> {
+        match self.linear_kernel {
+            LinearKernel::BurnMatmul => Ok(x.matmul(weight.clone().transpose())),
+            LinearKernel::Wgsl => Ok(nucleus_kernels::linear(x, weight.clone(), WeightLayout::OutputsByInputs)?),
+        }
+    }
 }
 
 /// Rotates adjacent pairs `(x[2i], x[2i+1])` of each head by `position · θ_i`, GGUF's layout.
