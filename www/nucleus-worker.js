@@ -11,7 +11,7 @@ const MODEL_CACHE = 'nucleus-models-v1';
 /** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
 let engine = null;
 let loadMs = 0;
-let generation = null; // { id, aborted, inFlight: Promise | null, done, queueAtStart, queueAfterFirstStep }
+let generation = null; // { id, aborted, inFlight: Promise | null, done, queueAtStart, queueAfterFirstStep, steps }
 let nextGenerationId = 1;
 
 /**

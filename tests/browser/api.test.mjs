@@ -86,17 +86,18 @@ test('Nucleus.load() loads the default model with progress, on a WebGPU adapter'
 });
 
 for (const [name, caseData] of Object.entries(reference.logit_cases)) {
-  test(`greedy: 8 tokens of the "${name}" prompt equal the reference`, async () => {
+  test(`greedy: the "${name}" prompt's tokens (up to 32) equal the reference`, async () => {
     const { steps, result } = await inPage(async (lm, prompt) => {
-      const gen = lm.generate({ prompt, maxTokens: 8, temperature: 0, topLogprobs: 20 });
+      const gen = lm.generate({ prompt, maxTokens: 32, temperature: 0, topLogprobs: 20 });
       const steps = [];
       for await (const step of gen) steps.push(step);
       return { steps, result: await gen.result };
     }, caseData.text);
     const ids = steps.map((s) => s.id);
-    // The reference stops early at end-of-generation; ours stops there too.
-    assert.deepEqual(ids, caseData.greedy32.slice(0, ids.length));
-    assert.ok(ids.length === 8 || result.finishReason === 'eos', `${ids.length} tokens, ${result.finishReason}`);
+    // The reference stops at 32 tokens or at end-of-generation (which it includes); so do we.
+    assert.deepEqual(ids, caseData.greedy32);
+    const endedOnEos = [0, 2].includes(ids.at(-1)); // <|endoftext|>, <|im_end|>
+    assert.equal(result.finishReason, endedOnEos ? 'eos' : 'length');
     const top = steps[0].top;
     assert.equal(top.length, 20);
     caseData.top20.forEach((expected, i) => {

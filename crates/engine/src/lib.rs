@@ -29,12 +29,12 @@ use serde::Serialize;
 pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
 pub use nucleus_model::LinearKernel;
+pub use timing::Stopwatch;
 
 /// Kernels Burn's wgpu runtime records before each queue submission (`tasks_max`; Burn's default
-/// is 32). With 256 a greedy decode step makes 8 submissions instead of 35; see README.md
-/// ("The decode tail on the GPU") for the measurements.
+/// is 32). With 256 a greedy decode step makes 10 submissions instead of 35 and runs about 20%
+/// faster on lavapipe; README.md ("Speed") has the measurements.
 pub const WGPU_TASKS_PER_SUBMISSION: usize = 256;
-pub use timing::Stopwatch;
 
 /// Most candidates a step can report (`top_logprobs`, explanation size).
 pub const MAX_TOP_LOGPROBS: usize = 256;

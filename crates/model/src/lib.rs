@@ -236,7 +236,7 @@ impl Llama {
     /// Chooses the kernel of the linear layers; [`LinearKernel::Wgsl`] needs a wgpu device.
     pub fn set_linear_kernel(&mut self, kernel: LinearKernel) -> Result<(), ModelError> {
         if kernel == LinearKernel::Wgsl && !nucleus_kernels::supports_device(&self.device) {
-            return Err(ModelError::Unsupported(format!("the WGSL linear kernel runs on wgpu devices, not {:?}", self.device)));
+            return Err(ModelError::Device(format!("the WGSL linear kernel runs on wgpu devices, not {:?}", self.device)));
         }
         self.linear_kernel = kernel;
         Ok(())

@@ -150,7 +150,7 @@ pub struct WasmEngine {
 
 #[wasm_bindgen]
 impl WasmEngine {
-    /// `{ name, architecture, vocabSize, contextLength, parameters, fileBytes }` as JSON.
+    /// `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, linearKernel }` as JSON.
     pub fn info(&self) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;
         Ok(shapes::info(inner.engine.info(), inner.engine.linear_kernel()).to_string())
