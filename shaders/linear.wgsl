@@ -17,8 +17,9 @@
 // Bindings 0, 1 and 3 are `read_write` though only read: the runtime may place small buffers in
 // one wgpu buffer, which cannot be bound both read-only and read-write in one dispatch.
 //
-// Semantics, identical to the CPU reference (crates/kernels/src/reference.rs, `linear`):
-// y[r, o] = Σ_i x[r, i] · W[o, i], summed in f32 in order of increasing i.
+// Semantics: y[r, o] = Σ_i x[r, i] · W[o, i], summed in f32 in order of increasing i (a driver
+// may fuse each multiply-add). The CPU reference (crates/kernels/src/reference.rs, `linear`) sums
+// in f64; the parity test allows the rounding bound of an f32 sum.
 
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<storage, read_write> weight: array<f32>;

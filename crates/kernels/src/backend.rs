@@ -120,8 +120,8 @@ impl LinearOps for CubeBackend {
 }
 
 /// `linear.wgsl`'s workgroup size and rows per invocation.
-const LINEAR_WORKGROUP_SIZE: u32 = 64;
-const LINEAR_ROWS_PER_INVOCATION: u32 = 4;
+pub(crate) const LINEAR_WORKGROUP_SIZE: u32 = 64;
+pub(crate) const LINEAR_ROWS_PER_INVOCATION: u32 = 4;
 
 /// Shape of a statistics output: [`HEADER_WORDS`] words.
 fn stats_shape(_logits: &Shape) -> Shape {

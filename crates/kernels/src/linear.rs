@@ -5,7 +5,7 @@ use burn::backend::Dispatch;
 use burn::backend::wgpu::wgpu;
 use burn::tensor::{DType, Tensor};
 
-use crate::backend::LinearOps;
+use crate::backend::{LINEAR_ROWS_PER_INVOCATION, LINEAR_WORKGROUP_SIZE, LinearOps};
 use crate::{KernelError, supports_device};
 
 /// Which kernel computes a model's linear layers.
@@ -79,7 +79,9 @@ pub fn linear(x: Tensor<2>, weight: Tensor<2>, layout: WeightLayout) -> Result<T
     }
     // Dispatch limits: 65,535 workgroups per dimension; the shader's indices are u32.
     let largest_index = rows.saturating_mul(inputs).max(outputs.saturating_mul(inputs)).max(rows.saturating_mul(outputs));
-    if rows.div_ceil(4) > 65_535 || outputs.div_ceil(64) > 65_535 || largest_index > u32::MAX as usize {
+    let workgroups_y = rows.div_ceil(LINEAR_ROWS_PER_INVOCATION as usize);
+    let workgroups_x = outputs.div_ceil(LINEAR_WORKGROUP_SIZE as usize);
+    if workgroups_x > 65_535 || workgroups_y > 65_535 || largest_index > u32::MAX as usize {
         return Err(KernelError::invalid("x", format!("too large for one dispatch: {rows} rows, {inputs} inputs, {outputs} outputs")));
     }
     if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
