@@ -1,10 +1,10 @@
-//! The GPU decode tail on the real model (native wgpu): decode steps that read back only the
-//! candidates give the reference's greedy tokens and top-20, and the same seeded sampled tokens
-//! as reading whole rows.
+//! The GPU decode tail on the real model (native wgpu, the fused path): decode steps that read
+//! back only the candidates give the reference's greedy tokens and top-20, and the same seeded
+//! sampled tokens as reading whole rows.
 
-use nucleus_engine::{DECODE_TAIL_CANDIDATES, Engine, GenerateRequest, GenerationResult, Prompt, Step};
+use nucleus_engine::{DECODE_TAIL_CANDIDATES, Engine, GenerateRequest, GenerationResult, LoadOptions, Prompt, Step};
 use nucleus_sampler::SamplingParams;
-use nucleus_tests::{model_bytes, reference, wgpu_device};
+use nucleus_tests::{cpu_device, model_bytes, reference, wgpu_device};
 
 fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationResult) {
     engine.clear_cache();
@@ -17,7 +17,7 @@ fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationR
 }
 
 fn engine(decode_tail: bool) -> Engine {
-    let mut engine = Engine::load(model_bytes(), &wgpu_device(), Some(256)).unwrap();
+    let mut engine = Engine::load(model_bytes(), &wgpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
     assert!(engine.decode_tail(), "the wgpu engine uses the decode tail by default");
     engine.set_decode_tail(decode_tail);
     engine
@@ -130,4 +130,24 @@ fn penalties_on_the_gpu_give_the_same_tokens_as_on_whole_rows() {
         let ids = |s: &Step| s.top.iter().map(|t| t.id).collect::<Vec<_>>();
         assert_eq!(ids(a), ids(b), "the reported candidates are the raw ones on both paths");
     }
+}
+
+/// The fused path and the CPU backend's Burn operations draw the same seeded tokens: their
+/// logits agree far inside the margins that decide a draw.
+#[test]
+fn seeded_sampling_on_the_fused_path_gives_the_cpu_backends_tokens() {
+    let request = || {
+        let mut request = GenerateRequest::new(Prompt::Chat(vec![nucleus_tokenizer::ChatMessage::user("Name three colours.")]));
+        request.sampling = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed: 77, ..SamplingParams::default() };
+        request.max_tokens = 24;
+        request
+    };
+    let mut cpu = Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
+    let mut fused = engine(true);
+    assert_eq!(fused.info().path, "fused");
+    let (cpu_steps, cpu_result) = run(&mut cpu, request());
+    let (fused_steps, fused_result) = run(&mut fused, request());
+    println!("[fused vs cpu] seeded chat: {:?}", fused_result.text);
+    assert_eq!(fused_steps.iter().map(|s| s.id).collect::<Vec<_>>(), cpu_steps.iter().map(|s| s.id).collect::<Vec<_>>());
+    assert_eq!(fused_result.text, cpu_result.text);
 }

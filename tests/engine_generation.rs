@@ -1,11 +1,11 @@
 //! The generation loop on the real model: streaming, stop strings, cache reuse, seeded sampling.
 
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, Prompt, Step};
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, Step};
 use nucleus_sampler::{FinishReason, SamplingParams};
 use nucleus_tests::{cpu_device, model_bytes, reference};
 
 fn engine() -> Engine {
-    Engine::load(model_bytes(), &cpu_device(), Some(512)).unwrap()
+    Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(512), path: None }).unwrap()
 }
 
 fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, nucleus_engine::GenerationResult) {

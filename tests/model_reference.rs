@@ -1,20 +1,22 @@
-//! The Burn model on the real GGUF against the independent float64 reference, on both backends
-//! (and on wgpu with both kernels for the linear layers):
-//! every last-position logit within 1e-3, the top-20 order, 32 greedy tokens, and prefill+decode
-//! equal to a full recompute within 1e-4.
+//! The model on the real GGUF against the independent float64 reference, on every path: the fused
+//! kernels over the quantized weights (wgpu), Burn's operations on wgpu (with either kernel for the
+//! linear layers) and on the CPU backend. Every last-position logit within 1e-3, the top-20 order,
+//! 32 greedy tokens, and prefill+decode equal to a full recompute within 1e-4.
 
-use burn::tensor::Device;
 use nucleus_gguf::GgufFile;
-use nucleus_model::{LinearKernel, Llama, Logits, read_logits};
+use nucleus_model::{DeviceLogits, LinearKernel, Llama, Logits, MAX_ROWS, ModelDevice, Path};
 use nucleus_tests::{LogitCase, cpu_device, max_abs_diff, model_bytes, reference, top_ids, wgpu_device};
 
 const LOGIT_TOLERANCE: f32 = 1e-3;
 const RECOMPUTE_TOLERANCE: f32 = 1e-4;
 
+fn read(logits: DeviceLogits) -> Vec<Vec<f32>> {
+    pollster::block_on(logits.read()).unwrap()
+}
+
 fn last_logits(model: &Llama, tokens: &[u32]) -> Vec<f32> {
     let mut cache = model.new_cache(tokens.len()).unwrap();
-    let logits = model.forward(tokens, &mut cache, Logits::Last).unwrap();
-    pollster::block_on(read_logits(logits)).unwrap().remove(0)
+    read(model.forward(tokens, &mut cache, Logits::Last).unwrap()).remove(0)
 }
 
 fn argmax(values: &[f32]) -> u32 {
@@ -25,7 +27,7 @@ fn argmax(values: &[f32]) -> u32 {
 /// reference did. Returns the tokens and the logits that chose the last one.
 fn greedy(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
     let mut cache = model.new_cache(prompt.len() + steps).unwrap();
-    let mut logits = pollster::block_on(read_logits(model.forward(prompt, &mut cache, Logits::Last).unwrap())).unwrap().remove(0);
+    let mut logits = read(model.forward(prompt, &mut cache, Logits::Last).unwrap()).remove(0);
     let mut tokens = Vec::new();
     loop {
         let next = argmax(&logits);
@@ -33,16 +35,15 @@ fn greedy(model: &Llama, prompt: &[u32], steps: usize) -> (Vec<u32>, Vec<f32>) {
         if tokens.len() == steps || next == 0 || next == 2 {
             return (tokens, logits);
         }
-        logits = pollster::block_on(read_logits(model.forward(&[next], &mut cache, Logits::Last).unwrap())).unwrap().remove(0);
+        logits = read(model.forward(&[next], &mut cache, Logits::Last).unwrap()).remove(0);
     }
 }
 
-fn check_backend(name: &str, device: Device, linear_kernel: LinearKernel) {
+fn check_backend(name: &str, device: ModelDevice, path: Path) {
     let file = GgufFile::parse(model_bytes()).unwrap();
     let started = std::time::Instant::now();
-    let mut model = Llama::load(&file, &device).unwrap();
-    model.set_linear_kernel(linear_kernel).unwrap();
-    println!("[{name}] loaded in {:.2?}", started.elapsed());
+    let model = Llama::load(&file, &device, path).unwrap();
+    println!("[{name}] loaded in {:.2?}, weights {:.1} MiB", started.elapsed(), model.memory().weight_bytes as f64 / 1048576.0);
     let reference = reference();
     let mut failures = Vec::new();
     for (case_name, case) in &reference.logit_cases {
@@ -87,53 +88,99 @@ fn check_greedy_and_recompute(name: &str, case_name: &str, model: &Llama, case: 
     }
 }
 
+/// The default path on wgpu: our kernels over the GGUF blocks.
 #[test]
-fn wgpu_matches_reference() {
-    check_backend("wgpu", wgpu_device(), LinearKernel::BurnMatmul);
+fn fused_path_matches_reference() {
+    check_backend("fused", wgpu_device(), Path::Fused);
 }
 
-/// The linear layers in `shaders/linear.wgsl` (the kernel of CPU adapters such as the browser's
-/// SwiftShader) instead of Burn's matmul.
 #[test]
-fn wgpu_with_the_wgsl_linear_kernel_matches_reference() {
-    check_backend("wgpu, linear.wgsl", wgpu_device(), LinearKernel::Wgsl);
+fn wgpu_burn_ops_match_reference() {
+    check_backend("wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+}
+
+/// The linear layers in `shaders/linear.wgsl` (the kernel of CPU adapters on the Burn path)
+/// instead of Burn's matmul.
+#[test]
+fn wgpu_burn_ops_with_the_wgsl_linear_kernel_match_reference() {
+    check_backend("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl));
 }
 
 #[test]
 fn cpu_matches_reference() {
-    check_backend("cpu", cpu_device(), LinearKernel::BurnMatmul);
+    check_backend("cpu", cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
 }
 
 #[test]
-fn the_wgsl_linear_kernel_needs_a_wgpu_device() {
+fn the_wgpu_only_paths_are_refused_on_the_cpu_backend() {
     let file = GgufFile::parse(model_bytes()).unwrap();
-    let mut model = Llama::load(&file, &cpu_device()).unwrap();
-    let error = model.set_linear_kernel(LinearKernel::Wgsl).unwrap_err();
+    let error = Llama::load(&file, &cpu_device(), Path::BurnOps(LinearKernel::Wgsl)).err().unwrap();
     assert!(error.to_string().contains("runs on wgpu devices"), "{error}");
-    assert_eq!(model.linear_kernel(), LinearKernel::BurnMatmul, "a refused choice changes nothing");
+    let error = Llama::load(&file, &cpu_device(), Path::Fused).err().unwrap();
+    assert!(error.to_string().contains("runs on wgpu devices"), "{error}");
 }
 
+/// The fused path with the fused weights only: the model file's 98 MB, not 555 MiB of f32.
 #[test]
-fn all_position_logits_equal_last_position_logits() {
+fn fused_weights_stay_quantized_on_the_gpu() {
     let file = GgufFile::parse(model_bytes()).unwrap();
-    let model = Llama::load(&file, &cpu_device()).unwrap();
+    let model = Llama::load(&file, &wgpu_device(), Path::Fused).unwrap();
+    let bytes = model.memory().weight_bytes;
+    println!("[fused] weights on the GPU: {bytes} bytes ({:.1} MiB)", bytes as f64 / 1048576.0);
+    assert!(bytes <= 110 * 1024 * 1024, "{bytes} bytes of weights");
+    assert!(bytes as usize <= model_bytes().len(), "no more than the file holds");
+}
+
+/// A prompt longer than one pass (and than the cache's first allocation) gives the logits of
+/// the same tokens run in other cuts: one call, or two calls where the second grows the cache.
+#[test]
+fn fused_prefill_in_several_passes_and_a_growing_cache_agree() {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let model = Llama::load(&file, &wgpu_device(), Path::Fused).unwrap();
+    let ids = &reference().logit_cases["chat"].ids;
+    let tokens: Vec<u32> = ids.iter().copied().cycle().take(2 * MAX_ROWS + 44).collect();
+    let whole = last_logits(&model, &tokens);
+    let mut cache = model.new_cache(1024).unwrap();
+    drop(model.forward(&tokens[..200], &mut cache, Logits::Last).unwrap());
+    let split = read(model.forward(&tokens[200..], &mut cache, Logits::Last).unwrap()).remove(0);
+    let diff = max_abs_diff(&whole, &split);
+    println!("[fused] {} tokens in 3 passes vs 200 + {} (cache grown): max |dlogit| = {diff:.2e}", tokens.len(), tokens.len() - 200);
+    assert!(diff < RECOMPUTE_TOLERANCE, "{diff}");
+    assert_eq!(top_ids(&whole, 20), top_ids(&split, 20));
+}
+
+fn check_all_positions(device: ModelDevice, path: Path) {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let model = Llama::load(&file, &device, path).unwrap();
     let ids = &reference().logit_cases["capital"].ids;
     let mut cache = model.new_cache(ids.len()).unwrap();
-    let all = pollster::block_on(read_logits(model.forward(ids, &mut cache, Logits::All).unwrap())).unwrap();
+    let all = read(model.forward(ids, &mut cache, Logits::All).unwrap());
     assert_eq!(all.len(), ids.len());
     // Same computation, different matrix shapes for the output layer: equal to float rounding.
     let last = last_logits(&model, ids);
     let diff = max_abs_diff(all.last().unwrap(), &last);
-    assert!(diff < RECOMPUTE_TOLERANCE, "last row differs by {diff}");
+    assert!(diff < RECOMPUTE_TOLERANCE, "{path:?}: last row differs by {diff}");
     // Row i is the prediction after token i: row 0 equals a one-token prefill.
     let diff = max_abs_diff(&all[0], &last_logits(&model, &ids[..1]));
-    assert!(diff < RECOMPUTE_TOLERANCE, "first row differs by {diff}");
+    assert!(diff < RECOMPUTE_TOLERANCE, "{path:?}: first row differs by {diff}");
+}
+
+#[test]
+fn all_position_logits_equal_last_position_logits() {
+    check_all_positions(cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+    check_all_positions(wgpu_device(), Path::Fused);
 }
 
 #[test]
 fn context_overflow_and_bad_tokens_are_errors() {
     let file = GgufFile::parse(model_bytes()).unwrap();
-    let model = Llama::load(&file, &cpu_device()).unwrap();
+    for (device, path) in [(cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)), (wgpu_device(), Path::Fused)] {
+        check_errors(&file, &device, path);
+    }
+}
+
+fn check_errors(file: &GgufFile, device: &ModelDevice, path: Path) {
+    let model = Llama::load(file, device, path).unwrap();
     let mut cache = model.new_cache(4).unwrap();
     let err = model.forward(&[1, 2, 3, 4, 5], &mut cache, Logits::Last).err().unwrap();
     assert_eq!(err.to_string(), "the sequence needs 5 positions but the context holds 4");

@@ -7,7 +7,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use burn::tensor::Device;
+use nucleus_model::ModelDevice;
 use serde::Deserialize;
 
 pub const MODEL_FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -89,22 +89,17 @@ impl LogitCase {
     }
 }
 
-/// Burn's wgpu device (lavapipe on a machine without a GPU), initialised once per process.
-pub fn wgpu_device() -> Device {
-    static DEVICE: OnceLock<Device> = OnceLock::new();
+/// Burn's wgpu device and its GPU (lavapipe on a machine without a GPU), started once per process.
+pub fn wgpu_device() -> ModelDevice {
+    static DEVICE: OnceLock<ModelDevice> = OnceLock::new();
     DEVICE
-        .get_or_init(|| {
-            Device::wgpu_options()
-                .tasks_max(nucleus_engine::WGPU_TASKS_PER_SUBMISSION)
-                .init()
-                .expect("initialise wgpu (is a Vulkan driver such as lavapipe installed?)")
-        })
+        .get_or_init(|| ModelDevice::wgpu().expect("initialise wgpu (is a Vulkan driver such as lavapipe installed?)"))
         .clone()
 }
 
 /// Burn's pure-Rust CPU backend.
-pub fn cpu_device() -> Device {
-    Device::flex()
+pub fn cpu_device() -> ModelDevice {
+    ModelDevice::cpu()
 }
 
 /// max |a - b| over two equal-length slices.

@@ -15,24 +15,28 @@ let generation = null; // { id, aborted, inFlight: Promise | null, done, queueAt
 let nextGenerationId = 1;
 
 /**
- * The GPU queue calls this worker has made: every GPUQueue.submit and GPUQueue.writeBuffer.
- * wgpu (inside the wasm) calls them through wasm-bindgen's glue, which looks the method up on the
- * queue at each call, so wrapping the prototype's methods once counts them all.
+ * The GPU calls this worker has made: every GPUComputePassEncoder.dispatchWorkgroups,
+ * GPUQueue.submit and GPUQueue.writeBuffer. wgpu (inside the wasm) calls them through
+ * wasm-bindgen's glue, which looks the method up on the object at each call, so wrapping the
+ * prototypes' methods once counts them all.
  */
-const queueCalls = { submits: 0, bufferWrites: 0 };
-if (self.GPUQueue) {
-  for (const [method, counter] of [['submit', 'submits'], ['writeBuffer', 'bufferWrites']]) {
-    const original = GPUQueue.prototype[method];
-    GPUQueue.prototype[method] = function counted(...args) {
-      queueCalls[counter] += 1;
-      return original.apply(this, args);
-    };
-  }
+const queueCalls = { dispatches: 0, submits: 0, bufferWrites: 0 };
+for (const [prototype, method, counter] of [
+  [self.GPUComputePassEncoder?.prototype, 'dispatchWorkgroups', 'dispatches'],
+  [self.GPUQueue?.prototype, 'submit', 'submits'],
+  [self.GPUQueue?.prototype, 'writeBuffer', 'bufferWrites'],
+]) {
+  if (!prototype) continue;
+  const original = prototype[method];
+  prototype[method] = function counted(...args) {
+    queueCalls[counter] += 1;
+    return original.apply(this, args);
+  };
 }
 
-/** The queue calls between two copies of `queueCalls`. */
+/** The GPU calls between two copies of `queueCalls`. */
 function queueCallsBetween(earlier, later) {
-  return { submits: later.submits - earlier.submits, bufferWrites: later.bufferWrites - earlier.bufferWrites };
+  return Object.fromEntries(Object.keys(later).map((key) => [key, later[key] - earlier[key]]));
 }
 
 function fail(code, message, extra = {}) {
@@ -227,7 +231,7 @@ function gpuQueueOf({ queueAtStart, queueAfterFirstStep, steps }) {
   return {
     firstStep: queueCallsBetween(queueAtStart, queueAfterFirstStep),
     perDecodeToken: decodeSteps > 0
-      ? { submits: decode.submits / decodeSteps, bufferWrites: decode.bufferWrites / decodeSteps }
+      ? Object.fromEntries(Object.entries(decode).map(([key, n]) => [key, n / decodeSteps]))
       : null,
   };
 }

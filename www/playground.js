@@ -452,7 +452,7 @@ async function start() {
   const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
   $('status').textContent = `${info.name} (${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens) `
     + `on WebGPU: ${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}, ${info.f16 ? 'f16 available' : 'f32'}, `
-    + `linear layers in ${info.linearKernel === 'wgsl' ? 'linear.wgsl' : 'Burn\'s matmul'}; `
+    + `${(info.weightBytes / 2 ** 20).toFixed(0)} MiB of weights on the GPU; `
     + `loaded in ${(info.loadMs / 1000).toFixed(1)} s${info.fromCache ? ' from the browser cache' : ''}.`;
   $('load').hidden = true;
   setBusy(false);

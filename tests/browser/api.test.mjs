@@ -67,14 +67,15 @@ test('Nucleus.load() loads the default model with progress, on a WebGPU adapter'
   });
   const { info, phases } = loaded;
   console.log(`  loaded in ${loaded.ms.toFixed(0)} ms on ${info.adapter.vendor}/${info.adapter.architecture} `
-    + `(fallback ${info.adapter.isFallback}), linear layers: ${info.linearKernel}`);
+    + `(fallback ${info.adapter.isFallback}), path ${info.path}, weights ${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`);
   assert.match(info.name, /^Smollm2 135M/i);
   assert.equal(info.architecture, 'llama');
   assert.equal(info.vocabSize, 49152);
   assert.equal(info.contextLength, 8192);
   assert.equal(typeof info.adapter.isFallback, 'boolean');
-  // A fallback adapter runs on the CPU, where linear.wgsl beats Burn's matmul.
-  assert.equal(info.linearKernel, info.adapter.isFallback ? 'wgsl' : 'burn-matmul');
+  // Our kernels over the GGUF blocks: the weights take no more than the file.
+  assert.equal(info.path, 'fused');
+  assert.ok(info.weightBytes <= model.length, `${info.weightBytes} bytes of weights`);
   assert.equal(info.f16, false, 'SwiftShader has no shader-f16');
   assert.equal(info.fromCache, false);
   assert.deepEqual([...new Set(phases.map((p) => p.phase))], ['download', 'parse', 'upload']);
@@ -107,13 +108,16 @@ for (const [name, caseData] of Object.entries(reference.logit_cases)) {
     assert.equal(result.text, steps.map((s) => s.text).join(''));
     assert.equal(result.usage.completionTokens, ids.length);
     assert.ok(result.transfer.bytesPerToken <= 4096, `${result.transfer.bytesPerToken} bytes per token`);
-    // Every step submits GPU work and reads its candidates back: at least one submit each.
+    // A greedy decode step is one submission of a few fused kernels, its one parameter write, and
+    // one read of its candidates.
     const { firstStep, perDecodeToken } = result.transfer.gpuQueue;
-    assert.ok(firstStep.submits >= 1 && perDecodeToken.submits >= 1, JSON.stringify(result.transfer.gpuQueue));
+    assert.equal(perDecodeToken.submits, 1, JSON.stringify(result.transfer.gpuQueue));
+    assert.equal(perDecodeToken.bufferWrites, 1, JSON.stringify(result.transfer.gpuQueue));
+    assert.ok(perDecodeToken.dispatches <= 260, JSON.stringify(result.transfer.gpuQueue));
     console.log(`  ${JSON.stringify(result.text)}: ttft ${result.timing.ttftMs.toFixed(0)} ms, `
       + `decode ${result.timing.decodeTokensPerS.toFixed(2)} tok/s, ${result.transfer.bytesPerToken} B/token, `
-      + `${perDecodeToken.submits.toFixed(1)} submits and ${perDecodeToken.bufferWrites.toFixed(1)} buffer writes `
-      + `per decode token (first step ${firstStep.submits} and ${firstStep.bufferWrites})`);
+      + `${perDecodeToken.dispatches} dispatches, ${perDecodeToken.submits} submits and ${perDecodeToken.bufferWrites} `
+      + `buffer writes per decode token (first step ${firstStep.dispatches}, ${firstStep.submits} and ${firstStep.bufferWrites})`);
   });
 }
 

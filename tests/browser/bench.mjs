@@ -70,6 +70,7 @@ for (const [name, value] of [
   ['decode (tok/s)', of((r) => r.timing.decodeTokensPerS)],
   ['decode (ms/token)', of((r) => r.timing.decodeMs / Math.max(1, r.usage.completionTokens - 1))],
   ['read back (bytes/token)', of((r) => r.transfer.bytesPerToken)],
+  ['dispatches (/decode token)', of((r) => r.transfer.gpuQueue.perDecodeToken?.dispatches ?? NaN)],
   ['GPU submits (first step)', of((r) => r.transfer.gpuQueue.firstStep.submits)],
   ['GPU submits (/decode token)', of((r) => r.transfer.gpuQueue.perDecodeToken?.submits ?? NaN)],
   ['buffer writes (/decode token)', of((r) => r.transfer.gpuQueue.perDecodeToken?.bufferWrites ?? NaN)],

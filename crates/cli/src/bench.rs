@@ -1,10 +1,11 @@
-//! `nucleus bench`: prefill and decode speed of the real generation path, several runs.
+//! `nucleus bench`: prefill and decode speed of the real generation path, several runs, with the
+//! work each decode token asks of the GPU, side by side for the forward-pass paths.
 
-use nucleus_engine::{Engine, GenerateRequest, Prompt, Stopwatch};
+use nucleus_engine::{Engine, GenerateRequest, Path, Prompt, Stopwatch};
 use nucleus_sampler::SamplingParams;
 
-use crate::queue_calls::{QueueCallCount, QueueCalls};
-use crate::{Backend, LinearArg, ModelArg, load_engine};
+use crate::gpu_calls::{GpuCallCount, GpuCalls};
+use crate::{Backend, DeviceArgs, LinearArg, ModelArg, PathArg, load_engine};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -12,7 +13,10 @@ pub struct BenchArgs {
     model: ModelArg,
     #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
     backend: Backend,
-    /// The kernel of the linear layers.
+    /// The paths to compare [default on wgpu: fused and burn; on the CPU backend: burn].
+    #[arg(long = "path", value_enum)]
+    paths: Vec<PathArg>,
+    /// The kernel of the linear layers on the Burn path.
     #[arg(long, value_enum, default_value_t = LinearArg::Auto)]
     linear: LinearArg,
     /// Prompt length in tokens.
@@ -24,25 +28,37 @@ pub struct BenchArgs {
     /// Measured runs, after one warm-up run.
     #[arg(long, default_value_t = 3)]
     runs: usize,
-}
-
-/// How decode steps end.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Tail {
-    /// The WGSL decode tail: adjust, softmax statistics and top-k on the GPU, candidates read back.
-    Gpu,
-    /// The whole logits row read back, sampled on the CPU.
-    FullRead,
+    /// Also time decode steps at this position against position 100 (0 = skip) [default: 2000,
+    /// or 0 on an adapter that runs on the CPU, where the long prompt takes minutes].
+    #[arg(long)]
+    long_context: Option<usize>,
+    /// Skip the comparison of the decode tail alone.
+    #[arg(long)]
+    no_tail: bool,
 }
 
 /// Figures of one run.
 struct Run {
-    tail: Tail,
     bytes_per_token: f64,
     ttft_ms: f64,
     prefill_tokens_per_s: f64,
     decode_tokens_per_s: f64,
     decode_ms_per_token: f64,
+}
+
+/// Everything measured on one path.
+struct PathReport {
+    path: Path,
+    load_ms: f64,
+    runs: Vec<Run>,
+    /// GPU calls of the first step and per decode step (wgpu only).
+    calls: Option<CountedRun>,
+    /// Host time to record and submit one decode step, from the fused path's own clock (µs).
+    host_us_per_token: Option<f64>,
+    weight_bytes: u64,
+    cache_bytes: u64,
+    /// Decode ms/token at position ~100 and at the long position.
+    long_context: Option<(f64, f64)>,
 }
 
 const FILLER: &str = "The quick brown fox jumps over the lazy dog while the river runs past the old mill, \
@@ -52,84 +68,143 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.prompt_tokens == 0 || args.gen_tokens == 0 || args.runs == 0 {
         return Err("--prompt-tokens, --gen-tokens and --runs must be at least 1".into());
     }
-    let context = args.prompt_tokens + args.gen_tokens;
-    let (mut engine, load_ms) = load_engine(&args.model, args.backend, args.linear, Some(context))?;
-    let prompt = bench_prompt(&engine, args.prompt_tokens)?;
+    let device = args.backend.device()?;
+    let paths: Vec<PathArg> = match (&args.paths[..], args.backend) {
+        ([], Backend::Wgpu) => vec![PathArg::Fused, PathArg::Burn],
+        ([], Backend::Cpu) => vec![PathArg::Burn],
+        (paths, _) => paths.to_vec(),
+    };
+    let long_context = args.long_context.unwrap_or(if device.is_cpu_adapter() { 0 } else { 2000 });
+    let adapter = device.gpu().map(|gpu| {
+        let info = gpu.adapter_info();
+        let cpu = if device.is_cpu_adapter() { ", a CPU emulation: speeds say little about a real GPU" } else { "" };
+        format!("{} ({:?}{cpu})", info.name, info.backend)
+    });
     println!(
-        "model {} ({} parameters), backend {:?}, linear layers {:?}, {} prompt tokens, {} generated tokens, {} runs after 1 warm-up; load {:.0} ms",
-        engine.info().name,
-        engine.info().parameters,
+        "backend {:?}{}, {} prompt tokens, {} generated tokens, {} runs after 1 warm-up",
         args.backend,
-        engine.linear_kernel(),
+        adapter.map(|a| format!(" on {a}")).unwrap_or_default(),
         args.prompt_tokens,
         args.gen_tokens,
         args.runs,
-        load_ms
     );
-    // On a wgpu device, the same runs once with the GPU decode tail and once reading whole rows.
-    let tails: &[Tail] = if engine.decode_tail() { &[Tail::Gpu, Tail::FullRead] } else { &[Tail::FullRead] };
-    let mut runs = Vec::new();
-    for &tail in tails {
-        engine.set_decode_tail(tail == Tail::Gpu);
+
+    let mut reports = Vec::new();
+    let mut tail_engine = None;
+    for path in paths {
+        let flags = DeviceArgs { backend: args.backend, path: Some(path), linear: args.linear };
+        let context = (args.prompt_tokens + args.gen_tokens).max(if long_context > 0 { long_context + 32 } else { 0 });
+        let (mut engine, load_ms) = load_engine(&args.model, &flags, Some(context), Some(&device))?;
+        if reports.is_empty() {
+            println!("model {} ({} parameters)", engine.info().name, engine.info().parameters);
+        }
+        eprintln!("[bench] {}: {} runs", engine.info().path, args.runs + 1);
+        let prompt = bench_prompt(&engine, args.prompt_tokens)?;
+        let mut runs = Vec::new();
         for index in 0..=args.runs {
-            let run = one_run(&mut engine, &prompt, args.gen_tokens, tail)?;
+            let run = one_run(&mut engine, &prompt, args.gen_tokens)?;
             if index > 0 {
                 runs.push(run);
             }
         }
-    }
-    let mut counted = Vec::new();
-    for &tail in tails {
-        engine.set_decode_tail(tail == Tail::Gpu);
-        if args.backend == Backend::Wgpu {
-            counted.push((tail, counted_run(&mut engine, &prompt, args.gen_tokens)?));
-        }
-    }
-    for &tail in tails {
-        let of_tail: Vec<&Run> = runs.iter().filter(|r| r.tail == tail).collect();
-        let column = |f: fn(&Run) -> f64| {
-            let mut values: Vec<f64> = of_tail.iter().map(|r| f(r)).collect();
-            values.sort_by(f64::total_cmp);
-            (values[0], values[values.len() / 2], values[values.len() - 1])
+        let calls = if args.backend == Backend::Wgpu { Some(counted_run(&mut engine, &prompt, args.gen_tokens)?) } else { None };
+        let host_us_per_token = host_encode_time(&mut engine, &prompt, args.gen_tokens)?;
+        let long = if long_context > 0 {
+            eprintln!("[bench] {}: decode at position 100 and {long_context}", engine.info().path);
+            Some((decode_ms_at(&mut engine, 100)?, decode_ms_at(&mut engine, long_context)?))
+        } else {
+            None
         };
-        println!("\ndecode steps end: {}", match tail {
-            Tail::Gpu => "on the GPU (WGSL adjust + softmax statistics + top-k, candidates read back)",
-            Tail::FullRead => "reading the whole logits row, sampling on the CPU",
+        reports.push(PathReport {
+            path: engine.model().path(),
+            load_ms,
+            runs,
+            calls,
+            host_us_per_token,
+            weight_bytes: engine.info().weight_bytes,
+            cache_bytes: engine.cache().device_bytes(engine.model().config()),
+            long_context: long,
         });
-        println!("{:<28} {:>12} {:>12} {:>12}", "metric", "min", "median", "max");
-        for (name, f) in [
-            ("time to first token (ms)", (|r: &Run| r.ttft_ms) as fn(&Run) -> f64),
-            ("prefill (tok/s)", |r: &Run| r.prefill_tokens_per_s),
-            ("decode (tok/s)", |r: &Run| r.decode_tokens_per_s),
-            ("decode (ms/token)", |r: &Run| r.decode_ms_per_token),
-            ("read back (bytes/token)", |r: &Run| r.bytes_per_token),
-        ] {
-            let (min, median, max) = column(f);
-            println!("{name:<28} {min:>12.2} {median:>12.2} {max:>12.2}");
-        }
-        if let Some((_, run)) = counted.iter().find(|(t, _)| *t == tail) {
-            let per_step = |n: u64| n as f64 / run.decode_steps.max(1) as f64;
-            println!("GPU queue calls, counted in one more (untimed) run:");
-            println!("{:<28} {:>12} {:>12}", "", "submits", "buffer writes");
-            println!("{:<28} {:>12} {:>12}", "prefill + first token", run.first_step.submits, run.first_step.buffer_writes);
-            println!(
-                "{:<28} {:>12.2} {:>12.2}",
-                "per decode token",
-                per_step(run.decode.submits),
-                per_step(run.decode.buffer_writes)
-            );
+        if engine.decode_tail() && !args.no_tail && tail_engine.is_none() {
+            tail_engine = Some((engine, prompt));
         }
     }
-    println!();
-    engine.set_decode_tail(true);
-    if engine.decode_tail() {
+    print_reports(&reports, args, long_context);
+    if let Some((engine, prompt)) = tail_engine {
+        println!();
         decode_tail_alone(&engine, &prompt, args.runs.max(5))?;
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
-    if let Some(usage) = engine.model().device().memory_pool_usage() {
-        println!("device memory reserved (MiB) {:>12.1}", usage.bytes_reserved as f64 / (1024.0 * 1024.0));
+    if let Some(usage) = device.burn().memory_pool_usage() {
+        println!("Burn's device memory reserved (MiB, all paths) {:>8.1}", mib(usage.bytes_reserved as u64));
     }
     Ok(())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) {
+    let width = 16;
+    print!("\n{:<40}", "median of the runs (min..max below)");
+    for report in reports {
+        print!(" {:>width$}", report.path.as_str());
+    }
+    println!();
+    let column = |report: &PathReport, f: &dyn Fn(&Run) -> f64| {
+        let mut values: Vec<f64> = report.runs.iter().map(f).collect();
+        values.sort_by(f64::total_cmp);
+        (values[values.len() / 2], values[0], values[values.len() - 1])
+    };
+    let rows: [(&str, &dyn Fn(&Run) -> f64); 5] = [
+        ("time to first token (ms)", &|r| r.ttft_ms),
+        ("prefill (tok/s)", &|r| r.prefill_tokens_per_s),
+        ("decode (tok/s)", &|r| r.decode_tokens_per_s),
+        ("decode (ms/token)", &|r| r.decode_ms_per_token),
+        ("read back (bytes/token)", &|r| r.bytes_per_token),
+    ];
+    let line = |name: &str, cell: &dyn Fn(&PathReport) -> String| {
+        print!("{name:<40}");
+        for report in reports {
+            print!(" {:>width$}", cell(report));
+        }
+        println!();
+    };
+    line("load (ms)", &|r| format!("{:.0}", r.load_ms));
+    for (name, f) in rows {
+        line(name, &|r| format!("{:.2}", column(r, f).0));
+        line("", &|r| {
+            let (_, min, max) = column(r, f);
+            format!("{min:.1}..{max:.1}")
+        });
+    }
+    if reports.iter().any(|r| r.calls.is_some()) {
+        let per_token = |r: &PathReport, f: fn(&GpuCalls) -> u64| match &r.calls {
+            Some(c) => format!("{:.1}", f(&c.decode) as f64 / c.decode_steps.max(1) as f64),
+            None => "-".into(),
+        };
+        line("kernels dispatched per decode token", &|r| per_token(r, |c| c.dispatches));
+        line("queue submissions per decode token", &|r| per_token(r, |c| c.submits));
+        line("buffer writes per decode token", &|r| per_token(r, |c| c.buffer_writes));
+        line("kernels dispatched, prefill + 1st token", &|r| r.calls.as_ref().map_or("-".into(), |c| c.first_step.dispatches.to_string()));
+        line("submissions, prefill + 1st token", &|r| r.calls.as_ref().map_or("-".into(), |c| c.first_step.submits.to_string()));
+    }
+    line("host µs to record + submit a decode step", &|r| r.host_us_per_token.map_or("-".into(), |us| format!("{us:.0}")));
+    line("weights on the device (MiB)", &|r| format!("{:.1}", mib(r.weight_bytes)));
+    line(&format!("KV cache on the device (MiB, {} pos.)", args.prompt_tokens + args.gen_tokens), &|r| {
+        format!("{:.1}", mib(r.cache_bytes))
+    });
+    if long_context > 0 {
+        line("decode ms/token at position 100", &|r| r.long_context.map_or("-".into(), |(short, _)| format!("{short:.2}")));
+        line(&format!("decode ms/token at position {long_context}"), &|r| {
+            r.long_context.map_or("-".into(), |(_, long)| format!("{long:.2}"))
+        });
+    }
+    println!(
+        "(kernels, submissions and writes: counted in one more, untimed run from wgpu-core's API log; \
+         host time: the fused path's own clock; the Burn path records lazily, so it has no such figure)"
+    );
 }
 
 /// Exactly `n` tokens of ordinary text.
@@ -156,7 +231,7 @@ fn bench_request(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Gene
     request
 }
 
-fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -> Result<Run, String> {
+fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Run, String> {
     let request = bench_request(engine, prompt, gen_tokens);
     let clock = Stopwatch::start();
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
@@ -169,7 +244,6 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -
     let result = generation.result();
     let decoded = result.usage.completion_tokens.saturating_sub(1).max(1) as f64;
     Ok(Run {
-        tail,
         bytes_per_token: result.transfer.bytes_per_token(),
         ttft_ms,
         prefill_tokens_per_s: result.timing.prefill_tokens_per_s,
@@ -178,17 +252,17 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize, tail: Tail) -
     })
 }
 
-/// Queue calls of one run: the first step (prefill and the first token) and each later step.
+/// GPU calls of one run: the first step (prefill and the first token) and each later step.
 struct CountedRun {
-    first_step: QueueCalls,
+    first_step: GpuCalls,
     decode_steps: u64,
-    decode: QueueCalls,
+    decode: GpuCalls,
 }
 
-/// One more run, untimed, with the GPU queue calls counted (see `queue_calls`).
+/// One more run, untimed, with the GPU calls counted (see `gpu_calls`).
 fn counted_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<CountedRun, String> {
     let request = bench_request(engine, prompt, gen_tokens);
-    let count = QueueCallCount::start()?;
+    let count = GpuCallCount::start()?;
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
     let mut first_step = None;
     let mut steps = 0u64;
@@ -198,6 +272,35 @@ fn counted_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result
     }
     let first_step = first_step.ok_or("the counted run generated no token")?;
     Ok(CountedRun { first_step, decode_steps: steps - 1, decode: count.so_far() - first_step })
+}
+
+/// Host time the fused path spends recording and submitting a decode step, in µs (its own clock,
+/// in one more run); `None` on paths without it.
+fn host_encode_time(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Option<f64>, String> {
+    let Some(gpu) = engine.model().device().gpu().cloned() else { return Ok(None) };
+    if engine.model().path() != Path::Fused {
+        return Ok(None);
+    }
+    let request = bench_request(engine, prompt, gen_tokens);
+    let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+    pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?;
+    let before = gpu.counters();
+    let mut steps = 0u64;
+    while pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?.is_some() {
+        steps += 1;
+    }
+    let spent = gpu.counters() - before;
+    Ok(Some(spent.record_ns as f64 / 1000.0 / steps.max(1) as f64))
+}
+
+/// Decode ms/token after a prompt of `position` tokens (16 steps, the last 15 timed).
+fn decode_ms_at(engine: &mut Engine, position: usize) -> Result<f64, String> {
+    let prompt = bench_prompt(engine, position)?;
+    let request = bench_request(engine, &prompt, 16);
+    let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+    while pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?.is_some() {}
+    let result = generation.result();
+    Ok(result.timing.decode_ms / result.usage.completion_tokens.saturating_sub(1).max(1) as f64)
 }
 
 /// Peak resident set size of this process (Linux; 0 elsewhere).
@@ -211,58 +314,50 @@ fn peak_rss_mib() -> f64 {
         .map_or(0.0, |kib| kib / 1024.0)
 }
 
-/// The last step of a decode on its own, on the model's real logits for the bench prompt:
-/// the WGSL tail against reading the row and selecting on the CPU, and against Burn's own
-/// `softmax` + `topk_with_indices`. Median and min over `iterations` after 2 warm-up calls.
+/// The last step of a decode on its own, on the model's real logits for the bench prompt: the
+/// WGSL tail against reading the row and selecting on the CPU. Median and min over
+/// `iterations` after 2 warm-up calls.
 fn decode_tail_alone(engine: &Engine, prompt: &[u32], iterations: usize) -> Result<(), String> {
-    use burn::tensor::{Int, Tensor, activation::softmax};
-    use nucleus_kernels::{LogitAdjustments, decode_tail};
+    use nucleus_kernels::LogitAdjustments;
+    use nucleus_kernels::tail::fused::TailRequest;
 
     const K: usize = nucleus_engine::DECODE_TAIL_CANDIDATES;
     const TEMPERATURE: f32 = 0.8;
     let model = engine.model();
     let mut cache = model.new_cache(prompt.len()).map_err(|e| e.to_string())?;
     let logits = model.forward(prompt, &mut cache, nucleus_model::Logits::Last).map_err(|e| e.to_string())?;
-    // A fresh row each call (the tail adjusts in place), made on the device from the real logits.
-    let fresh = |step: usize| logits.clone() + (step as f32) * 1e-6;
-    let time = |f: &mut dyn FnMut(usize) -> Result<usize, String>| -> Result<(f64, f64, usize), String> {
+    let none = LogitAdjustments::new();
+    let time = |f: &mut dyn FnMut() -> Result<usize, String>| -> Result<(f64, f64, usize), String> {
         let mut bytes = 0;
-        for step in 0..2 {
-            bytes = f(step)?;
+        for _ in 0..2 {
+            bytes = f()?;
         }
         let mut samples = Vec::new();
-        for step in 0..iterations {
+        for _ in 0..iterations {
             let clock = Stopwatch::start();
-            bytes = f(step + 2)?;
+            bytes = f()?;
             samples.push(clock.elapsed_ms());
         }
         samples.sort_by(f64::total_cmp);
         Ok((samples[samples.len() / 2], samples[0], bytes))
     };
-    println!("the decode tail alone, on the model's logits (vocab {}, K = {K}, T = {TEMPERATURE}); ms per step", engine.info().vocab_size);
+    println!(
+        "the decode tail alone on the {} path, on the model's logits (vocab {}, K = {K}, T = {TEMPERATURE}); ms per step",
+        model.path().as_str(),
+        engine.info().vocab_size
+    );
     println!("{:<52} {:>10} {:>10} {:>12}", "variant", "median", "min", "bytes read");
     let mut rows: Vec<(&str, (f64, f64, usize))> = Vec::new();
-    rows.push(("fresh row + 4-byte read (floor, in every line)", time(&mut |step| {
-        pollster::block_on(fresh(step).slice([0..1, 0..1]).into_data_async()).map_err(|e| format!("{e:?}"))?;
-        Ok(4)
-    })?));
-    rows.push(("WGSL adjust + softmax statistics + top-k, one read", time(&mut |step| {
-        let tail = pollster::block_on(decode_tail(fresh(step), &LogitAdjustments::new(), TEMPERATURE, K)).map_err(|e| e.to_string())?;
+    rows.push(("WGSL softmax statistics + top-k, one read", time(&mut || {
+        let request = TailRequest { adjustments: &none, temperature: TEMPERATURE, k: K, raw_top_k: None };
+        let (tail, _) = pollster::block_on(logits.decode_tail(&request)).map_err(|e| e.to_string())?;
         Ok(tail.bytes_read)
     })?));
-    rows.push(("read the whole row, softmax + top-k on the CPU", time(&mut |step| {
-        let row = pollster::block_on(nucleus_model::read_logits(fresh(step))).map_err(|e| e.to_string())?.remove(0);
+    rows.push(("read the whole row, softmax + top-k on the CPU", time(&mut || {
+        let row = pollster::block_on(logits.read()).map_err(|e| e.to_string())?.remove(0);
         let _ = nucleus_sampler::softmax(&row).map_err(|e| e.to_string())?;
         let _ = nucleus_sampler::top_k_ids(&row, K);
         Ok(row.len() * 4)
-    })?));
-    rows.push(("Burn softmax + topk_with_indices, two reads", time(&mut |step| {
-        let row = fresh(step);
-        let probabilities = softmax(row.clone().div_scalar(TEMPERATURE), 1);
-        let (values, ids): (Tensor<2>, Tensor<2, Int>) = probabilities.topk_with_indices(K, 1);
-        let values = pollster::block_on(values.into_data_async()).map_err(|e| format!("{e:?}"))?;
-        let ids = pollster::block_on(ids.into_data_async()).map_err(|e| format!("{e:?}"))?;
-        Ok(values.as_bytes().len() + ids.as_bytes().len())
     })?));
     for (name, (median, min, bytes)) in rows {
         println!("{name:<52} {median:>10.2} {min:>10.2} {bytes:>12}");

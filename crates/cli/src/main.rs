@@ -4,16 +4,15 @@
 
 mod bench;
 mod inspect;
-mod queue_calls;
+mod gpu_calls;
 
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use burn::tensor::Device;
 use clap::{Parser, Subcommand, ValueEnum};
 use nucleus_engine::{
-    BeamRequest, Engine, GenerateRequest, LinearKernel, Prompt, Stopwatch, Timing, Transfer, Usage, WGPU_TASKS_PER_SUBMISSION,
+    BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, Stopwatch, Timing, Transfer, Usage,
 };
 use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
@@ -80,26 +79,25 @@ enum Backend {
 }
 
 impl Backend {
-    /// The device, and on wgpu the kernel its adapter runs the linear layers fastest with.
-    fn device(self) -> Result<(Device, LinearKernel), String> {
+    /// The device (Burn's wgpu backend is started once per process).
+    pub(crate) fn device(self) -> Result<ModelDevice, String> {
         match self {
-            Backend::Wgpu => {
-                let mut options = Device::wgpu_options();
-                // cubecl's own variable, when set, wins (for measuring other values).
-                if std::env::var_os("CUBECL_WGPU_MAX_TASKS").is_none() {
-                    options = options.tasks_max(WGPU_TASKS_PER_SUBMISSION);
-                }
-                let (device, setup) = options
-                    .init_with_setup()
-                    .map_err(|e| format!("cannot start the wgpu backend: {e}"))?;
-                Ok((device, LinearKernel::for_adapter(&setup.adapter.get_info())))
-            }
-            Backend::Cpu => Ok((Device::flex(), LinearKernel::BurnMatmul)),
+            Backend::Wgpu => ModelDevice::wgpu().map_err(|e| e.to_string()),
+            Backend::Cpu => Ok(ModelDevice::cpu()),
         }
     }
 }
 
-/// `--linear`: the kernel of the linear layers.
+/// `--path`: how the forward pass runs.
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+pub(crate) enum PathArg {
+    /// Our WGSL kernels over the quantized weights (wgpu only; the default there).
+    Fused,
+    /// Burn tensor operations over f32 weights (the default on the CPU backend).
+    Burn,
+}
+
+/// `--linear`: the kernel of the linear layers on the Burn path.
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 pub(crate) enum LinearArg {
     /// `wgsl` on a wgpu adapter that runs on the CPU (lavapipe, SwiftShader), else `burn`.
@@ -108,6 +106,36 @@ pub(crate) enum LinearArg {
     Burn,
     /// Our barrier-free `shaders/linear.wgsl` (wgpu only).
     Wgsl,
+}
+
+/// How a model is loaded: `--backend`, `--path`, `--linear`, `--context`.
+#[derive(clap::Args, Clone, Copy)]
+pub(crate) struct DeviceArgs {
+    #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
+    backend: Backend,
+    /// The forward pass [default: fused on wgpu, burn on the CPU backend].
+    #[arg(long, value_enum)]
+    path: Option<PathArg>,
+    /// The kernel of the linear layers on the Burn path.
+    #[arg(long, value_enum, default_value_t = LinearArg::Auto)]
+    linear: LinearArg,
+}
+
+impl DeviceArgs {
+    /// The path these flags ask for on `device`.
+    pub(crate) fn path(&self, device: &ModelDevice) -> Path {
+        let linear = match self.linear {
+            LinearArg::Auto if device.is_cpu_adapter() => LinearKernel::Wgsl,
+            LinearArg::Auto | LinearArg::Burn => LinearKernel::BurnMatmul,
+            LinearArg::Wgsl => LinearKernel::Wgsl,
+        };
+        match self.path {
+            Some(PathArg::Fused) => Path::Fused,
+            Some(PathArg::Burn) => Path::BurnOps(linear),
+            None if device.gpu().is_some() => Path::Fused,
+            None => Path::BurnOps(linear),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -190,11 +218,8 @@ struct GenerateArgs {
     /// KV cache positions [default: the model's context length].
     #[arg(long)]
     context: Option<usize>,
-    #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
-    backend: Backend,
-    /// The kernel of the linear layers.
-    #[arg(long, value_enum, default_value_t = LinearArg::Auto)]
-    linear: LinearArg,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// One JSON object per token, then a summary line.
     #[arg(long)]
     json: bool,
@@ -271,23 +296,27 @@ fn tokenize(model: &ModelArg, text: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Reads the model and loads it on `backend`, returning the engine and the load time in ms.
-pub(crate) fn load_engine(model: &ModelArg, backend: Backend, linear: LinearArg, context: Option<usize>) -> Result<(Engine, f64), String> {
+/// Reads the model and loads it as `device` says (on `existing` when given: Burn's wgpu backend
+/// starts once per process), returning the engine and the load time in ms.
+pub(crate) fn load_engine(
+    model: &ModelArg,
+    device: &DeviceArgs,
+    context: Option<usize>,
+    existing: Option<&ModelDevice>,
+) -> Result<(Engine, f64), String> {
     let clock = Stopwatch::start();
     let bytes = model.read()?;
-    let (device, preferred) = backend.device()?;
-    let mut engine = Engine::load(&bytes, &device, context).map_err(|e| format!("{}: {e}", model.path().display()))?;
-    let kernel = match linear {
-        LinearArg::Auto => preferred,
-        LinearArg::Burn => LinearKernel::BurnMatmul,
-        LinearArg::Wgsl => LinearKernel::Wgsl,
+    let target = match existing {
+        Some(target) => target.clone(),
+        None => device.backend.device()?,
     };
-    engine.set_linear_kernel(kernel).map_err(|e| format!("--linear wgsl: {e}"))?;
+    let options = LoadOptions { context_length: context, path: Some(device.path(&target)) };
+    let engine = Engine::load(&bytes, &target, options).map_err(|e| format!("{}: {e}", model.path().display()))?;
     Ok((engine, clock.elapsed_ms()))
 }
 
 fn generate(args: &GenerateArgs) -> Result<(), String> {
-    let (mut engine, load_ms) = load_engine(&args.model, args.backend, args.linear, args.context)?;
+    let (mut engine, load_ms) = load_engine(&args.model, &args.device, args.context, None)?;
     if let Some(beams) = args.beams {
         return beam_search(&mut engine, args, beams);
     }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use nucleus_model::{KvCache, Logits, read_logits};
+use nucleus_model::{DeviceLogits, KvCache, Logits};
 use nucleus_sampler::{BeamSearch, BeamSearchParams, BeamTrace, FinishReason, log_softmax};
 use serde::Serialize;
 
@@ -81,7 +81,7 @@ impl Engine {
             let mut next_caches = HashMap::new();
             for beam in search.live_beams() {
                 let (last, parent) = beam.tokens.split_last().expect("live beams after a step have tokens");
-                let mut cache = caches.get(parent).expect("parent cache").clone();
+                let mut cache = caches.get(parent).expect("parent cache").try_clone()?;
                 let logits = self.model.forward(&[*last], &mut cache, Logits::Last)?;
                 rows_by_tokens.insert(beam.tokens.clone(), log_softmax_row(logits).await?);
                 next_caches.insert(beam.tokens.clone(), cache);
@@ -102,7 +102,7 @@ impl Engine {
     }
 }
 
-async fn log_softmax_row(logits: burn::tensor::Tensor<2>) -> Result<Vec<f32>, EngineError> {
-    let row = read_logits(logits).await?.pop().expect("one row");
+async fn log_softmax_row(logits: DeviceLogits) -> Result<Vec<f32>, EngineError> {
+    let row = logits.read().await?.pop().expect("one row");
     Ok(log_softmax(&row)?.into_iter().map(|v| v as f32).collect())
 }

@@ -32,9 +32,14 @@ impl EngineError {
     }
 
     /// A stable machine-readable code: `bad-model`, `unsupported-model`, `bad-options`,
-    /// `context-overflow`, `device`, `busy`.
+    /// `context-overflow`, `out-of-memory`, `bad-logits`, `device`, `busy`.
     pub fn code(&self) -> &'static str {
         match self {
+            Self::Model(ModelError::Kernel(KernelError::NanLogits | KernelError::PositiveInfiniteLogits | KernelError::NoFiniteLogits)) => {
+                "bad-logits"
+            }
+            Self::Model(ModelError::Kernel(KernelError::TooLarge { .. })) => "out-of-memory",
+            Self::Model(ModelError::Kernel(KernelError::UnsupportedFormat { .. })) => "unsupported-model",
             Self::BadModel(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. }) => "unsupported-model",
             Self::BadModel(_) => "bad-model",
             Self::Model(ModelError::UnsupportedArchitecture(_) | ModelError::Unsupported(_)) => "unsupported-model",

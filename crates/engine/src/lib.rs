@@ -14,11 +14,10 @@ mod beam;
 mod error;
 mod timing;
 
-use burn::tensor::Device;
 use nucleus_gguf::GgufFile;
-use nucleus_model::{KvCache, Llama, LlamaConfig, LoadProgress, Logits, ModelError, read_logits};
-use burn::tensor::Tensor;
-use nucleus_kernels::{LogitAdjustment, LogitAdjustments, RawRow, decode_tail, decode_tail_with_raw};
+use nucleus_kernels::tail::fused::TailRequest;
+use nucleus_kernels::{LogitAdjustment, LogitAdjustments, RawRow};
+use nucleus_model::{DeviceLogits, KvCache, Llama, LlamaConfig, LoadProgress, Logits};
 use nucleus_sampler::{
     Candidate, CandidateSet, Chosen, Explanation, FinishReason, SampleStep, SamplingParams, Sampler, StopConditions,
     StopTracker, log_softmax, top_k_ids,
@@ -28,13 +27,8 @@ use serde::Serialize;
 
 pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
-pub use nucleus_model::LinearKernel;
+pub use nucleus_model::{LinearKernel, ModelDevice, Path};
 pub use timing::Stopwatch;
-
-/// Kernels Burn's wgpu runtime records before each queue submission (`tasks_max`; Burn's default
-/// is 32). With 256 a greedy decode step makes 10 submissions instead of 35 and runs about 20%
-/// faster on lavapipe; README.md ("Speed") has the measurements.
-pub const WGPU_TASKS_PER_SUBMISSION: usize = 256;
 
 /// Most candidates a step can report (`top_logprobs`, explanation size).
 pub const MAX_TOP_LOGPROBS: usize = 256;
@@ -238,6 +232,19 @@ pub struct ModelInfo {
     pub context_length: usize,
     pub parameters: usize,
     pub file_bytes: usize,
+    /// The forward pass's path: `fused`, `burn-matmul` or `burn-wgsl`.
+    pub path: &'static str,
+    /// Bytes of the weights on the device.
+    pub weight_bytes: u64,
+}
+
+/// How to load a model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LoadOptions {
+    /// KV-cache positions (default and maximum: the model's context length).
+    pub context_length: Option<usize>,
+    /// The forward pass's path (default: [`Path::default_for`] the device).
+    pub path: Option<Path>,
 }
 
 /// A loaded model, ready to generate.
@@ -253,21 +260,21 @@ pub struct Engine {
 }
 
 impl Engine {
-    /// Parses GGUF `bytes`, builds the tokenizer, uploads the weights to `device`, and allocates
-    /// a KV cache for `context_length` positions (default and maximum: the model's context).
-    pub fn load(bytes: &[u8], device: &Device, context_length: Option<usize>) -> Result<Self, EngineError> {
-        Self::load_with_progress(bytes, device, context_length, |_| {})
+    /// Parses GGUF `bytes`, builds the tokenizer, uploads the weights to `device`, and makes a
+    /// KV cache for the context asked for (default and maximum: the model's).
+    pub fn load(bytes: &[u8], device: &ModelDevice, options: LoadOptions) -> Result<Self, EngineError> {
+        Self::load_with_progress(bytes, device, options, |_| {})
     }
 
     pub fn load_with_progress(
         bytes: &[u8],
-        device: &Device,
-        context_length: Option<usize>,
+        device: &ModelDevice,
+        options: LoadOptions,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, EngineError> {
         let file = GgufFile::parse(bytes)?;
         let config = LlamaConfig::from_gguf(&file)?;
-        let capacity = match context_length {
+        let capacity = match options.context_length {
             None => config.context_length,
             Some(n) if (1..=config.context_length).contains(&n) => n,
             Some(n) => return Err(EngineError::bad_option("context_length", format!("1..={}", config.context_length), n)),
@@ -280,8 +287,10 @@ impl Engine {
                 config.vocab_size
             ))));
         }
-        let model = Llama::load_with_progress(&file, device, progress)?;
+        let path = options.path.unwrap_or_else(|| Path::default_for(device));
+        let model = Llama::load_parsed(&file, config, device, path, progress)?;
         let cache = model.new_cache(capacity)?;
+        let config = model.config();
         let info = ModelInfo {
             name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
             architecture: config.architecture.clone(),
@@ -289,8 +298,10 @@ impl Engine {
             context_length: capacity,
             parameters: config.parameter_count(model.tied_output()),
             file_bytes: bytes.len(),
+            path: path.as_str(),
+            weight_bytes: model.memory().weight_bytes,
         };
-        let decode_tail = nucleus_kernels::supports_device(device);
+        let decode_tail = nucleus_kernels::supports_device(device.burn());
         Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail })
     }
 
@@ -306,6 +317,11 @@ impl Engine {
         &self.model
     }
 
+    /// The KV cache.
+    pub fn cache(&self) -> &KvCache {
+        &self.cache
+    }
+
     /// Whether decode steps end on the GPU when they can (default: on for wgpu devices).
     pub fn decode_tail(&self) -> bool {
         self.decode_tail
@@ -313,18 +329,7 @@ impl Engine {
 
     /// Turns the GPU decode tail on or off (it stays off on devices that cannot run it).
     pub fn set_decode_tail(&mut self, enabled: bool) {
-        self.decode_tail = enabled && nucleus_kernels::supports_device(self.model.device());
-    }
-
-    /// The kernel of the model's linear layers (Burn's matmul unless set).
-    pub fn linear_kernel(&self) -> LinearKernel {
-        self.model.linear_kernel()
-    }
-
-    /// Chooses the kernel of the model's linear layers: [`LinearKernel::for_adapter`] picks the
-    /// faster one for a wgpu adapter; [`LinearKernel::Wgsl`] is refused on other devices.
-    pub fn set_linear_kernel(&mut self, kernel: LinearKernel) -> Result<(), EngineError> {
-        Ok(self.model.set_linear_kernel(kernel)?)
+        self.decode_tail = enabled && nucleus_kernels::supports_device(self.model.device().burn());
     }
 
     /// Empties the KV cache, so the next generation prefills its whole prompt.
@@ -398,7 +403,7 @@ impl Engine {
 
     /// Runs `tokens` after what the cache holds and returns the last position's logits, still on
     /// the device.
-    fn forward_last(&mut self, tokens: &[u32]) -> Result<Tensor<2>, EngineError> {
+    fn forward_last(&mut self, tokens: &[u32]) -> Result<DeviceLogits, EngineError> {
         let logits = self.model.forward(tokens, &mut self.cache, Logits::Last)?;
         self.cached_tokens.extend_from_slice(tokens);
         Ok(logits)
@@ -578,7 +583,7 @@ impl GenerationState {
 
     /// Samples the next token from `logits` (still on the device): on the GPU decode tail when it
     /// settles the step, else from the whole row read back.
-    async fn choose(&mut self, engine: &Engine, logits: Tensor<2>) -> Result<Choice, EngineError> {
+    async fn choose(&mut self, engine: &Engine, logits: DeviceLogits) -> Result<Choice, EngineError> {
         let tokenizer = &engine.tokenizer;
         if let Some(temperature) = self.decode_tail_temperature(engine) {
             let adjustments = LogitAdjustments::from_entries(
@@ -595,21 +600,24 @@ impl GenerationState {
                     .collect(),
             );
             let k = self.request.top_logprobs.clamp(DECODE_TAIL_CANDIDATES, MAX_TOP_LOGPROBS);
-            let device_error = |e: nucleus_kernels::KernelError| EngineError::Model(ModelError::Device(e.to_string()));
             // Reported candidates and log-probabilities are the model's raw ones (temperature 1, no
             // bias or penalties). At temperature 1 with nothing to adjust, the tail's own are; else
-            // the raw row's statistics (and its top list, if adjusted) come in the same transaction.
-            let (tail, raw) = if temperature == 1.0 && adjustments.is_empty() {
-                let tail = decode_tail(logits.clone(), &adjustments, 1.0, k).await.map_err(device_error)?;
-                let raw = RawRow { stats: tail.stats(), top: None };
-                (tail, raw)
+            // the raw row's statistics (and its top list, if adjusted) come in the same read.
+            let raw_top_k = if temperature == 1.0 && adjustments.is_empty() {
+                None
+            } else if adjustments.is_empty() {
+                Some(0)
             } else {
-                let raw_top_k = if adjustments.is_empty() { 0 } else { self.request.top_logprobs };
-                let (tail, raw) = decode_tail_with_raw(logits.clone(), &adjustments, temperature, k, raw_top_k)
-                    .await
-                    .map_err(device_error)?;
-                self.transfer.readback_bytes += raw.stats.bytes_read + raw.top.as_ref().map_or(0, |t| t.bytes_read);
-                (tail, raw)
+                Some(self.request.top_logprobs)
+            };
+            let request = TailRequest { adjustments: &adjustments, temperature, k, raw_top_k };
+            let (tail, raw) = logits.decode_tail(&request).await?;
+            let raw = match raw {
+                Some(raw) => {
+                    self.transfer.readback_bytes += raw.stats.bytes_read + raw.top.as_ref().map_or(0, |t| t.bytes_read);
+                    raw
+                }
+                None => RawRow { stats: tail.stats(), top: None },
             };
             self.transfer.readback_bytes += tail.bytes_read;
             let set = CandidateSet {
@@ -645,7 +653,7 @@ impl GenerationState {
                 return Ok(Choice { sampled, top, logprob, row: None });
             }
         }
-        let row = read_logits(logits).await?.pop().expect("one row");
+        let row = logits.read().await?.pop().expect("one row");
         self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
         self.transfer.full_read_steps += 1;
         let sampled = self.sampler.sample(&row, None, self.request.explain_top_n)?;

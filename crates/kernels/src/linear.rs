@@ -1,11 +1,15 @@
 //! `linear.wgsl`: the model's linear layers without workgroup barriers, for wgpu adapters that
 //! run on the CPU (see the crate documentation's "Linear layers").
 
-use burn::backend::Dispatch;
+use burn::backend::wgpu::{CubeBackend, CubeTensor};
+use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
+use burn::cubecl::CubeCount;
+use burn::cubecl::ir::attributes::BufferIOAttr;
+use burn::tensor::Shape;
 use burn::backend::wgpu::wgpu;
 use burn::tensor::{DType, Tensor};
 
-use crate::backend::{LINEAR_ROWS_PER_INVOCATION, LINEAR_WORKGROUP_SIZE, LinearOps};
+use crate::burn_launch::{binding, constant_buffer, launch, readable, wgsl_kernel};
 use crate::{KernelError, supports_device};
 
 /// Which kernel computes a model's linear layers.
@@ -100,3 +104,61 @@ pub fn linear(x: Tensor<2>, weight: Tensor<2>, layout: WeightLayout) -> Result<T
     }
     Ok(Tensor::from_dispatch(Dispatch::linear(x.into_dispatch(), weight.into_dispatch(), layout)))
 }
+
+/// The barrier-free linear layer of `linear.wgsl`.
+#[backend_extension(Cube, Fusion)]
+pub trait LinearOps: Backend {
+    /// `x Wᵀ`: `x` is `[rows, inputs]`, `weight` is stored as `layout` says; `[rows, outputs]`.
+    #[fusion(dtype = x, shape = linear_shape(x, weight, layout))]
+    fn linear(x: FloatTensor<Self>, weight: FloatTensor<Self>, layout: WeightLayout) -> FloatTensor<Self>;
+}
+
+/// `[rows, outputs]` of a linear layer.
+fn linear_shape(x: &Shape, weight: &Shape, layout: &WeightLayout) -> Shape {
+    Shape::new([x.dims::<2>()[0], layout.outputs(weight.dims::<2>())])
+}
+
+impl LinearOps for CubeBackend {
+    fn linear(x: CubeTensor, weight: CubeTensor, layout: WeightLayout) -> CubeTensor {
+        let x = readable(x);
+        let weight = readable(weight);
+        let [rows, inputs] = x.meta.shape().dims::<2>();
+        let outputs = layout.outputs(weight.meta.shape().dims::<2>());
+        let y = CubeTensor::new_contiguous(
+            x.client.clone(),
+            x.device.clone(),
+            Shape::new([rows, outputs]),
+            x.client.empty(rows * outputs * 4),
+            DType::F32,
+        );
+        let layout_word = match layout {
+            WeightLayout::OutputsByInputs => 0,
+            WeightLayout::InputsByOutputs => 1,
+        };
+        let params = constant_buffer(&x, &[rows as u32, inputs as u32, outputs as u32, layout_word]);
+        launch(
+            &x,
+            LinearLayerKernel,
+            CubeCount::Static(
+                (outputs as u32).div_ceil(LINEAR_WORKGROUP_SIZE),
+                (rows as u32).div_ceil(LINEAR_ROWS_PER_INVOCATION),
+                1,
+            ),
+            vec![
+                (binding(&x.handle), BufferIOAttr::ReadOnly),
+                (binding(&weight.handle), BufferIOAttr::ReadOnly),
+                (binding(&y.handle), BufferIOAttr::WriteOnly),
+                (binding(&params), BufferIOAttr::ReadOnly),
+            ],
+        );
+        y
+    }
+}
+
+/// `linear.wgsl`'s workgroup size and rows per invocation.
+pub(crate) const LINEAR_WORKGROUP_SIZE: u32 = 64;
+pub(crate) const LINEAR_ROWS_PER_INVOCATION: u32 = 4;
+
+/// `linear.wgsl`.
+struct LinearLayerKernel;
+wgsl_kernel!(LinearLayerKernel, include_str!("../../../shaders/linear.wgsl"), LINEAR_WORKGROUP_SIZE);

@@ -3,9 +3,7 @@
 use nucleus_gguf::GgufFile;
 
 use crate::ModelError;
-
-/// Architectures whose GGUF layout is the Llama one this crate implements.
-pub const SUPPORTED_ARCHITECTURES: &[&str] = &["llama"];
+use crate::architecture::{self, Architecture};
 
 /// Shape and constants of a Llama model.
 #[derive(Debug, Clone, PartialEq)]
@@ -30,7 +28,7 @@ impl LlamaConfig {
     /// inconsistent numbers (heads that do not divide the embedding, and so on).
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
         let architecture = file.get_str("general.architecture")?.to_string();
-        if !SUPPORTED_ARCHITECTURES.contains(&architecture.as_str()) {
+        if architecture::by_name(&architecture).is_none() {
             return Err(ModelError::UnsupportedArchitecture(architecture));
         }
         let key = |name: &str| format!("{architecture}.{name}");
@@ -91,6 +89,11 @@ impl LlamaConfig {
             return Err(ModelError::Invalid("block count, vocabulary and context must be non-zero".into()));
         }
         Ok(config)
+    }
+
+    /// The architecture (checked supported when the config was read).
+    pub fn architecture(&self) -> &'static Architecture {
+        architecture::by_name(&self.architecture).expect("from_gguf accepts supported architectures only")
     }
 
     /// Query heads that share one key/value head.

@@ -6,10 +6,8 @@ use std::cell::RefCell;
 use std::fmt::Display;
 use std::rc::Rc;
 
-use burn::tensor::Device;
-use burn::tensor::wgpu::wgpu;
 use js_sys::{Function, Promise, Reflect, Uint8Array};
-use nucleus_engine::{Engine, EngineError, GenerationState, LinearKernel, WGPU_TASKS_PER_SUBMISSION};
+use nucleus_engine::{Engine, EngineError, GenerationState, LoadOptions, ModelDevice};
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
@@ -18,9 +16,8 @@ use crate::options::{OptionError, parse_generate_options};
 use crate::shapes;
 
 thread_local! {
-    /// The one wgpu device of this worker (Burn's runtime can be initialised once), its wgpu
-    /// handle (kept for the device-lost test hook) and the linear kernel its adapter prefers.
-    static DEVICE: RefCell<Option<WorkerDevice>> = const { RefCell::new(None) };
+    /// The one wgpu device of this worker (Burn's runtime can be initialised once).
+    static DEVICE: RefCell<Option<ModelDevice>> = const { RefCell::new(None) };
     /// The message of the last Rust panic, for the worker to report.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -82,27 +79,13 @@ fn option_error(error: OptionError) -> JsValue {
     value
 }
 
-#[derive(Clone)]
-struct WorkerDevice {
-    device: Device,
-    wgpu_device: wgpu::Device,
-    linear_kernel: LinearKernel,
-}
-
 /// The worker's wgpu device, created on first use with WebGPU (asynchronously: the browser has
 /// no synchronous adapter request).
-async fn device() -> Result<WorkerDevice, JsValue> {
+async fn device() -> Result<ModelDevice, JsValue> {
     if let Some(device) = DEVICE.with(|d| d.borrow().clone()) {
         return Ok(device);
     }
-    let (device, setup) = Device::wgpu_options()
-        .tasks_max(WGPU_TASKS_PER_SUBMISSION)
-        .init_with_setup_async()
-        .await
-        .map_err(|e| js_error("no-webgpu", format!("WebGPU could not start a device: {e}")))?;
-    // A fallback adapter (SwiftShader in Chromium) runs on the CPU: `linear.wgsl` is faster there.
-    let linear_kernel = LinearKernel::for_adapter(&setup.adapter.get_info());
-    let device = WorkerDevice { device, wgpu_device: setup.device, linear_kernel };
+    let device = ModelDevice::wgpu_async().await.map_err(|e| js_error("no-webgpu", e))?;
     DEVICE.with(|d| *d.borrow_mut() = Some(device.clone()));
     Ok(device)
 }
@@ -111,8 +94,8 @@ async fn device() -> Result<WorkerDevice, JsValue> {
 #[wasm_bindgen(js_name = loseDeviceForTesting)]
 pub fn lose_device_for_testing() {
     DEVICE.with(|d| {
-        if let Some(device) = d.borrow().as_ref() {
-            device.wgpu_device.destroy();
+        if let Some(gpu) = d.borrow().as_ref().and_then(ModelDevice::gpu) {
+            gpu.device().destroy();
         }
     });
 }
@@ -122,15 +105,15 @@ pub fn lose_device_for_testing() {
 /// `"parse"` once, then `"upload"` per tensor, in bytes of the file.
 #[wasm_bindgen(js_name = loadEngine)]
 pub async fn load_engine(bytes: Uint8Array, context_length: Option<u32>, on_progress: Function) -> Result<WasmEngine, JsValue> {
-    let WorkerDevice { device, linear_kernel, .. } = device().await?;
+    let device = device().await?;
     let bytes = bytes.to_vec();
     let total = bytes.len() as f64;
     let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
-    let mut engine = Engine::load_with_progress(&bytes, &device, context_length.map(|n| n as usize), |p: LoadProgress| {
+    let options = LoadOptions { context_length: context_length.map(|n| n as usize), path: None };
+    let engine = Engine::load_with_progress(&bytes, &device, options, |p: LoadProgress| {
         let _ = on_progress.call3(&JsValue::NULL, &"upload".into(), &(p.bytes_done as f64).into(), &(p.bytes_total as f64).into());
     })
     .map_err(engine_error)?;
-    engine.set_linear_kernel(linear_kernel).map_err(engine_error)?;
     Ok(WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) })
 }
 
@@ -150,10 +133,11 @@ pub struct WasmEngine {
 
 #[wasm_bindgen]
 impl WasmEngine {
-    /// `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, linearKernel }` as JSON.
+    /// `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, path, weightBytes }`
+    /// as JSON.
     pub fn info(&self) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;
-        Ok(shapes::info(inner.engine.info(), inner.engine.linear_kernel()).to_string())
+        Ok(shapes::info(inner.engine.info()).to_string())
     }
 
     /// The token ids of `text` (control tokens written in it are parsed as special tokens).

@@ -1,6 +1,6 @@
 //! The JSON the JS API hands out: the engine's values with camelCase keys, as JS expects them.
 
-use nucleus_engine::{GenerationResult, LinearKernel, ModelInfo, Step};
+use nucleus_engine::{GenerationResult, ModelInfo, Step};
 use nucleus_sampler::FinishReason;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -29,14 +29,10 @@ pub fn result(result: &GenerationResult) -> Value {
     value
 }
 
-/// `lm.info` without the adapter (the worker adds what WebGPU says about it), with the kernel of
-/// the linear layers (`linearKernel`: `"burn-matmul"` or `"wgsl"`).
-pub fn info(info: &ModelInfo, linear_kernel: LinearKernel) -> Value {
-    let mut value = camel_keys(to_value(info));
-    if let Value::Object(map) = &mut value {
-        map.insert("linearKernel".into(), json!(linear_kernel.as_str()));
-    }
-    value
+/// `lm.info` without the adapter (the worker adds what WebGPU says about it); `path` is how the
+/// forward pass runs (`"fused"` on WebGPU).
+pub fn info(info: &ModelInfo) -> Value {
+    camel_keys(to_value(info))
 }
 
 fn insert_finish_reason(map: &mut Map<String, Value>, reason: Option<&FinishReason>) {
@@ -111,7 +107,7 @@ mod tests {
     }
 
     #[test]
-    fn info_is_camel_case_and_names_the_linear_kernel() {
+    fn info_is_camel_case_and_names_the_path() {
         let info = ModelInfo {
             name: "m".into(),
             architecture: "llama".into(),
@@ -119,11 +115,13 @@ mod tests {
             context_length: 16,
             parameters: 100,
             file_bytes: 400,
+            path: "fused",
+            weight_bytes: 360,
         };
-        let value = super::info(&info, LinearKernel::Wgsl);
+        let value = super::info(&info);
         assert_eq!(value["vocabSize"], 7);
         assert_eq!(value["fileBytes"], 400);
-        assert_eq!(value["linearKernel"], "wgsl");
-        assert_eq!(super::info(&info, LinearKernel::BurnMatmul)["linearKernel"], "burn-matmul");
+        assert_eq!(value["path"], "fused");
+        assert_eq!(value["weightBytes"], 360);
     }
 }

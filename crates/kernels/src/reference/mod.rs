@@ -193,3 +193,6 @@ pub fn linear(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: Wei
     }
     y
 }
+
+mod layer;
+pub use layer::{attention, attn_qkv, embed, ffn_gate_up, lm_head, matvec, rope_angles, QkvRows};

@@ -1,0 +1,150 @@
+//! Times each layer kernel alone at SmolLM2-135M's shapes (Q4_1 projections, Q8_0 embedding and
+//! output layer), one and 32 rows, on the local wgpu adapter:
+//!
+//! ```sh
+//! cargo run --release -p nucleus-kernels --example layer_bench
+//! ```
+//!
+//! Each figure is the median of 7 timed submissions (after 2 warm-ups) of the dispatch repeated
+//! `REPEAT` times in one submission, divided by `REPEAT`: the kernel's own cost, without the
+//! submit-and-wait of a single dispatch. ARCHITECTURE.md has the figures.
+
+use burn::backend::wgpu::wgpu;
+use nucleus_kernels::layer::{
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadParams, MatvecParams,
+    StepShape,
+};
+use nucleus_kernels::{Gpu, GpuBuffer, Recorder, WeightFormat, WgslStruct};
+
+const REPEAT: usize = 5;
+const DIM: usize = 576;
+const HIDDEN: usize = 1536;
+const HEADS: usize = 9;
+const KV_HEADS: usize = 3;
+const HEAD_DIM: usize = 64;
+const VOCAB: usize = 49_152;
+
+fn main() {
+    let (_, gpu) = nucleus_kernels::gpu::init().expect("a wgpu adapter");
+    println!("adapter {:?}, tuning {:?}; ms per dispatch (median of 7, each of {REPEAT} dispatches in one submission)", gpu.adapter_info().name, gpu.tuning());
+    let mut seed = 7u64;
+    let mut bytes = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                (seed >> 33) as u8
+            })
+            .collect()
+    };
+    let weight = |gpu: &Gpu, format: WeightFormat, rows: usize, cols: usize, bytes: &mut dyn FnMut(usize) -> Vec<u8>| {
+        let mut data = bytes(rows * format.row_bytes(cols as u64) as usize);
+        // Sane f16 scales (0.03) in every block header.
+        let (_, block) = format.block_layout();
+        for chunk in data.chunks_exact_mut(block as usize) {
+            chunk[0..2].copy_from_slice(&half::f16::from_f32(0.03).to_le_bytes());
+        }
+        filled(gpu, &data)
+    };
+    let q4 = WeightFormat::Q4_1;
+    let (wq, wk, wv) = (weight(&gpu, q4, DIM, DIM, &mut bytes), weight(&gpu, q4, KV_HEADS * HEAD_DIM, DIM, &mut bytes), weight(&gpu, q4, KV_HEADS * HEAD_DIM, DIM, &mut bytes));
+    let (wo, gate, up, down) = (
+        weight(&gpu, q4, DIM, DIM, &mut bytes),
+        weight(&gpu, q4, HIDDEN, DIM, &mut bytes),
+        weight(&gpu, q4, HIDDEN, DIM, &mut bytes),
+        weight(&gpu, q4, DIM, HIDDEN, &mut bytes),
+    );
+    let embedding = weight(&gpu, WeightFormat::Q8_0, VOCAB, DIM, &mut bytes);
+    let norm = filled(&gpu, bytemuck::cast_slice(&vec![1.0f32; DIM]));
+    let rope = filled(&gpu, bytemuck::cast_slice(&vec![0.5f32; 4096 * HEAD_DIM]));
+    let rows = 32;
+    let x = filled(&gpu, bytemuck::cast_slice(&vec![0.1f32; rows * DIM]));
+    let q = gpu.storage("q", (rows * DIM * 4) as u64);
+    let kv = filled(&gpu, bytemuck::cast_slice(&vec![0.01f32; 4096 * 2 * KV_HEADS * HEAD_DIM]));
+    let partials = gpu.storage("partials", 4096 * 66 * 4);
+    let out = gpu.storage("out", (rows * DIM * 4) as u64);
+    let h = gpu.storage("h", (rows * HIDDEN * 4) as u64);
+    let logits = gpu.storage("logits", (VOCAB * 4) as u64);
+    use wgpu::BufferUsages as U;
+    let step = gpu.buffer("step", 256 + 4 * rows as u64, U::UNIFORM | U::STORAGE | U::COPY_DST);
+    gpu.write(step.buffer(), 256, bytemuck::cast_slice(&vec![17u32; rows]));
+    let step_view = step.range(0, 32);
+    let ids = step.range(256, 4 * rows as u64);
+    let attention = AttentionParams { heads: HEADS as u32, kv_heads: KV_HEADS as u32, head_dim: HEAD_DIM as u32, scale: 0.125 };
+
+    let kernels: Vec<(&str, Bound)> = vec![
+        ("embed (Q8_0 table)", layer::embed(&gpu, WeightFormat::Q8_0, EmbedParams { dim: DIM as u32, ..Default::default() }, &step_view, &ids, &embedding.view(), &x.view()).unwrap()),
+        (
+            "attn_qkv (Q4_1, 576 -> 576+192+192)",
+            layer::attn_qkv(
+                &gpu,
+                [q4; 3],
+                AttnQkvParams { dim: DIM as u32, q_dim: DIM as u32, kv_dim: 192, head_dim: HEAD_DIM as u32, eps: 1e-5, ..Default::default() },
+                AttnQkvBuffers { step: &step_view, x: &x.view(), norm: &norm.view(), wq: &wq.view(), wk: &wk.view(), wv: &wv.view(), rope: &rope.view(), q: &q.view(), kv: &kv.view() },
+            )
+            .unwrap(),
+        ),
+        ("attention (split)", layer::attention(&gpu, attention, &step_view, &q.view(), &kv.view(), &partials.view()).unwrap()),
+        ("attention_combine", layer::attention_combine(&gpu, attention, &step_view, &partials.view(), &out.view()).unwrap()),
+        (
+            "matvec_residual (Q4_1, 576 -> 576)",
+            layer::matvec_residual(&gpu, q4, MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() }, &step_view, &out.view(), &wo.view(), &x.view()).unwrap(),
+        ),
+        (
+            "ffn_gate_up (Q4_1, 576 -> 2 x 1536)",
+            layer::ffn_gate_up(
+                &gpu,
+                [q4; 2],
+                FfnParams { dim: DIM as u32, hidden: HIDDEN as u32, eps: 1e-5, ..Default::default() },
+                FfnBuffers { step: &step_view, x: &x.view(), norm: &norm.view(), w_gate: &gate.view(), w_up: &up.view(), h: &h.view() },
+            )
+            .unwrap(),
+        ),
+        (
+            "matvec_residual (Q4_1, 1536 -> 576)",
+            layer::matvec_residual(&gpu, q4, MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() }, &step_view, &h.view(), &down.view(), &x.view()).unwrap(),
+        ),
+        (
+            "lm_head (Q8_0, 576 -> 49152)",
+            layer::lm_head(&gpu, WeightFormat::Q8_0, LmHeadParams { dim: DIM as u32, vocab: VOCAB as u32, eps: 1e-5, ..Default::default() }, &step_view, &x.view(), &norm.view(), &embedding.view(), &logits.view())
+                .unwrap(),
+        ),
+    ];
+    let shapes = [("1 row at position 100", StepShape::new(100, 1, 1, HEADS as u32, 4096)), ("1 row at position 2000", StepShape::new(2000, 1, 1, HEADS as u32, 4096)), ("32 rows at position 0", StepShape::new(0, rows as u32, 1, HEADS as u32, 4096))];
+    print!("{:<40}", "kernel");
+    for (name, _) in &shapes {
+        print!(" {name:>24}");
+    }
+    println!();
+    for (name, kernel) in &kernels {
+        print!("{name:<40}");
+        for (_, shape) in &shapes {
+            gpu.write(step.buffer(), 0, shape.params().bytes());
+            print!(" {:>24.3}", time(&gpu, kernel, shape));
+        }
+        println!();
+    }
+}
+
+fn filled(gpu: &Gpu, data: &[u8]) -> GpuBuffer {
+    let buffer = gpu.storage("bench", data.len() as u64);
+    gpu.write(buffer.buffer(), 0, data);
+    buffer
+}
+
+fn time(gpu: &Gpu, kernel: &Bound, shape: &StepShape) -> f64 {
+    let mut samples = Vec::new();
+    for i in 0..9 {
+        let mut recorder = Recorder::new(gpu);
+        for _ in 0..REPEAT {
+            kernel.record(&mut recorder, shape);
+        }
+        let clock = std::time::Instant::now();
+        let index = gpu.submit([recorder.finish()]);
+        gpu.device().poll(wgpu::PollType::Wait { submission_index: Some(index), timeout: None }).unwrap();
+        if i >= 2 {
+            samples.push(clock.elapsed().as_secs_f64() * 1000.0 / REPEAT as f64);
+        }
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}

@@ -1,0 +1,550 @@
+//! The layer kernels of the fused forward pass (`shaders/embed.wgsl`, `attn_qkv.wgsl`,
+//! `attention.wgsl`, `attention_combine.wgsl`, `matvec_residual.wgsl`, `ffn_gate_up.wgsl`,
+//! `lm_head.wgsl`): one typed constructor per kernel, each with its parameter struct and its
+//! buffers by name. A constructor compiles the kernel's pipelines (cached per GPU); `bind`
+//! builds its bind group and parameter buffer once; [`Bound::record`] adds one dispatch to a
+//! [`Recorder`], its grid computed from the pass's [`StepShape`]. Nothing is created per step.
+//!
+//! A Llama block is five of these (`attn_qkv`, `attention`, `attention_combine`,
+//! `matvec_residual` twice, `ffn_gate_up`: six dispatches); ARCHITECTURE.md has the buffer layouts.
+
+use burn::backend::wgpu::wgpu;
+
+use crate::format::WeightFormat;
+use crate::gpu::{BufferView, Gpu, GpuBuffer};
+use crate::kernel::{Kernel, KernelSpec, Recorder, Slot};
+use crate::wgsl::{ATTENTION_LANES, MAX_HEAD_DIM, WgslStruct, wgsl_struct};
+use crate::KernelError;
+
+/// x-rows per lane group in the many-row (prefill) variant of the matrix kernels: each weight
+/// read serves this many rows.
+pub const PREFILL_ROWS_PER_GROUP: u32 = 4;
+
+wgsl_struct! {
+    /// Per-pass values every layer kernel reads: one uniform buffer, written once per submission.
+    pub struct StepParams {
+        /// Position of the pass's first row (tokens already in the KV cache).
+        pub pos: u32,
+        /// Rows (tokens) in this pass.
+        pub rows: u32,
+        /// First row whose logits `lm_head.wgsl` computes.
+        pub logit_row: u32,
+        /// Rows whose logits it computes.
+        pub logit_rows: u32,
+        /// Key ranges per query and head in `attention.wgsl`.
+        pub attn_chunks: u32,
+        /// Keys per range (a multiple of [`ATTENTION_LANES`]).
+        pub attn_chunk_len: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+    }
+}
+
+/// How one forward pass is cut up: its rows, which of them make logits, and the key ranges of
+/// the attention. [`StepShape::new`] is the one place that chooses them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepShape {
+    /// Position of the pass's first row.
+    pub pos: u32,
+    /// Rows in the pass.
+    pub rows: u32,
+    /// First row whose logits are computed.
+    pub logit_row: u32,
+    /// Rows whose logits are computed (the last ones).
+    pub logit_rows: u32,
+    /// Key ranges of the attention, per query and head.
+    pub attn_chunks: u32,
+    /// Keys per range.
+    pub attn_chunk_len: u32,
+}
+
+/// Most key ranges one query of one head is split into.
+pub const MAX_ATTENTION_CHUNKS: u32 = 64;
+
+impl StepShape {
+    /// A pass of `rows` rows after `pos` positions, with logits for the last `logit_rows` rows.
+    /// The attention's keys (at most `pos + rows`) are split into as many ranges of whole
+    /// [`ATTENTION_LANES`]-key rounds as keep every range non-empty, up to
+    /// [`MAX_ATTENTION_CHUNKS`] and to `record_budget` records (`rows · heads · chunks`).
+    pub fn new(pos: u32, rows: u32, logit_rows: u32, heads: u32, record_budget: u32) -> Self {
+        assert!(rows > 0 && (1..=rows).contains(&logit_rows), "rows {rows}, logit rows {logit_rows}");
+        let rounds = (pos + rows).div_ceil(ATTENTION_LANES);
+        let by_budget = (record_budget / (rows * heads)).max(1);
+        let chunks = rounds.min(MAX_ATTENTION_CHUNKS).min(by_budget).max(1);
+        let chunk_len = rounds.div_ceil(chunks) * ATTENTION_LANES;
+        // Fewer ranges when rounding up left the last ones empty.
+        let chunks = (pos + rows).div_ceil(chunk_len);
+        Self { pos, rows, logit_row: rows - logit_rows, logit_rows, attn_chunks: chunks, attn_chunk_len: chunk_len }
+    }
+
+    /// The uniform the kernels read.
+    pub fn params(&self) -> StepParams {
+        StepParams {
+            pos: self.pos,
+            rows: self.rows,
+            logit_row: self.logit_row,
+            logit_rows: self.logit_rows,
+            attn_chunks: self.attn_chunks,
+            attn_chunk_len: self.attn_chunk_len,
+            ..Default::default()
+        }
+    }
+}
+
+/// How a bound kernel's grid follows from the pass.
+#[derive(Debug, Clone, Copy)]
+enum Grid {
+    /// `(⌈outputs / rows_per_workgroup⌉, ⌈x_rows / R⌉, 1)`; the x rows are the pass's rows, or its
+    /// logit rows.
+    Matrix { outputs: u32, logit_rows: bool },
+    /// `(⌈units / WG⌉, rows, 1)`.
+    Embed { units: u32 },
+    /// `(attn_chunks, heads, rows)`.
+    Attention { heads: u32 },
+    /// `(heads, rows, 1)`.
+    Combine { heads: u32 },
+}
+
+/// A kernel with its bind group and parameters, ready to record.
+pub struct Bound {
+    gpu: Gpu,
+    group: wgpu::BindGroup,
+    /// The one-row pipeline and, for matrix kernels, the many-row one.
+    single: wgpu::ComputePipeline,
+    many: Option<wgpu::ComputePipeline>,
+    grid: Grid,
+    _params: GpuBuffer,
+}
+
+impl Bound {
+    /// Adds this kernel's dispatch for the pass `shape` to `recorder`.
+    pub fn record(&self, recorder: &mut Recorder, shape: &StepShape) {
+        let tuning = self.gpu.tuning();
+        let (pipeline, grid) = match self.grid {
+            Grid::Matrix { outputs, logit_rows } => {
+                let rows = if logit_rows { shape.logit_rows } else { shape.rows };
+                let (pipeline, per_group) = match (&self.many, rows) {
+                    (Some(many), 2..) => (many, PREFILL_ROWS_PER_GROUP),
+                    _ => (&self.single, 1),
+                };
+                (pipeline, [outputs.div_ceil(tuning.rows_per_workgroup()), rows.div_ceil(per_group), 1])
+            }
+            Grid::Embed { units } => (&self.single, [units.div_ceil(tuning.workgroup), shape.rows, 1]),
+            Grid::Attention { heads } => (&self.single, [shape.attn_chunks, heads, shape.rows]),
+            Grid::Combine { heads } => (&self.single, [heads, shape.rows, 1]),
+        };
+        recorder.dispatch(pipeline, &self.group, grid);
+    }
+}
+
+/// Compiles `spec`'s pipelines and binds `buffers` (the parameter uniform is made here and goes
+/// in the binding named `params`). `input_cols`: the width of the input a normalising kernel
+/// stages (0 for the others).
+fn bind<P: WgslStruct>(
+    gpu: &Gpu,
+    spec: &'static KernelSpec,
+    formats: &[WeightFormat],
+    params: P,
+    buffers: &[&BufferView],
+    grid: Grid,
+    input_cols: u32,
+) -> Result<Bound, KernelError> {
+    let kernel = Kernel::new(gpu, spec, formats)?;
+    let uniform = gpu.buffer(P::NAME, params.bytes().len() as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+    gpu.write(uniform.buffer(), 0, params.bytes());
+    let params_view = uniform.view();
+    let mut views = Vec::with_capacity(spec.slots.len());
+    let mut given = buffers.iter();
+    for slot in spec.slots {
+        match slot {
+            Slot::Uniform("params", _) => views.push(&params_view),
+            _ => views.push(given.next().ok_or_else(|| KernelError::invalid("buffers", format!("too few for {}", spec.name)))?),
+        }
+    }
+    let group = kernel.bind(&views)?;
+    let many = matches!(grid, Grid::Matrix { .. }).then(|| kernel.pipeline(PREFILL_ROWS_PER_GROUP, input_cols));
+    Ok(Bound { gpu: gpu.clone(), group, single: kernel.pipeline(1, input_cols), many, grid, _params: uniform })
+}
+
+const STEP: Slot = Slot::Uniform("step", StepParams::NAME);
+
+// ---------------------------------------------------------------------------------------------
+// embed.wgsl
+
+wgsl_struct! {
+    /// `embed.wgsl`'s parameters.
+    pub struct EmbedParams {
+        /// Values per row (the embedding length).
+        pub dim: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad2: u32,
+    }
+}
+
+static EMBED: KernelSpec = KernelSpec {
+    name: "embed",
+    source: include_str!("../../../shaders/embed.wgsl"),
+    structs: &[StepParams::WGSL, EmbedParams::WGSL],
+    rms: false,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", EmbedParams::NAME),
+        Slot::Read("ids", "array<u32>"),
+        Slot::Weights("table", false),
+        Slot::ReadWrite("x", "array<vec4<f32>>"),
+    ],
+};
+
+/// `embed.wgsl`: `x[s] = table[ids[s]]`, dequantized. `ids` holds at least `rows` token ids.
+pub fn embed(
+    gpu: &Gpu,
+    format: WeightFormat,
+    params: EmbedParams,
+    step: &BufferView,
+    ids: &BufferView,
+    table: &BufferView,
+    x: &BufferView,
+) -> Result<Bound, KernelError> {
+    let grid = Grid::Embed { units: params.dim / 8 };
+    bind(gpu, &EMBED, &[format], params, &[step, ids, table, x], grid, 0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// attn_qkv.wgsl
+
+wgsl_struct! {
+    /// `attn_qkv.wgsl`'s parameters.
+    pub struct AttnQkvParams {
+        /// Embedding length (columns of the projections).
+        pub dim: u32,
+        /// Rows of `wq` (heads · head_dim).
+        pub q_dim: u32,
+        /// Rows of `wk` and `wv` (kv_heads · head_dim).
+        pub kv_dim: u32,
+        /// Values per head (even).
+        pub head_dim: u32,
+        /// RMSNorm epsilon.
+        pub eps: f32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad2: u32,
+    }
+}
+
+static ATTN_QKV: KernelSpec = KernelSpec {
+    name: "attn_qkv",
+    source: include_str!("../../../shaders/attn_qkv.wgsl"),
+    structs: &[StepParams::WGSL, AttnQkvParams::WGSL],
+    rms: true,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", AttnQkvParams::NAME),
+        Slot::Read("x", "array<vec4<f32>>"),
+        Slot::Read("norm", "array<vec4<f32>>"),
+        Slot::Weights("wq", true),
+        Slot::Weights("wk", true),
+        Slot::Weights("wv", true),
+        Slot::Read("rope", "array<vec2<f32>>"),
+        Slot::ReadWrite("q", "array<f32>"),
+        Slot::ReadWrite("kv", "array<f32>"),
+    ],
+};
+
+/// The buffers of [`attn_qkv`].
+#[allow(missing_docs)] // The bindings of `attn_qkv.wgsl`, by their names there.
+pub struct AttnQkvBuffers<'a> {
+    pub step: &'a BufferView,
+    pub x: &'a BufferView,
+    pub norm: &'a BufferView,
+    pub wq: &'a BufferView,
+    pub wk: &'a BufferView,
+    pub wv: &'a BufferView,
+    pub rope: &'a BufferView,
+    pub q: &'a BufferView,
+    pub kv: &'a BufferView,
+}
+
+/// `attn_qkv.wgsl`: RMSNorm, Q/K/V, RoPE and the KV-cache write. `formats`: of wq, wk, wv.
+pub fn attn_qkv(gpu: &Gpu, formats: [WeightFormat; 3], params: AttnQkvParams, b: AttnQkvBuffers) -> Result<Bound, KernelError> {
+    if params.head_dim % 2 != 0 || params.dim % 8 != 0 {
+        return Err(KernelError::invalid("head_dim", format!("needs an even head dimension and dim % 8 == 0, got {params:?}")));
+    }
+    let grid = Grid::Matrix { outputs: (params.q_dim + 2 * params.kv_dim) / 2, logit_rows: false };
+    bind(gpu, &ATTN_QKV, &formats, params, &[b.step, b.x, b.norm, b.wq, b.wk, b.wv, b.rope, b.q, b.kv], grid, params.dim)
+}
+
+// ---------------------------------------------------------------------------------------------
+// attention.wgsl and attention_combine.wgsl
+
+wgsl_struct! {
+    /// The parameters of `attention.wgsl` and `attention_combine.wgsl`.
+    pub struct AttentionParams {
+        /// Query heads.
+        pub heads: u32,
+        /// Key/value heads (dividing `heads`).
+        pub kv_heads: u32,
+        /// Values per head.
+        pub head_dim: u32,
+        /// Scores are `q·k · scale` (1/√head_dim).
+        pub scale: f32,
+    }
+}
+
+static ATTENTION: KernelSpec = KernelSpec {
+    name: "attention",
+    source: include_str!("../../../shaders/attention.wgsl"),
+    structs: &[StepParams::WGSL, AttentionParams::WGSL],
+    rms: false,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", AttentionParams::NAME),
+        Slot::Read("q", "array<f32>"),
+        Slot::Read("kv", "array<f32>"),
+        Slot::ReadWrite("partials", "array<f32>"),
+    ],
+};
+
+static ATTENTION_COMBINE: KernelSpec = KernelSpec {
+    name: "attention_combine",
+    source: include_str!("../../../shaders/attention_combine.wgsl"),
+    structs: &[StepParams::WGSL, AttentionParams::WGSL],
+    rms: false,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", AttentionParams::NAME),
+        Slot::Read("partials", "array<f32>"),
+        Slot::ReadWrite("out", "array<f32>"),
+    ],
+};
+
+fn check_attention(params: &AttentionParams) -> Result<(), KernelError> {
+    let ok = params.heads > 0
+        && params.kv_heads > 0
+        && params.heads % params.kv_heads == 0
+        && params.head_dim > 0
+        && params.head_dim <= MAX_HEAD_DIM;
+    if ok {
+        Ok(())
+    } else {
+        Err(KernelError::invalid("attention", format!("heads divisible by kv_heads and head_dim ≤ {MAX_HEAD_DIM}, got {params:?}")))
+    }
+}
+
+/// `attention.wgsl`: the partial records of each key range.
+pub fn attention(
+    gpu: &Gpu,
+    params: AttentionParams,
+    step: &BufferView,
+    q: &BufferView,
+    kv: &BufferView,
+    partials: &BufferView,
+) -> Result<Bound, KernelError> {
+    check_attention(&params)?;
+    bind(gpu, &ATTENTION, &[], params, &[step, q, kv, partials], Grid::Attention { heads: params.heads }, 0)
+}
+
+/// `attention_combine.wgsl`: each head's output from its records.
+pub fn attention_combine(
+    gpu: &Gpu,
+    params: AttentionParams,
+    step: &BufferView,
+    partials: &BufferView,
+    out: &BufferView,
+) -> Result<Bound, KernelError> {
+    check_attention(&params)?;
+    bind(gpu, &ATTENTION_COMBINE, &[], params, &[step, partials, out], Grid::Combine { heads: params.heads }, 0)
+}
+
+/// Floats of one record of `attention.wgsl` (m, l, then the head's values).
+pub fn attention_record_len(head_dim: u32) -> u32 {
+    head_dim + 2
+}
+
+// ---------------------------------------------------------------------------------------------
+// matvec_residual.wgsl
+
+wgsl_struct! {
+    /// `matvec_residual.wgsl`'s parameters.
+    pub struct MatvecParams {
+        /// Columns of `w` (and of `a`).
+        pub inputs: u32,
+        /// Rows of `w` (and columns of `x`).
+        pub outputs: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+    }
+}
+
+static MATVEC_RESIDUAL: KernelSpec = KernelSpec {
+    name: "matvec_residual",
+    source: include_str!("../../../shaders/matvec_residual.wgsl"),
+    structs: &[StepParams::WGSL, MatvecParams::WGSL],
+    rms: false,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", MatvecParams::NAME),
+        Slot::Read("a", "array<vec4<f32>>"),
+        Slot::Weights("w", true),
+        Slot::ReadWrite("x", "array<f32>"),
+    ],
+};
+
+/// `matvec_residual.wgsl`: `x += a·wᵀ`.
+pub fn matvec_residual(
+    gpu: &Gpu,
+    format: WeightFormat,
+    params: MatvecParams,
+    step: &BufferView,
+    a: &BufferView,
+    w: &BufferView,
+    x: &BufferView,
+) -> Result<Bound, KernelError> {
+    let grid = Grid::Matrix { outputs: params.outputs, logit_rows: false };
+    bind(gpu, &MATVEC_RESIDUAL, &[format], params, &[step, a, w, x], grid, 0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// ffn_gate_up.wgsl
+
+wgsl_struct! {
+    /// `ffn_gate_up.wgsl`'s parameters.
+    pub struct FfnParams {
+        /// Embedding length.
+        pub dim: u32,
+        /// Hidden units (rows of the gate and up projections).
+        pub hidden: u32,
+        /// RMSNorm epsilon.
+        pub eps: f32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+    }
+}
+
+static FFN_GATE_UP: KernelSpec = KernelSpec {
+    name: "ffn_gate_up",
+    source: include_str!("../../../shaders/ffn_gate_up.wgsl"),
+    structs: &[StepParams::WGSL, FfnParams::WGSL],
+    rms: true,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", FfnParams::NAME),
+        Slot::Read("x", "array<vec4<f32>>"),
+        Slot::Read("norm", "array<vec4<f32>>"),
+        Slot::Weights("w_gate", true),
+        Slot::Weights("w_up", true),
+        Slot::ReadWrite("h", "array<f32>"),
+    ],
+};
+
+/// The buffers of [`ffn_gate_up`].
+#[allow(missing_docs)] // The bindings of `ffn_gate_up.wgsl`, by their names there.
+pub struct FfnBuffers<'a> {
+    pub step: &'a BufferView,
+    pub x: &'a BufferView,
+    pub norm: &'a BufferView,
+    pub w_gate: &'a BufferView,
+    pub w_up: &'a BufferView,
+    pub h: &'a BufferView,
+}
+
+/// `ffn_gate_up.wgsl`: RMSNorm, gate and up, silu(gate)·up. `formats`: of w_gate, w_up.
+pub fn ffn_gate_up(gpu: &Gpu, formats: [WeightFormat; 2], params: FfnParams, b: FfnBuffers) -> Result<Bound, KernelError> {
+    let grid = Grid::Matrix { outputs: params.hidden, logit_rows: false };
+    bind(gpu, &FFN_GATE_UP, &formats, params, &[b.step, b.x, b.norm, b.w_gate, b.w_up, b.h], grid, params.dim)
+}
+
+// ---------------------------------------------------------------------------------------------
+// lm_head.wgsl
+
+wgsl_struct! {
+    /// `lm_head.wgsl`'s parameters.
+    pub struct LmHeadParams {
+        /// Embedding length.
+        pub dim: u32,
+        /// Vocabulary entries (rows of `w`).
+        pub vocab: u32,
+        /// RMSNorm epsilon.
+        pub eps: f32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+    }
+}
+
+static LM_HEAD: KernelSpec = KernelSpec {
+    name: "lm_head",
+    source: include_str!("../../../shaders/lm_head.wgsl"),
+    structs: &[StepParams::WGSL, LmHeadParams::WGSL],
+    rms: true,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", LmHeadParams::NAME),
+        Slot::Read("x", "array<vec4<f32>>"),
+        Slot::Read("norm", "array<vec4<f32>>"),
+        Slot::Weights("w", true),
+        Slot::ReadWrite("logits", "array<f32>"),
+    ],
+};
+
+/// `lm_head.wgsl`: the final RMSNorm and the output layer, into `logits` `[logit_rows, vocab]`.
+pub fn lm_head(
+    gpu: &Gpu,
+    format: WeightFormat,
+    params: LmHeadParams,
+    step: &BufferView,
+    x: &BufferView,
+    norm: &BufferView,
+    w: &BufferView,
+    logits: &BufferView,
+) -> Result<Bound, KernelError> {
+    let grid = Grid::Matrix { outputs: params.vocab, logit_rows: true };
+    bind(gpu, &LM_HEAD, &[format], params, &[step, x, norm, w, logits], grid, params.dim)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_context_is_one_range_and_a_long_one_many() {
+        let shape = StepShape::new(99, 1, 1, 9, 4096);
+        assert_eq!((shape.attn_chunks, shape.attn_chunk_len), (2, 64));
+        let shape = StepShape::new(1999, 1, 1, 9, 4096);
+        assert_eq!((shape.attn_chunks, shape.attn_chunk_len), (32, 64));
+        // 126 rounds of 64 keys over at most 64 ranges: ranges of 2 rounds, 63 of them.
+        let shape = StepShape::new(8000, 1, 1, 9, 4096);
+        assert_eq!((shape.attn_chunks, shape.attn_chunk_len), (63, 128));
+        // A long prefill keeps to the record budget.
+        let shape = StepShape::new(0, 256, 1, 9, 4096);
+        assert_eq!((shape.attn_chunks, shape.attn_chunk_len, shape.logit_row), (1, 256, 255));
+    }
+
+    #[test]
+    fn every_range_holds_a_key() {
+        for pos in [0, 1, 63, 64, 65, 200, 4095, 5000] {
+            for rows in [1, 3, 64] {
+                let shape = StepShape::new(pos, rows, 1, 9, 4096);
+                assert!((shape.attn_chunks - 1) * shape.attn_chunk_len < pos + rows, "{shape:?}");
+                assert!(shape.attn_chunks * shape.attn_chunk_len >= pos + rows, "{shape:?}");
+                assert!(shape.attn_chunks * rows * 9 <= 4096 || shape.attn_chunks == 1);
+            }
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! The layer kernels against their CPU references (`reference::layer`), on lavapipe: every weight
+//! format (weights made of random GGUF blocks, the reference dequantized by `nucleus-gguf`), both
+//! tunings (one lane per row as on CPU adapters; 32 lanes per row with the group reduction, as on
+//! GPUs), one-row and many-row variants, shapes that are not multiples of the workgroup, and
+//! positions 0, 1 and at the end of the cache.
+
+mod common;
+
+use std::sync::OnceLock;
+
+use burn::backend::wgpu::wgpu;
+use common::{Rng, block_on};
+use nucleus_gguf::{GgmlType, dequantize};
+use nucleus_kernels::layer::{
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams, FfnBuffers, FfnParams, LmHeadParams, MatvecParams,
+    StepShape,
+};
+use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
+
+/// lavapipe, once per test binary (Burn's runtime starts once).
+fn gpu() -> &'static Gpu {
+    static GPU: OnceLock<Gpu> = OnceLock::new();
+    GPU.get_or_init(|| nucleus_kernels::gpu::init().expect("wgpu (lavapipe: apt-get install mesa-vulkan-drivers)").1)
+}
+
+/// Both tunings on the same adapter.
+fn tunings() -> [Gpu; 2] {
+    [
+        gpu().retuned(Tuning { workgroup: 64, lanes_per_row: 1 }),
+        gpu().retuned(Tuning { workgroup: 256, lanes_per_row: 32 }),
+    ]
+}
+
+fn storage(gpu: &Gpu, data: &[u8]) -> GpuBuffer {
+    let buffer = gpu.storage("test", data.len() as u64);
+    gpu.write(buffer.buffer(), 0, data);
+    buffer
+}
+
+fn f32s(gpu: &Gpu, values: &[f32]) -> GpuBuffer {
+    storage(gpu, bytemuck::cast_slice(values))
+}
+
+/// The step uniform and the ids, laid out as the model lays them out (ids 256 bytes in).
+struct Step {
+    buffer: GpuBuffer,
+    shape: StepShape,
+}
+
+impl Step {
+    fn new(gpu: &Gpu, shape: StepShape, ids: &[u32]) -> Self {
+        use wgpu::BufferUsages as U;
+        let buffer = gpu.buffer("step", 256 + 4 * ids.len().max(1) as u64, U::UNIFORM | U::STORAGE | U::COPY_DST);
+        gpu.write(buffer.buffer(), 0, shape.params().bytes());
+        if !ids.is_empty() {
+            gpu.write(buffer.buffer(), 256, bytemuck::cast_slice(ids));
+        }
+        Self { buffer, shape }
+    }
+
+    fn view(&self) -> nucleus_kernels::BufferView {
+        self.buffer.range(0, std::mem::size_of::<layer::StepParams>() as u64)
+    }
+
+    fn ids(&self) -> nucleus_kernels::BufferView {
+        self.buffer.range(256, self.buffer.size() - 256)
+    }
+}
+
+/// Records `bound` for `shape`, submits, and reads `buffer` back as f32.
+fn run(gpu: &Gpu, bound: &[&layer::Bound], shape: &StepShape, buffer: &GpuBuffer) -> Vec<f32> {
+    let mut recorder = Recorder::new(gpu);
+    for kernel in bound {
+        kernel.record(&mut recorder, shape);
+    }
+    let staging = gpu.buffer("readback", buffer.size(), wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST);
+    recorder.copy(buffer.buffer(), 0, staging.buffer(), 0, buffer.size());
+    gpu.submit([recorder.finish()]);
+    bytemuck::cast_slice(&block_on(gpu.read(staging.buffer(), buffer.size())).expect("read back")).to_vec()
+}
+
+/// A random `[rows, cols]` weight in `format`: its bytes, and `nucleus-gguf`'s dequantization.
+fn random_weight(rng: &mut Rng, format: WeightFormat, rows: usize, cols: usize) -> (Vec<u8>, Vec<f32>) {
+    let count = rows * cols;
+    let ggml = format.ggml_type();
+    let (block, block_bytes) = ggml.block_layout();
+    let blocks = count / block as usize;
+    let mut bytes: Vec<u8> = (0..blocks * block_bytes as usize).map(|_| rng.below(256) as u8).collect();
+    let f16 = |v: f64| half::f16::from_f64(v).to_le_bytes();
+    let scale = |rng: &mut Rng| f16(0.01 + 0.09 * rng.unit());
+    for b in bytes.chunks_exact_mut(block_bytes as usize) {
+        match ggml {
+            GgmlType::F32 => b.copy_from_slice(&((rng.unit() - 0.5) as f32).to_le_bytes()),
+            GgmlType::Q4_0 | GgmlType::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
+            GgmlType::Q4_1 => {
+                b[0..2].copy_from_slice(&scale(rng));
+                b[2..4].copy_from_slice(&f16(0.2 * (rng.unit() - 0.5)));
+            }
+            GgmlType::Q4K => {
+                b[0..2].copy_from_slice(&f16(0.002 + 0.002 * rng.unit()));
+                b[2..4].copy_from_slice(&f16(0.002 * rng.unit()));
+            }
+            GgmlType::Q6K => b[208..210].copy_from_slice(&f16(0.0005 + 0.001 * rng.unit())),
+            other => unreachable!("{other}"),
+        }
+    }
+    let values = dequantize(ggml, &bytes, count).expect("dequantize");
+    (bytes, values)
+}
+
+fn random_f32(rng: &mut Rng, n: usize, spread: f64) -> Vec<f32> {
+    (0..n).map(|_| (rng.normal() * spread) as f32).collect()
+}
+
+/// Columns a format's rows can have in these tests: two sizes each, neither a power of two for
+/// the 32-value blocks.
+fn dims(format: WeightFormat) -> [usize; 2] {
+    match format {
+        WeightFormat::Q4K | WeightFormat::Q6K => [256, 512],
+        _ => [96, 288],
+    }
+}
+
+fn assert_close(gpu: &[f32], expected: &[f64], what: &str) {
+    assert_eq!(gpu.len(), expected.len(), "{what}: length");
+    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for (i, (&g, &e)) in gpu.iter().zip(expected).enumerate() {
+        assert!((f64::from(g) - e).abs() <= 2e-5 * scale + 1e-5, "{what}: [{i}] gpu {g}, reference {e} (scale {scale})");
+    }
+}
+
+#[test]
+fn matvec_residual_every_format_tuning_and_row_count() {
+    let mut rng = Rng::new(1);
+    for gpu in tunings() {
+        for format in WeightFormat::ALL {
+            for inputs in dims(format) {
+                let outputs = 37;
+                let (bytes, w) = random_weight(&mut rng, format, outputs, inputs);
+                let weight = storage(&gpu, &bytes);
+                for rows in [1usize, 3, 6] {
+                    let a = random_f32(&mut rng, rows * inputs, 1.0);
+                    let x0 = random_f32(&mut rng, rows * outputs, 1.0);
+                    let (a_buf, x_buf) = (f32s(&gpu, &a), f32s(&gpu, &x0));
+                    let step = Step::new(&gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &[]);
+                    let params = MatvecParams { inputs: inputs as u32, outputs: outputs as u32, ..Default::default() };
+                    let bound =
+                        layer::matvec_residual(&gpu, format, params, &step.view(), &a_buf.view(), &weight.view(), &x_buf.view()).unwrap();
+                    let got = run(&gpu, &[&bound], &step.shape, &x_buf);
+                    let product = reference::matvec(&a, &w, inputs);
+                    let expected: Vec<f64> = x0.iter().zip(&product).map(|(&x, &p)| f64::from(x) + p).collect();
+                    assert_close(&got, &expected, &format!("{format} {inputs} cols, {rows} rows, {:?}", gpu.tuning()));
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn lm_head_last_row_and_all_rows() {
+    let mut rng = Rng::new(2);
+    for gpu in tunings() {
+        for format in WeightFormat::ALL {
+            let dim = dims(format)[0];
+            let vocab = 101;
+            let (bytes, w) = random_weight(&mut rng, format, vocab, dim);
+            let weight = storage(&gpu, &bytes);
+            let gamma = random_f32(&mut rng, dim, 1.0);
+            for (rows, logit_rows) in [(1usize, 1usize), (5, 1), (5, 5)] {
+                let x = random_f32(&mut rng, rows * dim, 2.0);
+                let (x_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &gamma));
+                let logits = gpu.storage("logits", (logit_rows * vocab * 4) as u64);
+                let step = Step::new(&gpu, StepShape::new(0, rows as u32, logit_rows as u32, 1, 4096), &[]);
+                let params = LmHeadParams { dim: dim as u32, vocab: vocab as u32, eps: 1e-5, ..Default::default() };
+                let bound =
+                    layer::lm_head(&gpu, format, params, &step.view(), &x_buf.view(), &norm.view(), &weight.view(), &logits.view())
+                        .unwrap();
+                let got = run(&gpu, &[&bound], &step.shape, &logits);
+                let used = &x[(rows - logit_rows) * dim..];
+                let expected = reference::lm_head(used, &gamma, 1e-5, &w);
+                assert_close(&got, &expected, &format!("{format}, {rows} rows, {logit_rows} logit rows, {:?}", gpu.tuning()));
+            }
+        }
+    }
+}
+
+#[test]
+fn ffn_gate_up_with_two_formats() {
+    let mut rng = Rng::new(3);
+    for gpu in tunings() {
+        for (i, gate_format) in WeightFormat::ALL.into_iter().enumerate() {
+            // The up projection in another format of the same block size.
+            let up_format = WeightFormat::ALL.into_iter().cycle().skip(i + 1).find(|f| dims(*f) == dims(gate_format)).unwrap();
+            let dim = dims(gate_format)[1];
+            let hidden = 43;
+            let (gate_bytes, wg) = random_weight(&mut rng, gate_format, hidden, dim);
+            let (up_bytes, wu) = random_weight(&mut rng, up_format, hidden, dim);
+            let (w_gate, w_up) = (storage(&gpu, &gate_bytes), storage(&gpu, &up_bytes));
+            let gamma = random_f32(&mut rng, dim, 1.0);
+            for rows in [1usize, 5] {
+                let x = random_f32(&mut rng, rows * dim, 2.0);
+                let (x_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &gamma));
+                let h = gpu.storage("h", (rows * hidden * 4) as u64);
+                let step = Step::new(&gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &[]);
+                let params = FfnParams { dim: dim as u32, hidden: hidden as u32, eps: 1e-5, ..Default::default() };
+                let buffers = FfnBuffers {
+                    step: &step.view(),
+                    x: &x_buf.view(),
+                    norm: &norm.view(),
+                    w_gate: &w_gate.view(),
+                    w_up: &w_up.view(),
+                    h: &h.view(),
+                };
+                let bound = layer::ffn_gate_up(&gpu, [gate_format, up_format], params, buffers).unwrap();
+                let got = run(&gpu, &[&bound], &step.shape, &h);
+                let expected = reference::ffn_gate_up(&x, &gamma, 1e-5, &wg, &wu);
+                assert_close(&got, &expected, &format!("{gate_format}+{up_format}, {rows} rows, {:?}", gpu.tuning()));
+            }
+        }
+    }
+}
+
+/// The rope table for `positions`, as the model uploads it.
+fn rope_table(positions: usize, head_dim: usize, base: f64) -> Vec<f32> {
+    (0..positions).flat_map(|p| reference::rope_angles(p, head_dim, base)).flat_map(|(c, s)| [c as f32, s as f32]).collect()
+}
+
+#[test]
+fn attn_qkv_at_positions_0_1_and_the_end() {
+    let mut rng = Rng::new(4);
+    let base = 10_000.0;
+    for gpu in tunings() {
+        for format in WeightFormat::ALL {
+            let (heads, kv_heads, head_dim) = if dims(format)[0] == 256 { (4, 2, 64) } else { (3, 1, 32) };
+            let dim = heads * head_dim;
+            let (q_dim, kv_dim) = (heads * head_dim, kv_heads * head_dim);
+            let value_format = if format == WeightFormat::Q6K { WeightFormat::Q4K } else { WeightFormat::Q8_0 };
+            let (bq, wq) = random_weight(&mut rng, format, q_dim, dim);
+            let (bk, wk) = random_weight(&mut rng, format, kv_dim, dim);
+            let (bv, wv) = random_weight(&mut rng, value_format, kv_dim, dim);
+            let (wq_buf, wk_buf, wv_buf) = (storage(&gpu, &bq), storage(&gpu, &bk), storage(&gpu, &bv));
+            let gamma = random_f32(&mut rng, dim, 1.0);
+            let capacity = 40;
+            let rope = f32s(&gpu, &rope_table(capacity, head_dim, base));
+            for (pos, rows) in [(0usize, 1usize), (1, 1), (0, 6), (36, 4)] {
+                let x = random_f32(&mut rng, rows * dim, 2.0);
+                let (x_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &gamma));
+                let q = gpu.storage("q", (rows * q_dim * 4) as u64);
+                let kv = f32s(&gpu, &vec![0.0; capacity * 2 * kv_dim]);
+                let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
+                let params = AttnQkvParams {
+                    dim: dim as u32,
+                    q_dim: q_dim as u32,
+                    kv_dim: kv_dim as u32,
+                    head_dim: head_dim as u32,
+                    eps: 1e-5,
+                    ..Default::default()
+                };
+                let buffers = AttnQkvBuffers {
+                    step: &step.view(),
+                    x: &x_buf.view(),
+                    norm: &norm.view(),
+                    wq: &wq_buf.view(),
+                    wk: &wk_buf.view(),
+                    wv: &wv_buf.view(),
+                    rope: &rope.view(),
+                    q: &q.view(),
+                    kv: &kv.view(),
+                };
+                let bound = layer::attn_qkv(&gpu, [format, format, value_format], params, buffers).unwrap();
+                let what = format!("{format}/{value_format}, pos {pos}, {rows} rows, {:?}", gpu.tuning());
+                let got_q = run(&gpu, &[&bound], &step.shape, &q);
+                let cache = run(&gpu, &[], &step.shape, &kv);
+                let expected = reference::attn_qkv(&x, &gamma, 1e-5, &wq, &wk, &wv, head_dim, pos, base);
+                assert_close(&got_q, &expected.q, &format!("{what}: q"));
+                // Position p of the cache: [keys (kv_dim), values (kv_dim)].
+                for s in 0..rows {
+                    let at = (pos + s) * 2 * kv_dim;
+                    assert_close(&cache[at..at + kv_dim], &expected.k[s * kv_dim..(s + 1) * kv_dim], &format!("{what}: k row {s}"));
+                    assert_close(&cache[at + kv_dim..at + 2 * kv_dim], &expected.v[s * kv_dim..(s + 1) * kv_dim], &format!("{what}: v row {s}"));
+                }
+                let untouched = cache.iter().enumerate().filter(|(i, _)| !(pos..pos + rows).contains(&(i / (2 * kv_dim))));
+                assert!(untouched.into_iter().all(|(_, &v)| v == 0.0), "{what}: only the new positions are written");
+            }
+        }
+    }
+}
+
+#[test]
+fn attention_over_one_and_many_key_ranges() {
+    let mut rng = Rng::new(5);
+    let gpu = gpu();
+    for (heads, kv_heads, head_dim) in [(6usize, 2usize, 48usize), (4, 4, 80), (9, 3, 64)] {
+        let capacity = 300;
+        let kv_width = kv_heads * head_dim;
+        let keys = random_f32(&mut rng, capacity * kv_width, 1.0);
+        let values = random_f32(&mut rng, capacity * kv_width, 1.0);
+        // The cache layout: per position its keys, then its values.
+        let cache: Vec<f32> = (0..capacity)
+            .flat_map(|p| keys[p * kv_width..(p + 1) * kv_width].iter().chain(&values[p * kv_width..(p + 1) * kv_width]).copied())
+            .collect();
+        let kv = f32s(gpu, &cache);
+        // (pos, rows, record budget): one range; several; a prefill split into ranges; the end.
+        for (pos, rows, budget) in [(0usize, 1usize, 4096u32), (1, 1, 4096), (150, 1, 4096), (130, 5, 60), (62, 3, 4096), (296, 4, 4096)] {
+            let q = random_f32(&mut rng, rows * heads * head_dim, 1.0);
+            let q_buf = f32s(gpu, &q);
+            let shape = StepShape::new(pos as u32, rows as u32, 1, heads as u32, budget);
+            let records = (rows * heads) as u32 * shape.attn_chunks;
+            let partials = gpu.storage("partials", u64::from(records * layer::attention_record_len(head_dim as u32)) * 4);
+            let out = gpu.storage("out", (rows * heads * head_dim * 4) as u64);
+            let step = Step::new(gpu, shape, &[]);
+            let params = AttentionParams {
+                heads: heads as u32,
+                kv_heads: kv_heads as u32,
+                head_dim: head_dim as u32,
+                scale: (1.0 / (head_dim as f64).sqrt()) as f32,
+            };
+            let split = layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
+            let combine = layer::attention_combine(gpu, params, &step.view(), &partials.view(), &out.view()).unwrap();
+            let got = run(gpu, &[&split, &combine], &shape, &out);
+            let expected = reference::attention(&q, &keys, &values, pos, heads, kv_heads, head_dim);
+            let what = format!("{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, {} ranges", shape.attn_chunks);
+            assert_close(&got, &expected, &what);
+        }
+    }
+}
+
+#[test]
+fn embed_every_format() {
+    let mut rng = Rng::new(6);
+    let gpu = gpu();
+    for format in WeightFormat::ALL {
+        let dim = dims(format)[1];
+        let vocab = 50;
+        let (bytes, table) = random_weight(&mut rng, format, vocab, dim);
+        let table_buf = storage(gpu, &bytes);
+        let ids = [0u32, 49, 7];
+        let x = gpu.storage("x", (ids.len() * dim * 4) as u64);
+        let step = Step::new(gpu, StepShape::new(0, ids.len() as u32, 1, 1, 4096), &ids);
+        let bound =
+            layer::embed(gpu, format, EmbedParams { dim: dim as u32, ..Default::default() }, &step.view(), &step.ids(), &table_buf.view(), &x.view())
+                .unwrap();
+        let got = run(gpu, &[&bound], &step.shape, &x);
+        let expected: Vec<f64> = reference::embed(&table, dim, &ids).into_iter().map(f64::from).collect();
+        assert_close(&got, &expected, &format!("{format}"));
+    }
+}
+
+#[test]
+fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
+    let gpu = gpu();
+    let limit = u64::from(gpu.limits().max_storage_buffer_binding_size);
+    let step = Step::new(gpu, StepShape::new(0, 1, 1, 1, 4096), &[1]);
+    let x = gpu.storage("x", 4096);
+    // A view claiming more than one binding may hold (never bound: the check comes first).
+    let huge = nucleus_kernels::BufferView { size: limit + 4, ..x.view() };
+    let error = layer::embed(gpu, WeightFormat::F32, EmbedParams { dim: 8, ..Default::default() }, &step.view(), &step.ids(), &huge, &x.view())
+        .err()
+        .expect("refused");
+    assert!(error.to_string().contains("binding 'table'"), "{error}");
+}

@@ -1,0 +1,547 @@
+//! The forward pass in our own WGSL kernels over the quantized weights, on Burn's wgpu device.
+//!
+//! The weights stay in their GGUF blocks, uploaded as Burn tensors and pinned
+//! ([`PinnedTensor`]). Everything else is built once: the activations (sized for [`MAX_ROWS`]
+//! rows), the bind groups and parameters of every kernel of every block (those that touch the KV
+//! cache once per cache, and again when it grows), the decode tail. A pass of up to `MAX_ROWS`
+//! tokens is one command buffer: the step parameters and token ids in one queue write, then
+//! `embed`, six dispatches per block, `lm_head` (only for the rows whose logits are asked for),
+//! and, when the caller reads, the decode tail and the copy of its result, submitted together.
+//! Longer prompts run in passes of `MAX_ROWS` rows.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use burn::backend::wgpu::wgpu;
+use burn::tensor::Device;
+use nucleus_gguf::{GgufFile, TensorInfo};
+use nucleus_kernels::layer::{
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadParams,
+    MatvecParams, StepShape,
+};
+use nucleus_kernels::tail::fused::{TailKernels, TailRequest};
+use nucleus_kernels::{BufferView, Gpu, GpuBuffer, KernelError, PinnedTensor, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct};
+
+use crate::architecture::{Architecture, FeedForward, Norm, Rope};
+use crate::weights::{self, ModelWeights};
+use crate::{LlamaConfig, LoadProgress, Logits, ModelError};
+
+/// Most rows (tokens) one pass runs; a longer prompt runs in several passes.
+pub const MAX_ROWS: usize = 128;
+/// Most rows of logits one pass computes ([`Logits::All`]: verification of drafted tokens).
+pub const MAX_LOGIT_ROWS: usize = 16;
+/// KV-cache positions allocated at first; the cache doubles as positions are used, up to its
+/// capacity.
+const INITIAL_CACHE_POSITIONS: usize = 256;
+/// Records of `attention.wgsl` the partials buffer holds (rows · heads · chunks).
+const ATTENTION_RECORD_BUDGET: usize = 4096;
+
+/// A weight on the GPU: its bytes pinned in a Burn tensor, and how to read them.
+struct GpuWeight {
+    tensor: PinnedTensor,
+    format: WeightFormat,
+}
+
+impl GpuWeight {
+    fn view(&self) -> &BufferView {
+        self.tensor.view()
+    }
+}
+
+/// The model on the GPU; shared by its caches and its pending logits.
+pub(crate) struct FusedLlama {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    gpu: Gpu,
+    config: LlamaConfig,
+    weights: ModelWeights<GpuWeight>,
+    /// `[context, hd/2]` pairs (cos, sin), computed in f64.
+    rope: GpuBuffer,
+    /// The step uniform at offset 0 and the token ids at `ids_offset`: one write per pass.
+    step: GpuBuffer,
+    ids_offset: u64,
+    // The activations of a pass (the kernels hold bindings of them; the model keeps them alive).
+    x: GpuBuffer,
+    q: GpuBuffer,
+    _attention_out: GpuBuffer,
+    _hidden: GpuBuffer,
+    partials: GpuBuffer,
+    logits: GpuBuffer,
+    /// Kernels that do not touch the KV cache, bound once.
+    embed: Bound,
+    blocks: Vec<BlockKernels>,
+    lm_head: Bound,
+    state: Mutex<State>,
+    weight_bytes: u64,
+}
+
+/// A block's kernels bound at load (those bound to a cache are in [`FusedCache`]).
+struct BlockKernels {
+    combine: Bound,
+    attention_output: Bound,
+    gate_up: Bound,
+    down: Bound,
+}
+
+struct State {
+    tail: TailKernels,
+    /// The last pass, recorded and not yet submitted: it is submitted with what reads its logits.
+    pending: Option<(u64, wgpu::CommandBuffer)>,
+    /// The number of the last pass recorded; its logits are the ones in the logits buffer.
+    passes: u64,
+    /// Full rows read back through here.
+    staging: Option<GpuBuffer>,
+}
+
+impl FusedLlama {
+    pub(crate) fn load(
+        file: &GgufFile,
+        config: &LlamaConfig,
+        architecture: &'static Architecture,
+        device: &Device,
+        gpu: &Gpu,
+        progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, ModelError> {
+        let spec = architecture.block;
+        // The kernels implement exactly these; a new variant must be implemented here first.
+        let (Norm::Rms, Rope::AdjacentPairs, FeedForward::SwiGlu) = (spec.norm, spec.rope, spec.feed_forward);
+        check_dims(config)?;
+        let limit = gpu.limits().max_storage_buffer_binding_size as u64;
+        let weights = weights::load(file, architecture, config, progress, |info| upload(file, info, device, limit))?;
+        let weight_bytes = all_weights(&weights).map(|w| w.tensor.bytes()).sum();
+
+        let c = config;
+        let (d, hd) = (c.embedding_length, c.head_dim);
+        let rope_pairs: Vec<f32> = crate::rope_angles(c).into_iter().flat_map(|(cos, sin)| [cos, sin]).collect();
+        let rope = gpu.storage("rope", rope_pairs.len() as u64 * 4);
+        gpu.write(rope.buffer(), 0, bytemuck::cast_slice(&rope_pairs));
+
+        let alignment = u64::from(gpu.limits().min_storage_buffer_offset_alignment.max(gpu.limits().min_uniform_buffer_offset_alignment));
+        let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
+        let ids_offset = step_bytes.next_multiple_of(alignment);
+        use wgpu::BufferUsages as U;
+        let step = gpu.buffer("step", ids_offset + MAX_ROWS as u64 * 4, U::UNIFORM | U::STORAGE | U::COPY_DST);
+        let f32s = |n: usize| n as u64 * 4;
+        let x = gpu.storage("x", f32s(MAX_ROWS * d));
+        let q = gpu.storage("q", f32s(MAX_ROWS * c.head_count * hd));
+        let attention_out = gpu.storage("attention out", f32s(MAX_ROWS * c.head_count * hd));
+        let hidden = gpu.storage("hidden", f32s(MAX_ROWS * c.feed_forward_length));
+        let records = ATTENTION_RECORD_BUDGET.max(MAX_ROWS * c.head_count);
+        let partials = gpu.storage("attention partials", f32s(records * layer::attention_record_len(hd as u32) as usize));
+        let logits = gpu.storage("logits", f32s(MAX_LOGIT_ROWS * c.vocab_size));
+        for (what, buffer) in [("the logits", &logits), ("the activations", &hidden), ("the attention records", &partials)] {
+            if buffer.size() > limit {
+                return Err(KernelError::TooLarge { what: what.into(), bytes: buffer.size(), limit }.into());
+            }
+        }
+
+        let step_view = step.range(0, step_bytes);
+        let ids_view = step.range(ids_offset, MAX_ROWS as u64 * 4);
+        let u = |n: usize| n as u32;
+        let embed = layer::embed(
+            gpu,
+            weights.token_embedding.format,
+            EmbedParams { dim: u(d), ..Default::default() },
+            &step_view,
+            &ids_view,
+            weights.token_embedding.view(),
+            &x.view(),
+        )?;
+        let attention_params = attention_params(c);
+        let blocks = weights
+            .blocks
+            .iter()
+            .map(|b| {
+                Ok(BlockKernels {
+                    combine: layer::attention_combine(gpu, attention_params, &step_view, &partials.view(), &attention_out.view())?,
+                    attention_output: layer::matvec_residual(
+                        gpu,
+                        b.attention_output.format,
+                        MatvecParams { inputs: u(c.head_count * hd), outputs: u(d), ..Default::default() },
+                        &step_view,
+                        &attention_out.view(),
+                        b.attention_output.view(),
+                        &x.view(),
+                    )?,
+                    gate_up: layer::ffn_gate_up(
+                        gpu,
+                        [b.gate.format, b.up.format],
+                        FfnParams { dim: u(d), hidden: u(c.feed_forward_length), eps: c.rms_norm_eps as f32, ..Default::default() },
+                        FfnBuffers {
+                            step: &step_view,
+                            x: &x.view(),
+                            norm: b.feed_forward_norm.view(),
+                            w_gate: b.gate.view(),
+                            w_up: b.up.view(),
+                            h: &hidden.view(),
+                        },
+                    )?,
+                    down: layer::matvec_residual(
+                        gpu,
+                        b.down.format,
+                        MatvecParams { inputs: u(c.feed_forward_length), outputs: u(d), ..Default::default() },
+                        &step_view,
+                        &hidden.view(),
+                        b.down.view(),
+                        &x.view(),
+                    )?,
+                })
+            })
+            .collect::<Result<Vec<_>, KernelError>>()?;
+        let lm_head = layer::lm_head(
+            gpu,
+            weights.output().format,
+            LmHeadParams { dim: u(d), vocab: u(c.vocab_size), eps: c.rms_norm_eps as f32, ..Default::default() },
+            &step_view,
+            &x.view(),
+            weights.output_norm.view(),
+            weights.output().view(),
+            &logits.view(),
+        )?;
+        let tail = TailKernels::new(gpu, &logits.range(0, f32s(c.vocab_size)), c.vocab_size)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                gpu: gpu.clone(),
+                config: config.clone(),
+                weights,
+                rope,
+                step,
+                ids_offset,
+                x,
+                q,
+                _attention_out: attention_out,
+                _hidden: hidden,
+                partials,
+                logits,
+                embed,
+                blocks,
+                lm_head,
+                state: Mutex::new(State { tail, pending: None, passes: 0, staging: None }),
+                weight_bytes,
+            }),
+        })
+    }
+
+    /// Bytes of the weights on the GPU.
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        self.shared.weight_bytes
+    }
+
+    /// A cache for up to `capacity` positions; its memory grows with the positions used.
+    pub(crate) fn new_cache(&self, capacity: usize) -> Result<FusedCache, ModelError> {
+        let mut cache = FusedCache { shared: self.shared.clone(), capacity, allocated: 0, blocks: Vec::new() };
+        cache.allocate(INITIAL_CACHE_POSITIONS.min(capacity), None)?;
+        Ok(cache)
+    }
+
+    /// Records a forward pass of `tokens` after the `start` positions `cache` holds; the caller
+    /// has checked the tokens, the room, and `Logits::All` against [`MAX_LOGIT_ROWS`]. Every
+    /// pass but the last is submitted here; the last waits for the read of its logits.
+    pub(crate) fn forward(&self, tokens: &[u32], cache: &mut FusedCache, start: usize, logits: Logits) -> Result<FusedLogits, ModelError> {
+        let clock = web_time::Instant::now();
+        let shared = &self.shared;
+        if !Arc::ptr_eq(shared, &cache.shared) {
+            return Err(ModelError::Invalid("the cache was made for another model".into()));
+        }
+        let mut state = shared.state();
+        if let Some((_, commands)) = state.pending.take() {
+            shared.gpu.submit([commands]);
+        }
+        let mut recorder = Recorder::new(&shared.gpu);
+        cache.reserve(start + tokens.len(), &mut recorder)?;
+        let chunks: Vec<&[u32]> = tokens.chunks(MAX_ROWS).collect();
+        let mut rows = 0;
+        for (index, chunk) in chunks.iter().enumerate() {
+            let last = index + 1 == chunks.len();
+            let pos = start + index * MAX_ROWS;
+            let logit_rows = match (last, logits) {
+                (false, _) => 0,
+                (true, Logits::Last) => 1,
+                (true, Logits::All) => chunk.len(),
+            };
+            let shape = StepShape::new(
+                pos as u32,
+                chunk.len() as u32,
+                logit_rows.max(1) as u32,
+                shared.config.head_count as u32,
+                ATTENTION_RECORD_BUDGET.max(MAX_ROWS * shared.config.head_count) as u32,
+            );
+            // One write: the step parameters, then the ids.
+            let mut bytes = vec![0u8; shared.ids_offset as usize + chunk.len() * 4];
+            bytes[..std::mem::size_of::<layer::StepParams>()].copy_from_slice(shape.params().bytes());
+            bytes[shared.ids_offset as usize..].copy_from_slice(bytemuck::cast_slice(chunk));
+            shared.gpu.write(shared.step.buffer(), 0, &bytes);
+
+            shared.embed.record(&mut recorder, &shape);
+            for (kernels, cached) in shared.blocks.iter().zip(&cache.blocks) {
+                cached.qkv.record(&mut recorder, &shape);
+                cached.attention.record(&mut recorder, &shape);
+                kernels.combine.record(&mut recorder, &shape);
+                kernels.attention_output.record(&mut recorder, &shape);
+                kernels.gate_up.record(&mut recorder, &shape);
+                kernels.down.record(&mut recorder, &shape);
+            }
+            if last {
+                shared.lm_head.record(&mut recorder, &shape);
+                rows = logit_rows;
+            } else {
+                // The next pass's step write must land after this pass: submit it now.
+                shared.gpu.submit([std::mem::replace(&mut recorder, Recorder::new(&shared.gpu)).finish()]);
+            }
+        }
+        state.passes += 1;
+        state.pending = Some((state.passes, recorder.finish()));
+        shared.gpu.add_record_time(clock.elapsed());
+        Ok(FusedLogits { shared: shared.clone(), pass: state.passes, rows })
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+fn attention_params(c: &LlamaConfig) -> AttentionParams {
+    AttentionParams {
+        heads: c.head_count as u32,
+        kv_heads: c.head_count_kv as u32,
+        head_dim: c.head_dim as u32,
+        scale: (1.0 / (c.head_dim as f64).sqrt()) as f32,
+    }
+}
+
+/// Shapes the kernels read in whole units of 8 values.
+fn check_dims(c: &LlamaConfig) -> Result<(), ModelError> {
+    let ok = c.embedding_length % 8 == 0
+        && c.feed_forward_length % 8 == 0
+        && (c.head_count * c.head_dim) % 8 == 0
+        && c.head_dim % 2 == 0
+        && c.head_dim as u32 <= nucleus_kernels::MAX_HEAD_DIM;
+    if ok {
+        Ok(())
+    } else {
+        Err(ModelError::Unsupported(format!(
+            "the fused kernels need dimensions that are multiples of 8 and a head dimension of at most {} (embedding {}, feed-forward {}, head {})",
+            nucleus_kernels::MAX_HEAD_DIM,
+            c.embedding_length,
+            c.feed_forward_length,
+            c.head_dim
+        )))
+    }
+}
+
+/// Uploads one tensor in the format the kernels read: its GGUF bytes, or f32 for F16/BF16.
+fn upload(file: &GgufFile, info: &TensorInfo, device: &Device, limit: u64) -> Result<GpuWeight, ModelError> {
+    let format = WeightFormat::for_ggml(info.ggml_type)
+        .ok_or_else(|| KernelError::UnsupportedFormat { name: info.name.clone(), ggml_type: info.ggml_type })?;
+    let (_, cols) = info.matrix_shape();
+    if !format.fits_row(cols as u64) {
+        return Err(ModelError::Unsupported(format!("tensor '{}': rows of {cols} {format} values", info.name)));
+    }
+    let converted;
+    let bytes = if format.ggml_type() == info.ggml_type {
+        file.tensor_bytes(info)
+    } else {
+        converted = file.dequantize(&info.name)?;
+        bytemuck::cast_slice(&converted)
+    };
+    if bytes.len() as u64 > limit {
+        return Err(KernelError::TooLarge { what: format!("tensor '{}'", info.name), bytes: bytes.len() as u64, limit }.into());
+    }
+    Ok(GpuWeight { tensor: PinnedTensor::upload(device, bytes)?, format })
+}
+
+fn all_weights<T>(weights: &ModelWeights<T>) -> impl Iterator<Item = &T> {
+    let blocks = weights.blocks.iter().flat_map(|b| {
+        [&b.attention_norm, &b.query, &b.key, &b.value, &b.attention_output, &b.feed_forward_norm, &b.gate, &b.up, &b.down]
+    });
+    std::iter::once(&weights.token_embedding).chain(blocks).chain([&weights.output_norm]).chain(weights.output.as_ref())
+}
+
+/// A KV cache of the fused path: per block `[positions, 2, kv_heads, head_dim]` f32 (keys, then
+/// values, of each position), and the block's kernels bound to it.
+pub(crate) struct FusedCache {
+    shared: Arc<Shared>,
+    capacity: usize,
+    allocated: usize,
+    blocks: Vec<CachedBlock>,
+}
+
+struct CachedBlock {
+    kv: GpuBuffer,
+    qkv: Bound,
+    attention: Bound,
+}
+
+impl FusedCache {
+    /// Bytes the cache holds on the GPU now.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.blocks.iter().map(|b| b.kv.size()).sum()
+    }
+
+    fn position_bytes(&self) -> u64 {
+        2 * self.shared.config.kv_dim() as u64 * 4
+    }
+
+    /// Makes room for `positions`, doubling the allocation (the filled positions are copied).
+    fn reserve(&mut self, positions: usize, recorder: &mut Recorder) -> Result<(), ModelError> {
+        if positions <= self.allocated {
+            return Ok(());
+        }
+        let mut size = self.allocated.max(1);
+        while size < positions {
+            size *= 2;
+        }
+        self.allocate(size.min(self.capacity), Some(recorder))
+    }
+
+    /// (Re)allocates every block's buffer for `positions` and binds its kernels; with a
+    /// recorder, the old buffers' contents are copied over first.
+    fn allocate(&mut self, positions: usize, copy: Option<&mut Recorder>) -> Result<(), ModelError> {
+        let shared = &self.shared;
+        let c = &shared.config;
+        let limit = shared.gpu.limits().max_storage_buffer_binding_size as u64;
+        let bytes = positions as u64 * self.position_bytes();
+        if bytes > limit {
+            return Err(KernelError::TooLarge { what: format!("the KV cache of one block ({positions} positions)"), bytes, limit }.into());
+        }
+        let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
+        let step_view = shared.step.range(0, step_bytes);
+        let mut blocks = Vec::with_capacity(c.block_count);
+        for weights in &shared.weights.blocks {
+            let kv = shared.gpu.storage("kv cache", bytes);
+            let qkv = layer::attn_qkv(
+                &shared.gpu,
+                [weights.query.format, weights.key.format, weights.value.format],
+                AttnQkvParams {
+                    dim: c.embedding_length as u32,
+                    q_dim: (c.head_count * c.head_dim) as u32,
+                    kv_dim: c.kv_dim() as u32,
+                    head_dim: c.head_dim as u32,
+                    eps: c.rms_norm_eps as f32,
+                    ..Default::default()
+                },
+                AttnQkvBuffers {
+                    step: &step_view,
+                    x: &shared.x.view(),
+                    norm: weights.attention_norm.view(),
+                    wq: weights.query.view(),
+                    wk: weights.key.view(),
+                    wv: weights.value.view(),
+                    rope: &shared.rope.view(),
+                    q: &shared.q.view(),
+                    kv: &kv.view(),
+                },
+            )?;
+            let attention = layer::attention(&shared.gpu, attention_params(c), &step_view, &shared.q.view(), &kv.view(), &shared.partials.view())?;
+            blocks.push(CachedBlock { kv, qkv, attention });
+        }
+        if let Some(recorder) = copy {
+            let used = self.allocated as u64 * self.position_bytes();
+            for (old, new) in self.blocks.iter().zip(&blocks) {
+                recorder.copy(old.kv.buffer(), 0, new.kv.buffer(), 0, used);
+            }
+        }
+        self.blocks = blocks;
+        self.allocated = positions;
+        Ok(())
+    }
+
+    /// An independent copy holding the first `len` positions (beam search keeps one per beam).
+    pub(crate) fn duplicate(&self, len: usize) -> Result<FusedCache, ModelError> {
+        let mut copy = FusedCache { shared: self.shared.clone(), capacity: self.capacity, allocated: 0, blocks: Vec::new() };
+        let mut recorder = Recorder::new(&self.shared.gpu);
+        copy.allocate(self.allocated, None)?;
+        let used = len as u64 * self.position_bytes();
+        if used > 0 {
+            for (from, to) in self.blocks.iter().zip(&copy.blocks) {
+                recorder.copy(from.kv.buffer(), 0, to.kv.buffer(), 0, used);
+            }
+        }
+        // After the pending pass, whose keys and values may be among those copied.
+        let mut state = self.shared.state();
+        let mut commands: Vec<_> = state.pending.take().map(|(_, c)| c).into_iter().collect();
+        commands.push(recorder.finish());
+        self.shared.gpu.submit(commands);
+        Ok(copy)
+    }
+}
+
+/// The logits of a fused pass, still on the GPU: rows of the logits buffer, valid until the next
+/// pass is recorded.
+pub struct FusedLogits {
+    shared: Arc<Shared>,
+    pass: u64,
+    rows: usize,
+}
+
+impl FusedLogits {
+    pub(crate) fn rows(&self) -> usize {
+        self.rows
+    }
+
+    /// The pass's commands (if not submitted yet) followed by `more`, or an error when a later
+    /// pass has overwritten these logits.
+    fn commands(&self, state: &mut State, more: wgpu::CommandBuffer) -> Result<Vec<wgpu::CommandBuffer>, ModelError> {
+        if state.passes != self.pass {
+            return Err(ModelError::Invalid("these logits were overwritten by a later forward pass; read logits before the next pass".into()));
+        }
+        let mut commands: Vec<_> = state.pending.take().map(|(_, c)| c).into_iter().collect();
+        commands.push(more);
+        Ok(commands)
+    }
+
+    /// The decode tail on the last row, submitted with the pass: one submission, one read.
+    pub(crate) async fn decode_tail(&self, request: &TailRequest<'_>) -> Result<(TailOutput, Option<RawRow>), ModelError> {
+        let clock = web_time::Instant::now();
+        let shared = &self.shared;
+        let (recorded, commands) = {
+            let mut state = shared.state();
+            let mut recorder = Recorder::new(&shared.gpu);
+            if self.rows != 1 {
+                return Err(ModelError::Invalid(format!("the decode tail reads one row of logits, this pass has {}", self.rows)));
+            }
+            let recorded = state.tail.record(&mut recorder, request)?;
+            (recorded, self.commands(&mut state, recorder.finish())?)
+        };
+        shared.gpu.submit(commands);
+        shared.gpu.add_record_time(clock.elapsed());
+        Ok(recorded.read().await?)
+    }
+
+    /// Every row, read back whole (`rows · vocab · 4` bytes).
+    pub(crate) async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
+        let shared = &self.shared;
+        let vocab = shared.config.vocab_size;
+        let bytes = (self.rows * vocab * 4) as u64;
+        let staging = {
+            let mut state = shared.state();
+            let staging = state.staging.take().filter(|s| s.size() >= bytes).unwrap_or_else(|| {
+                shared.gpu.buffer("logits readback", bytes, wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST)
+            });
+            let mut recorder = Recorder::new(&shared.gpu);
+            recorder.copy(shared.logits.buffer(), 0, staging.buffer(), 0, bytes);
+            let commands = self.commands(&mut state, recorder.finish())?;
+            shared.gpu.submit(commands);
+            staging
+        };
+        let data = shared.gpu.read(staging.buffer(), bytes).await;
+        shared.state().staging = Some(staging);
+        let values: Vec<f32> = bytemuck::cast_slice(&data?).to_vec();
+        Ok(values.chunks_exact(vocab).map(<[f32]>::to_vec).collect())
+    }
+}
+
+impl Drop for FusedLogits {
+    /// Logits dropped unread still leave their pass's keys and values in the cache.
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        if state.passes == self.pass
+            && let Some((_, commands)) = state.pending.take()
+        {
+            self.shared.gpu.submit([commands]);
+        }
+    }
+}
