@@ -163,6 +163,10 @@ cmd_test() {
   log "sampler determinism probe in wasm32"
   cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-sampler --example determinism_probe
   node tests/wasm/sampler-determinism.mjs "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/examples/determinism_probe.wasm"
+  # Every module the layer kernels can be assembled into, for Chromium's WGSL compiler.
+  export SHADER_MODULES_DIR="$CARGO_TARGET_DIR/shader-modules"
+  rm -rf "$SHADER_MODULES_DIR"
+  "$CARGO_TARGET_DIR/release/examples/shader_modules" "$SHADER_MODULES_DIR"
   # The JS API and the page in headless Chromium, WebGPU on SwiftShader, the real model.
   cmd_web
   ensure_chromium

@@ -39,8 +39,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let lane = lid % TPR;
     let valid = pair < pairs;
     let out = 2u * pair;
-    var even: array<f32, R>;
-    var odd: array<f32, R>;
+    var even = vec4<f32>(0.0);
+    var odd = vec4<f32>(0.0);
     if valid {
         if out < params.q_dim {
             even = dot_wq(out, params.dim, first, last, lane);

@@ -28,8 +28,8 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let unit = wid.x * GROUPS + lid / TPR;
     let lane = lid % TPR;
     let valid = unit < params.hidden;
-    var gate: array<f32, R>;
-    var up: array<f32, R>;
+    var gate = vec4<f32>(0.0);
+    var up = vec4<f32>(0.0);
     if valid {
         gate = dot_w_gate(unit, params.dim, first, last, lane);
         up = dot_w_up(unit, params.dim, first, last, lane);

@@ -28,7 +28,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let entry = wid.x * GROUPS + lid / TPR;
     let lane = lid % TPR;
     let valid = entry < params.vocab;
-    var sums: array<f32, R>;
+    var sums = vec4<f32>(0.0);
     if valid {
         sums = dot_w(entry, params.dim, first, last, lane);
     }

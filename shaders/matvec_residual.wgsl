@@ -24,7 +24,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let out = wid.x * GROUPS + lid / TPR;
     let lane = lid % TPR;
     let valid = out < params.outputs;
-    var sums: array<f32, R>;
+    var sums = vec4<f32>(0.0);
     if valid {
         sums = dot_w(out, params.inputs, first, last, lane);
     }

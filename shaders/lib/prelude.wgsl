@@ -28,35 +28,27 @@ fn high_nibbles(word: u32) -> vec4<f32> {
 
 // The 4 bytes of `word` as signed 8-bit integers, byte 0 first.
 fn signed_bytes(word: u32) -> vec4<f32> {
-    let w = bitcast<i32>(word);
-    return vec4<f32>(
-        f32(extractBits(w, 0u, 8u)),
-        f32(extractBits(w, 8u, 8u)),
-        f32(extractBits(w, 16u, 8u)),
-        f32(extractBits(w, 24u, 8u)),
-    );
+    let shifted = vec4<u32>(word) << vec4<u32>(24u, 16u, 8u, 0u);
+    return vec4<f32>(bitcast<vec4<i32>>(shifted) >> vec4<u32>(24u));
 }
 
-// Per-lane partial sums of the R rows, combined across the TPR lanes of each group.
-var<workgroup> group_partials: array<f32, WG * R>;
+// Per-lane partial sums of the (up to 4) rows, combined across the TPR lanes of each group.
+var<workgroup> group_partials: array<vec4<f32>, WG>;
 
-// The sums of `sums` over the TPR lanes of the calling lane's group, valid in the group's first
-// lane (lane % TPR == 0). Every lane of the workgroup must call it (it holds barriers when
-// TPR > 1). Lanes are added in order, so the result does not depend on timing.
-fn sum_over_group(sums: array<f32, R>, lid: u32) -> array<f32, R> {
+// The sums of `sums` (component j: x row first + j) over the TPR lanes of the calling lane's
+// group, valid in the group's first lane (lane % TPR == 0). Every lane of the workgroup must call
+// it (it holds barriers when TPR > 1). Lanes are added in order, so the result does not depend
+// on timing.
+fn sum_over_group(sums: vec4<f32>, lid: u32) -> vec4<f32> {
     if TPR == 1u {
         return sums;
     }
-    for (var j = 0u; j < R; j++) {
-        group_partials[j * WG + lid] = sums[j];
-    }
+    group_partials[lid] = sums;
     workgroupBarrier();
-    var total: array<f32, R>;
+    var total = vec4<f32>(0.0);
     if lid % TPR == 0u {
-        for (var j = 0u; j < R; j++) {
-            for (var t = 0u; t < TPR; t++) {
-                total[j] += group_partials[j * WG + lid + t];
-            }
+        for (var t = 0u; t < TPR; t++) {
+            total += group_partials[lid + t];
         }
     }
     workgroupBarrier();

@@ -53,8 +53,8 @@ struct PathReport {
     runs: Vec<Run>,
     /// GPU calls of the first step and per decode step (wgpu only).
     calls: Option<CountedRun>,
-    /// Host time to record and submit one decode step, from the fused path's own clock (µs).
-    host_us_per_token: Option<f64>,
+    /// Host time to record one decode step, and to submit it, from the fused path's own clock (µs).
+    host_us_per_token: Option<(f64, f64)>,
     weight_bytes: u64,
     cache_bytes: u64,
     /// Decode ms/token at position ~100 and at the long position.
@@ -190,7 +190,8 @@ fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) 
         line("kernels dispatched, prefill + 1st token", &|r| r.calls.as_ref().map_or("-".into(), |c| c.first_step.dispatches.to_string()));
         line("submissions, prefill + 1st token", &|r| r.calls.as_ref().map_or("-".into(), |c| c.first_step.submits.to_string()));
     }
-    line("host µs to record + submit a decode step", &|r| r.host_us_per_token.map_or("-".into(), |us| format!("{us:.0}")));
+    line("host µs to record a decode step", &|r| r.host_us_per_token.map_or("-".into(), |(us, _)| format!("{us:.0}")));
+    line("host µs in Queue::submit per decode step", &|r| r.host_us_per_token.map_or("-".into(), |(_, us)| format!("{us:.0}")));
     line("weights on the device (MiB)", &|r| format!("{:.1}", mib(r.weight_bytes)));
     line(&format!("KV cache on the device (MiB, {} pos.)", args.prompt_tokens + args.gen_tokens), &|r| {
         format!("{:.1}", mib(r.cache_bytes))
@@ -274,9 +275,9 @@ fn counted_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result
     Ok(CountedRun { first_step, decode_steps: steps - 1, decode: count.so_far() - first_step })
 }
 
-/// Host time the fused path spends recording and submitting a decode step, in µs (its own clock,
-/// in one more run); `None` on paths without it.
-fn host_encode_time(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Option<f64>, String> {
+/// Host time the fused path spends recording a decode step and submitting it, in µs (its own
+/// clock, in one more run); `None` on paths without it.
+fn host_encode_time(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Option<(f64, f64)>, String> {
     let Some(gpu) = engine.model().device().gpu().cloned() else { return Ok(None) };
     if engine.model().path() != Path::Fused {
         return Ok(None);
@@ -290,7 +291,8 @@ fn host_encode_time(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> R
         steps += 1;
     }
     let spent = gpu.counters() - before;
-    Ok(Some(spent.record_ns as f64 / 1000.0 / steps.max(1) as f64))
+    let per_step = |ns: u64| ns as f64 / 1000.0 / steps.max(1) as f64;
+    Ok(Some((per_step(spent.record_ns), per_step(spent.submit_ns))))
 }
 
 /// Decode ms/token after a prompt of `position` tokens (16 steps, the last 15 timed).

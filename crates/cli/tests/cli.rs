@@ -150,6 +150,8 @@ fn unsupported_quant_type_is_named() {
     entry.extend(20u32.to_le_bytes()); // IQ4_NL: 32-element blocks like Q4_1 but smaller, so still inside the file
     let path = temp_file("iq2.gguf", &patched(&with_type, &entry));
     assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]), "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which this build cannot dequantize");
+    // The fused path (wgpu) names it too, before any computation: never wrong numbers.
+    assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "wgpu", "--path", "fused"]), "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which the fused kernels cannot read");
 }
 
 #[test]

@@ -59,8 +59,10 @@ pub struct GpuCounters {
     pub live_buffers: u64,
     /// Their bytes.
     pub live_bytes: u64,
-    /// Host time spent recording and submitting work (the fused path's own clock), ns.
+    /// Host time the fused path spent recording work (its own clock), ns.
     pub record_ns: u64,
+    /// Host time spent in `Queue::submit` (wgpu's validation and the driver's submission), ns.
+    pub submit_ns: u64,
 }
 
 impl std::ops::Sub for GpuCounters {
@@ -76,6 +78,7 @@ impl std::ops::Sub for GpuCounters {
             live_buffers: self.live_buffers,
             live_bytes: self.live_bytes,
             record_ns: self.record_ns - earlier.record_ns,
+            submit_ns: self.submit_ns - earlier.submit_ns,
         }
     }
 }
@@ -89,6 +92,7 @@ struct Counters {
     live_buffers: AtomicU64,
     live_bytes: AtomicU64,
     record_ns: AtomicU64,
+    submit_ns: AtomicU64,
 }
 
 /// The wgpu device and queue Burn's backend runs on, and the caches of the fused path.
@@ -210,10 +214,11 @@ impl Gpu {
             live_buffers: c.live_buffers.load(Ordering::Relaxed),
             live_bytes: c.live_bytes.load(Ordering::Relaxed),
             record_ns: c.record_ns.load(Ordering::Relaxed),
+            submit_ns: c.submit_ns.load(Ordering::Relaxed),
         }
     }
 
-    /// Adds host time spent recording and submitting (see [`GpuCounters::record_ns`]).
+    /// Adds host time spent recording (see [`GpuCounters::record_ns`]).
     pub fn add_record_time(&self, elapsed: std::time::Duration) {
         self.inner.counters.record_ns.fetch_add(elapsed.as_nanos() as u64, Ordering::Relaxed);
     }
@@ -258,8 +263,12 @@ impl Gpu {
 
     /// Submits `commands` in order, as one queue submission.
     pub fn submit(&self, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) -> wgpu::SubmissionIndex {
-        self.inner.counters.submissions.fetch_add(1, Ordering::Relaxed);
-        self.inner.queue.submit(commands)
+        let clock = web_time::Instant::now();
+        let index = self.inner.queue.submit(commands);
+        let c = &self.inner.counters;
+        c.submissions.fetch_add(1, Ordering::Relaxed);
+        c.submit_ns.fetch_add(clock.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        index
     }
 
     /// Reads `size` bytes of a mappable `staging` buffer once the work submitted so far is done.

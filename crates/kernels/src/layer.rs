@@ -17,7 +17,7 @@ use crate::wgsl::{ATTENTION_LANES, MAX_HEAD_DIM, WgslStruct, wgsl_struct};
 use crate::KernelError;
 
 /// x-rows per lane group in the many-row (prefill) variant of the matrix kernels: each weight
-/// read serves this many rows.
+/// read serves this many rows (the 4 components of `lib/row_dot.wgsl`'s accumulator).
 pub const PREFILL_ROWS_PER_GROUP: u32 = 4;
 
 wgsl_struct! {
@@ -516,6 +516,32 @@ pub fn lm_head(
 ) -> Result<Bound, KernelError> {
     let grid = Grid::Matrix { outputs: params.vocab, logit_rows: true };
     bind(gpu, &LM_HEAD, &[format], params, &[step, x, norm, w, logits], grid, params.dim)
+}
+
+/// Every layer kernel's module for every weight format (each weight binding in each format,
+/// the kernel's other bindings in the first), one-row and many-row variants, for `tuning`, with
+/// and without a staged input: `(label, WGSL)`. For validating every variant on a driver
+/// (`tests/layer_parity.rs`) and in a browser's compiler (`examples/shader_modules.rs`).
+pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
+    let kernels = [&EMBED, &ATTN_QKV, &ATTENTION, &ATTENTION_COMBINE, &MATVEC_RESIDUAL, &FFN_GATE_UP, &LM_HEAD];
+    let mut modules = Vec::new();
+    for spec in kernels {
+        let weights = spec.slots.iter().filter(|slot| matches!(slot, Slot::Weights(..))).count();
+        let format_sets: Vec<Vec<WeightFormat>> = if weights == 0 {
+            vec![Vec::new()]
+        } else {
+            WeightFormat::ALL.into_iter().map(|format| vec![format; weights]).collect()
+        };
+        for formats in &format_sets {
+            for rows in [1, PREFILL_ROWS_PER_GROUP] {
+                for stage_cols4 in if spec.rms { vec![0, 144] } else { vec![0] } {
+                    let label = format!("{}-{:?}-r{rows}-s{stage_cols4}-{}x{}", spec.name, formats, tuning.workgroup, tuning.lanes_per_row);
+                    modules.push((label, spec.module_source(tuning, rows, stage_cols4, formats)));
+                }
+            }
+        }
+    }
+    modules
 }
 
 #[cfg(test)]

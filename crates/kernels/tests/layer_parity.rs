@@ -359,3 +359,23 @@ fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
         .expect("refused");
     assert!(error.to_string().contains("binding 'table'"), "{error}");
 }
+
+/// Every module the layer kernels can be assembled into (each format, both tunings, one-row and
+/// many-row, staged and not) passes wgpu's shader validation (naga); Chromium's compiler checks
+/// the same modules in `tests/browser/shaders.test.mjs`.
+#[test]
+fn every_module_variant_compiles() {
+    let gpu = gpu();
+    let mut count = 0;
+    for tuning in [Tuning { workgroup: 64, lanes_per_row: 1 }, Tuning { workgroup: 256, lanes_per_row: 32 }] {
+        for (label, source) in layer::module_variants(tuning) {
+            let module = gpu.device().create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(&label),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+            drop(module);
+            count += 1;
+        }
+    }
+    assert!(count > 100, "{count} modules");
+}

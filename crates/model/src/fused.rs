@@ -504,10 +504,11 @@ impl FusedLogits {
                 return Err(ModelError::Invalid(format!("the decode tail reads one row of logits, this pass has {}", self.rows)));
             }
             let recorded = state.tail.record(&mut recorder, request)?;
-            (recorded, self.commands(&mut state, recorder.finish())?)
+            let commands = self.commands(&mut state, recorder.finish())?;
+            shared.gpu.add_record_time(clock.elapsed());
+            (recorded, commands)
         };
         shared.gpu.submit(commands);
-        shared.gpu.add_record_time(clock.elapsed());
         Ok(recorded.read().await?)
     }
 

@@ -13,8 +13,8 @@ fn {{W}}_scale_min(start: u32, j: u32) -> vec2<f32> {
         return vec2<f32>(f32({{W}}_u8(s + j) & 63u), f32({{W}}_u8(s + j + 4u) & 63u));
     }
     let scale = ({{W}}_u8(s + j + 4u) & 15u) | (({{W}}_u8(s + j - 4u) >> 6u) << 4u);
-    let min = ({{W}}_u8(s + j + 4u) >> 4u) | (({{W}}_u8(s + j) >> 6u) << 4u);
-    return vec2<f32>(f32(scale), f32(min));
+    let offset = ({{W}}_u8(s + j + 4u) >> 4u) | (({{W}}_u8(s + j) >> 6u) << 4u);
+    return vec2<f32>(f32(scale), f32(offset));
 }
 
 fn {{W}}_unit(row: u32, unit: u32, cols: u32) -> Unit8 {

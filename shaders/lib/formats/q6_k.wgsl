@@ -15,8 +15,10 @@ fn {{W}}_unit(row: u32, unit: u32, cols: u32) -> Unit8 {
     let qh = start + 128u + 32u * half + 8u * run;
     let low_shift = 4u * (quarter >> 1u);
     let high_shift = 2u * quarter;
-    let q0 = ((({{W}}_u32(ql) >> low_shift) & 0x0f0f0f0fu) | ((({{W}}_u32(qh) >> high_shift) & 0x03030303u) << 4u));
-    let q1 = ((({{W}}_u32(ql + 4u) >> low_shift) & 0x0f0f0f0fu) | ((({{W}}_u32(qh + 4u) >> high_shift) & 0x03030303u) << 4u));
+    let low = {{W}}_u64(ql);
+    let high = {{W}}_u64(qh);
+    let q0 = ((low.x >> low_shift) & 0x0f0f0f0fu) | (((high.x >> high_shift) & 0x03030303u) << 4u);
+    let q1 = ((low.y >> low_shift) & 0x0f0f0f0fu) | (((high.y >> high_shift) & 0x03030303u) << 4u);
     let scale = f32(extractBits(bitcast<i32>({{W}}_u8(start + 192u + 8u * half + (run >> 1u) + 2u * quarter)), 0u, 8u));
     let ds = {{W}}_f16(start + 208u) * scale;
     let col = block * 256u + 128u * half + 32u * quarter + 8u * run;

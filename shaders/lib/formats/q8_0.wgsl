@@ -6,7 +6,7 @@ fn {{W}}_unit(row: u32, unit: u32, cols: u32) -> Unit8 {
     let part = unit & 3u;
     let start = (row * (cols >> 5u) + block) * 34u;
     let d = {{W}}_f16(start);
-    let qs = start + 2u + 8u * part;
+    let q = {{W}}_u64(start + 2u + 8u * part);
     let col = block * 32u + part * 8u;
-    return Unit8(signed_bytes({{W}}_u32(qs)) * d, signed_bytes({{W}}_u32(qs + 4u)) * d, col, col + 4u);
+    return Unit8(signed_bytes(q.x) * d, signed_bytes(q.y) * d, col, col + 4u);
 }

@@ -292,18 +292,8 @@ pub struct PendingTail {
 impl PendingTail {
     /// Reads the packed result (one `into_data_async`) and decodes it.
     pub async fn read(self) -> Result<TailOutput, KernelError> {
-        let (words, bytes_read) = read_words(self.packed).await?;
-        let packed = layout::unpack(&words, self.k, true)?;
-        let stats = SoftmaxStats::new(packed.max, packed.sum_exp, self.temperature, bytes_read);
-        Ok(TailOutput {
-            ids: packed.ids,
-            logits: packed.logits,
-            max: stats.max,
-            log_sum_exp: stats.log_sum_exp,
-            sum_exp: stats.sum_exp,
-            temperature: self.temperature,
-            bytes_read,
-        })
+        let (words, _) = read_words(self.packed).await?;
+        tail_output(&words, self.k, self.temperature)
     }
 }
 
