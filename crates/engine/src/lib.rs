@@ -243,7 +243,7 @@ pub struct ModelInfo {
 pub struct LoadOptions {
     /// KV-cache positions (default and maximum: the model's context length).
     pub context_length: Option<usize>,
-    /// The forward pass's path (default: [`Path::default_for`] the device).
+    /// The forward pass's path (default: [`Path::default_for`] the device and model).
     pub path: Option<Path>,
 }
 
@@ -287,7 +287,7 @@ impl Engine {
                 config.vocab_size
             ))));
         }
-        let path = options.path.unwrap_or_else(|| Path::default_for(device));
+        let path = options.path.unwrap_or_else(|| Path::default_for(device, &config));
         let model = Llama::load_parsed(&file, config, device, path, progress)?;
         let cache = model.new_cache(capacity)?;
         let config = model.config();

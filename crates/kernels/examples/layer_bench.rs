@@ -8,8 +8,14 @@
 //! Each figure is the median of 7 timed submissions (after 2 warm-ups) of the dispatch repeated
 //! `REPEAT` times in one submission, divided by `REPEAT`: the kernel's own cost, without the
 //! submit-and-wait of a single dispatch. ARCHITECTURE.md has the figures.
+//!
+//! A second table weighs the two ways of running a prefill pass (128 rows) on quantized weights:
+//! the fused kernels (`R` = 4 rows per lane group, dequantizing in the inner loop) against
+//! dequantizing each weight into a scratch f32 buffer (the `embed` kernel over every row of the
+//! matrix) followed by Burn's matmul.
 
 use burn::backend::wgpu::wgpu;
+use burn::tensor::{DType, Distribution, Tensor};
 use nucleus_kernels::layer::{
     self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadParams, MatvecParams,
     StepShape,
@@ -25,7 +31,7 @@ const HEAD_DIM: usize = 64;
 const VOCAB: usize = 49_152;
 
 fn main() {
-    let (_, gpu) = nucleus_kernels::gpu::init().expect("a wgpu adapter");
+    let (device, gpu) = nucleus_kernels::gpu::init().expect("a wgpu adapter");
     println!("adapter {:?}, tuning {:?}; ms per dispatch (median of 7, each of {REPEAT} dispatches in one submission)", gpu.adapter_info().name, gpu.tuning());
     let mut seed = 7u64;
     let mut bytes = |n: usize| -> Vec<u8> {
@@ -123,6 +129,82 @@ fn main() {
         }
         println!();
     }
+
+    // Prefill: one pass of PREFILL_ROWS rows through the block's projections, both ways.
+    let x = filled(&gpu, bytemuck::cast_slice(&vec![0.1f32; PREFILL_ROWS * HIDDEN]));
+    let out = gpu.storage("out", (PREFILL_ROWS * HIDDEN * 4) as u64);
+    let h = gpu.storage("h", (PREFILL_ROWS * HIDDEN * 4) as u64);
+    let prefill = StepShape::new(0, PREFILL_ROWS as u32, 1, HEADS as u32, 4096);
+    let prefill_step = gpu.buffer("prefill step", 256 + 4 * PREFILL_ROWS as u64, U::UNIFORM | U::STORAGE | U::COPY_DST);
+    gpu.write(prefill_step.buffer(), 0, prefill.params().bytes());
+    let prefill_step_view = prefill_step.range(0, 32);
+    let fused: Vec<(&str, Vec<Bound>, Vec<(&GpuBuffer, usize, usize)>)> = vec![
+        (
+            "576 -> 576 (output projection)",
+            vec![layer::matvec_residual(&gpu, q4, MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() }, &prefill_step_view, &out.view(), &wo.view(), &x.view()).unwrap()],
+            vec![(&wo, DIM, DIM)],
+        ),
+        (
+            "576 -> 2 x 1536 (gate, up)",
+            vec![layer::ffn_gate_up(
+                &gpu,
+                [q4; 2],
+                FfnParams { dim: DIM as u32, hidden: HIDDEN as u32, eps: 1e-5, ..Default::default() },
+                FfnBuffers { step: &prefill_step_view, x: &x.view(), norm: &norm.view(), w_gate: &gate.view(), w_up: &up.view(), h: &h.view() },
+            )
+            .unwrap()],
+            vec![(&gate, HIDDEN, DIM), (&up, HIDDEN, DIM)],
+        ),
+        (
+            "1536 -> 576 (down projection)",
+            vec![layer::matvec_residual(&gpu, q4, MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() }, &prefill_step_view, &h.view(), &down.view(), &x.view()).unwrap()],
+            vec![(&down, DIM, HIDDEN)],
+        ),
+    ];
+    println!();
+    println!("prefill, {PREFILL_ROWS} rows, Q4_1 weights: ms per projection (median of 7)");
+    println!("{:<40} {:>14} {:>14} {:>14} {:>14}", "projection", "fused", "dequantize", "Burn matmul", "dequant+matmul");
+    for (name, kernels, weights) in &fused {
+        let fused_ms: f64 = kernels.iter().map(|kernel| time(&gpu, kernel, &prefill)).sum();
+        let mut dequantize_ms = 0.0;
+        let mut matmul_ms = 0.0;
+        for &(weight, outputs, inputs) in weights {
+            // The scratch f32 matrix [outputs, inputs]: embed's rows, with the ids 0..outputs.
+            let scratch = gpu.storage("scratch", (outputs * inputs * 4) as u64);
+            let all_rows = gpu.buffer("all rows", 256 + 4 * outputs as u64, U::UNIFORM | U::STORAGE | U::COPY_DST);
+            let shape = StepShape::new(0, outputs as u32, 1, HEADS as u32, 4096);
+            gpu.write(all_rows.buffer(), 0, shape.params().bytes());
+            gpu.write(all_rows.buffer(), 256, bytemuck::cast_slice(&(0..outputs as u32).collect::<Vec<_>>()));
+            let dequantize = layer::embed(&gpu, q4, EmbedParams { dim: inputs as u32, ..Default::default() }, &all_rows.range(0, 32), &all_rows.range(256, 4 * outputs as u64), &weight.view(), &scratch.view()).unwrap();
+            dequantize_ms += time(&gpu, &dequantize, &shape);
+            let w = Tensor::<2>::random([outputs, inputs], Distribution::Default, (&device, DType::F32));
+            let a = Tensor::<2>::random([PREFILL_ROWS, inputs], Distribution::Default, (&device, DType::F32));
+            matmul_ms += burn_ms(&device, || a.clone().matmul(w.clone().transpose()));
+        }
+        println!("{name:<40} {fused_ms:>14.3} {dequantize_ms:>14.3} {matmul_ms:>14.3} {:>14.3}", dequantize_ms + matmul_ms);
+    }
+}
+
+/// The rows of one prefill pass (the model's `MAX_ROWS`).
+const PREFILL_ROWS: usize = 128;
+
+/// Median ms per call of a Burn operation: REPEAT calls, then one wait for the device.
+fn burn_ms(device: &burn::tensor::Device, f: impl Fn() -> Tensor<2>) -> f64 {
+    let mut samples = Vec::new();
+    let mut keep = Vec::new();
+    for i in 0..9 {
+        let clock = std::time::Instant::now();
+        for _ in 0..REPEAT {
+            keep.push(f());
+        }
+        device.sync().unwrap();
+        if i >= 2 {
+            samples.push(clock.elapsed().as_secs_f64() * 1000.0 / REPEAT as f64);
+        }
+        keep.clear();
+    }
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
 
 fn filled(gpu: &Gpu, data: &[u8]) -> GpuBuffer {

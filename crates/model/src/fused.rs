@@ -313,7 +313,7 @@ fn attention_params(c: &LlamaConfig) -> AttentionParams {
 }
 
 /// Shapes the kernels read in whole units of 8 values.
-fn check_dims(c: &LlamaConfig) -> Result<(), ModelError> {
+pub(crate) fn check_dims(c: &LlamaConfig) -> Result<(), ModelError> {
     let ok = c.embedding_length % 8 == 0
         && c.feed_forward_length % 8 == 0
         && (c.head_count * c.head_dim) % 8 == 0

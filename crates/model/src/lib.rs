@@ -84,9 +84,14 @@ pub enum Path {
 }
 
 impl Path {
-    /// The fused path on a wgpu device, Burn's operations (and its matmul) elsewhere.
-    pub fn default_for(device: &ModelDevice) -> Self {
-        if device.gpu().is_some() { Path::Fused } else { Path::BurnOps(LinearKernel::BurnMatmul) }
+    /// The fused path on a wgpu device when its kernels take the model's shapes; Burn's
+    /// operations (and its matmul) elsewhere, and for a model the fused kernels cannot run.
+    pub fn default_for(device: &ModelDevice, config: &LlamaConfig) -> Self {
+        if device.gpu().is_some() && fused::check_dims(config).is_ok() {
+            Path::Fused
+        } else {
+            Path::BurnOps(LinearKernel::BurnMatmul)
+        }
     }
 
     /// `"fused"`, `"burn-matmul"` or `"burn-wgsl"`.
@@ -374,4 +379,39 @@ pub(crate) fn rope_angles(config: &LlamaConfig) -> Vec<(f32, f32)> {
         }
     }
     angles
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SmolLM2-135M's shapes.
+    fn smollm2() -> LlamaConfig {
+        LlamaConfig {
+            architecture: "llama".into(),
+            block_count: 30,
+            embedding_length: 576,
+            feed_forward_length: 1536,
+            head_count: 9,
+            head_count_kv: 3,
+            head_dim: 64,
+            rope_dims: 64,
+            rope_freq_base: 100_000.0,
+            rms_norm_eps: 1e-5,
+            vocab_size: 49_152,
+            context_length: 8192,
+        }
+    }
+
+    #[test]
+    fn the_default_path_is_fused_on_wgpu_unless_the_kernels_cannot_take_the_shapes() {
+        let burn = Path::BurnOps(LinearKernel::BurnMatmul);
+        assert_eq!(Path::default_for(&ModelDevice::cpu(), &smollm2()), burn);
+        let wgpu = ModelDevice::wgpu().expect("a wgpu adapter (lavapipe without a GPU)");
+        assert_eq!(Path::default_for(&wgpu, &smollm2()), Path::Fused);
+        let wide_heads = LlamaConfig { head_count: 2, head_count_kv: 1, head_dim: 288, rope_dims: 288, ..smollm2() };
+        assert_eq!(Path::default_for(&wgpu, &wide_heads), burn);
+        let odd_hidden = LlamaConfig { feed_forward_length: 1540, ..smollm2() };
+        assert_eq!(Path::default_for(&wgpu, &odd_hidden), burn);
+    }
 }
