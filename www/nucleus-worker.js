@@ -1,10 +1,10 @@
 // The Web Worker that runs the engine (wasm, WebGPU) off the page's thread.
 //
-// It answers typed messages from `nucleus.js`: { id, type, ...payload } -> { id, type: 'ok', value }
-// or { id, type: 'error', error: { code, message, ... } }, with { id, type: 'progress', ... } while
-// a model loads. One model per worker, one generation at a time (a second one is `busy`).
+// It answers the requests of `nucleus.js` (protocol.js types every message and error code). One
+// model per worker, one generation at a time (a second one is `busy`).
 
 import init, { loadEngine, lastPanic, loseDeviceForTesting } from './pkg/nucleus_web.js';
+import { NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError } from './protocol.js';
 
 const MODEL_CACHE = 'nucleus-models-v1';
 
@@ -39,29 +39,30 @@ function queueCallsBetween(earlier, later) {
   return Object.fromEntries(Object.keys(later).map((key) => [key, later[key] - earlier[key]]));
 }
 
-function fail(code, message, extra = {}) {
-  return Object.assign(new Error(message), { code }, extra);
-}
+const fail = codedError;
 
-/** A thrown value as a plain object the page can rebuild an Error from. */
+/**
+ * A thrown value as the error of an ErrorReply (protocol.js): the engine's own code, or
+ * `internal`.
+ * @returns {import('./protocol.js').WireError}
+ */
 function describe(error) {
   if (error instanceof WebAssembly.RuntimeError) {
     const panic = lastPanic?.();
     return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again` };
   }
-  const { code = 'internal', message = String(error), option, status } = error ?? {};
+  const { code = 'internal', message = String(error), option, status } = codedError(error?.code ?? 'internal',
+    error?.message ?? String(error), { option: error?.option, status: error?.status });
   return { code, message, ...(option && { option }), ...(status && { status }) };
 }
 
 async function adapterFacts() {
   if (!navigator.gpu) {
-    throw fail('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
-      + 'Safari 26+, or Firefox 141+ on Windows; elsewhere enable WebGPU in the browser\'s flags');
+    throw fail('no-webgpu', NO_WEBGPU_MESSAGE);
   }
   const adapter = await navigator.gpu.requestAdapter();
   if (!adapter) {
-    throw fail('no-webgpu', 'WebGPU is present but offers no adapter (the GPU may be blocklisted; '
-      + 'Chromium needs --enable-unsafe-webgpu for a software adapter)');
+    throw fail('no-webgpu', NO_ADAPTER_MESSAGE);
   }
   const info = adapter.info ?? {};
   return {
@@ -121,8 +122,9 @@ async function fetchModel(url, useCache, progress) {
   return { bytes, cache, fromCache };
 }
 
+/** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async load({ url, contextLength, cache: useCache }, progress) {
+  async [REQUEST.load]({ url, contextLength, cache: useCache }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await adapterFacts();
@@ -145,11 +147,11 @@ const handlers = {
     return { ...JSON.parse(engine.info()), ...facts, loadMs, fromCache };
   },
 
-  async tokenize({ text }) {
+  async [REQUEST.tokenize]({ text }) {
     return [...engine.tokenize(text)];
   },
 
-  async generate({ options }) {
+  async [REQUEST.generate]({ options }) {
     if (generation && !generation.done) {
       throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
     }
@@ -159,7 +161,7 @@ const handlers = {
     return generation.id;
   },
 
-  async next({ gen }) {
+  async [REQUEST.next]({ gen }) {
     const current = currentGeneration(gen);
     if (current.done || current.aborted) return null;
     current.inFlight = engine.nextStep();
@@ -183,7 +185,7 @@ const handlers = {
   },
 
   /** Stops the generation after the step in flight, if any; resolves to its result. */
-  async abort({ gen }) {
+  async [REQUEST.abort]({ gen }) {
     const current = currentGeneration(gen);
     current.aborted = true;
     if (current.inFlight) await current.inFlight.catch(() => {});
@@ -194,12 +196,12 @@ const handlers = {
     return result();
   },
 
-  async result({ gen }) {
+  async [REQUEST.result]({ gen }) {
     currentGeneration(gen);
     return result();
   },
 
-  async loseDeviceForTesting() {
+  async [REQUEST.loseDeviceForTesting]() {
     loseDeviceForTesting();
     // The loss is reported asynchronously; give it a moment to land.
     await new Promise((resolve) => setTimeout(resolve, 100));
@@ -236,17 +238,18 @@ function gpuQueueOf({ queueAtStart, queueAfterFirstStep, steps }) {
   };
 }
 
+/** @param {MessageEvent<import('./protocol.js').Request>} event */
 self.onmessage = async ({ data }) => {
   const { id, type } = data;
   const progress = (phase, loaded, total, cached) =>
-    self.postMessage({ id, type: 'progress', phase, loaded, total, cached });
+    self.postMessage({ id, type: REPLY.progress, phase, loaded, total, cached });
   try {
-    const handler = handlers[type];
+    const handler = Object.hasOwn(handlers, type) ? handlers[type] : null;
     if (!handler) throw fail('internal', `unknown request ${type}`);
     const value = await handler(data, progress);
     // A step's logits row moves to the page instead of being copied.
-    self.postMessage({ id, type: 'ok', value }, value?.logits ? [value.logits.buffer] : []);
+    self.postMessage({ id, type: REPLY.ok, value }, value?.logits ? [value.logits.buffer] : []);
   } catch (error) {
-    self.postMessage({ id, type: 'error', error: describe(error) });
+    self.postMessage({ id, type: REPLY.error, error: describe(error) });
   }
 };

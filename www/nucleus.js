@@ -10,13 +10,16 @@
 // this module sends it typed requests, one id each, and pulls steps one at a time. README.md
 // documents the whole API.
 
+import { ERROR_CODES, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
+
+export { ERROR_CODES };
+
 /** The model `Nucleus.load()` loads when no `model` is given, next to this module. */
 export const DEFAULT_MODEL_URL = new URL('models/SmolLM2-135M-Instruct.Q4_1.gguf', import.meta.url).href;
 
 /**
- * Every error of this API: `code` is one of `no-webgpu`, `fetch-failed`, `bad-model`,
- * `unsupported-model`, `bad-options` (with `option`), `context-overflow`, `busy`, `device-lost`,
- * `device`, `internal`.
+ * Every error of this API: `code` is one of ERROR_CODES (protocol.js), `option` names a bad
+ * option, `status` an HTTP status.
  */
 export class NucleusError extends Error {
   constructor(code, message, extra = {}) {
@@ -41,12 +44,12 @@ class WorkerClient {
     worker.onmessage = ({ data }) => {
       const request = this.#pending.get(data.id);
       if (!request) return;
-      if (data.type === 'progress') {
+      if (data.type === REPLY.progress) {
         request.onProgress?.({ phase: data.phase, loaded: data.loaded, total: data.total, cached: data.cached });
         return;
       }
       this.#pending.delete(data.id);
-      if (data.type === 'ok') {
+      if (data.type === REPLY.ok) {
         request.resolve(data.value);
       } else {
         const { code, message, ...extra } = data.error;
@@ -118,7 +121,7 @@ export class Generation {
         throw badOption('signal', 'signal must be an AbortSignal');
       }
       signal = given;
-      this.#started = client.call('generate', { options: encodeOptions(engineOptions) });
+      this.#started = client.call(REQUEST.generate, { options: encodeOptions(engineOptions) });
     } catch (error) {
       this.#started = Promise.reject(error);
     }
@@ -141,7 +144,7 @@ export class Generation {
     this.#aborted = true;
     try {
       const gen = await this.#started;
-      this.#finish(await this.#client.call('abort', { gen }));
+      this.#finish(await this.#client.call(REQUEST.abort, { gen }));
     } catch (error) {
       this.#fail(error);
     }
@@ -153,12 +156,12 @@ export class Generation {
     const gen = await this.#started;
     try {
       while (!this.#aborted) {
-        const step = await this.#client.call('next', { gen });
+        const step = await this.#client.call(REQUEST.next, { gen });
         if (step === null || this.#aborted) break;
         yield step;
         if (step.finishReason) break;
       }
-      if (!this.#aborted) this.#finish(await this.#client.call('result', { gen }));
+      if (!this.#aborted) this.#finish(await this.#client.call(REQUEST.result, { gen }));
     } catch (error) {
       this.#fail(error);
       throw error;
@@ -291,14 +294,13 @@ export class Nucleus {
       throw badOption('contextLength', `contextLength must be a whole number >= 1, got ${contextLength}`);
     }
     if (!globalThis.navigator?.gpu) {
-      throw new NucleusError('no-webgpu', 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
-        + 'Safari 26+, or Firefox 141+ on Windows; elsewhere enable WebGPU in the browser\'s flags');
+      throw new NucleusError('no-webgpu', NO_WEBGPU_MESSAGE);
     }
     const url = new URL(model, globalThis.document?.baseURI ?? import.meta.url).href;
     const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
     const client = new WorkerClient(worker);
     try {
-      const info = await client.call('load', { url, contextLength, cache: Boolean(cache) }, onProgress);
+      const info = await client.call(REQUEST.load, { url, contextLength, cache: Boolean(cache) }, onProgress);
       return new Nucleus(client, info);
     } catch (error) {
       client.terminate();
@@ -321,7 +323,7 @@ export class Nucleus {
   /** The token ids of `text`, as the model reads it. */
   async tokenize(text) {
     if (typeof text !== 'string') throw badOption('text', 'tokenize takes a string');
-    return this.#client.call('tokenize', { text });
+    return this.#client.call(REQUEST.tokenize, { text });
   }
 
   /** Ends the worker and frees the model's GPU memory. */
@@ -331,6 +333,6 @@ export class Nucleus {
 
   /** Destroys the GPU device, as a driver reset would: for tests of the `device-lost` error. */
   loseDeviceForTesting() {
-    return this.#client.call('loseDeviceForTesting');
+    return this.#client.call(REQUEST.loseDeviceForTesting);
   }
 }

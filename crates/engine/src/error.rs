@@ -31,8 +31,12 @@ impl EngineError {
         Self::BadOption { name, allowed: allowed.into(), got: got.to_string() }
     }
 
-    /// A stable machine-readable code: `bad-model`, `unsupported-model`, `bad-options`,
-    /// `context-overflow`, `out-of-memory`, `bad-logits`, `device`, `busy`.
+    /// Every code [`EngineError::code`] returns. The JS API's table of codes (`www/protocol.js`)
+    /// holds each of them (`tests/browser/protocol.test.mjs` checks it).
+    pub const CODES: [&'static str; 8] =
+        ["bad-model", "unsupported-model", "bad-options", "context-overflow", "out-of-memory", "bad-logits", "device", "busy"];
+
+    /// A stable machine-readable code, one of [`EngineError::CODES`].
     pub fn code(&self) -> &'static str {
         match self {
             Self::Model(ModelError::Kernel(KernelError::NanLogits | KernelError::PositiveInfiniteLogits | KernelError::NoFiniteLogits)) => {
@@ -63,5 +67,45 @@ impl From<ModelError> for EngineError {
             ModelError::Gguf(inner) => Self::BadModel(inner),
             other => Self::Model(other),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(error: KernelError) -> EngineError {
+        EngineError::from(ModelError::from(error))
+    }
+
+    #[test]
+    fn every_code_is_listed() {
+        let errors = [
+            EngineError::BadModel(GgufError::Corrupt("bad magic".into())),
+            EngineError::bad_option("top_p", "(0, 1]", 2),
+            EngineError::ContextOverflow { prompt_tokens: 9, context_length: 8 },
+            EngineError::Interleaved,
+            EngineError::from(ModelError::Unsupported("a feature".into())),
+            EngineError::from(ModelError::Invalid("a shape".into())),
+            kernel(KernelError::NanLogits),
+            kernel(KernelError::TooLarge { what: "x".into(), bytes: 2, limit: 1 }),
+            kernel(KernelError::Device("lost".into())),
+        ];
+        for error in errors {
+            assert!(EngineError::CODES.contains(&error.code()), "{error:?} → {}", error.code());
+        }
+    }
+
+    #[test]
+    fn kernel_errors_keep_their_kind_to_the_code() {
+        for bad in [KernelError::NanLogits, KernelError::PositiveInfiniteLogits, KernelError::NoFiniteLogits] {
+            assert_eq!(kernel(bad).code(), "bad-logits");
+        }
+        let too_large = KernelError::TooLarge { what: "the KV cache".into(), bytes: 1 << 31, limit: 1 << 30 };
+        assert_eq!(kernel(too_large).code(), "out-of-memory");
+        let format = KernelError::UnsupportedFormat { name: "blk.0.attn_q.weight".into(), ggml_type: nucleus_gguf::GgmlType::Q5_0 };
+        assert_eq!(kernel(format).code(), "unsupported-model");
+        assert_eq!(kernel(KernelError::Device("lost".into())).code(), "device");
+        assert_eq!(EngineError::from(ModelError::Device("lost".into())).code(), "device");
     }
 }

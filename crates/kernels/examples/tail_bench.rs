@@ -64,7 +64,19 @@ fn main() {
         let counts: Vec<(u32, u32)> = (0..64u32)
             .map(|i| (i * 701 % vocab as u32, 1 + i % 3))
             .collect();
-        LogitAdjustments::from_penalties([(5u32, 2.0f32)], &counts, 1.1, 0.3, 0.2)
+        // What the sampler sends for a bias and penalties over the prompt.
+        let params = nucleus_sampler::SamplingParams {
+            logit_bias: [(5u32, 2.0)].into(),
+            repetition_penalty: 1.1,
+            presence_penalty: 0.3,
+            frequency_penalty: 0.2,
+            penalize_prompt: true,
+            ..Default::default()
+        };
+        let mut sampler = nucleus_sampler::Sampler::new(params, vocab).expect("valid parameters");
+        let prompt: Vec<u32> = counts.iter().flat_map(|&(id, n)| std::iter::repeat_n(id, n as usize)).collect();
+        sampler.set_prompt(&prompt).expect("ids inside the vocabulary");
+        LogitAdjustments::from_entries(sampler.gpu_adjustments().expect("no DRY"))
             .with_allow_mask(vec![u32::MAX; vocab.div_ceil(32)])
     };
 

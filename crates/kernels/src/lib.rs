@@ -47,8 +47,8 @@
 //!
 //! - **Adjustment** ([`LogitAdjustment`]): `v = ((v + bias) · scale) + offset`, the scale
 //!   being `scale_positive` when `v + bias > 0`, else `scale_non_positive`; IEEE f32, each step
-//!   rounded. Bias, CTRL repetition penalty and presence/frequency penalties map onto it
-//!   ([`LogitAdjustments::from_penalties`]). Then the optional allow-mask sets disallowed tokens
+//!   rounded. Bias, CTRL repetition penalty and presence/frequency penalties map onto it (the
+//!   sampler makes them: `Sampler::gpu_adjustments`). Then the optional allow-mask sets disallowed tokens
 //!   to `-inf` (a NaN or `+inf` is kept, so that it is reported).
 //! - **Softmax with temperature** `T` (finite, `> 0`): `m` = largest finite adjusted logit,
 //!   `S = Σ exp((x − m)·(1/T))` over the finite logits (`1/T` rounded to f32 once),

@@ -31,7 +31,7 @@ fn random_adjustments(rng: &mut Rng, vocab: usize, count: usize) -> LogitAdjustm
         let mut entry = LogitAdjustment::new(id);
         match rng.below(6) {
             0 => entry = entry.with_bias((rng.normal() * 5.0) as f32),
-            1 => entry = entry.with_repetition_penalty(1.0 + rng.unit() as f32),
+            1 => entry = entry.with_repetition_penalty(1.0 + rng.unit()),
             2 => entry = entry.with_offset(-(rng.unit() * 3.0) as f32),
             3 => entry = entry.with_bias(f32::NEG_INFINITY),
             4 => entry = entry.with_scale(0.5 + rng.unit() as f32),
@@ -143,8 +143,8 @@ fn sampler_style_penalties() {
     let mut rng = Rng::new(34);
     let logits = random_logits(&mut rng, 49_152, 3.0);
     let counts: Vec<(u32, u32)> = (0..300).map(|i| (i * 97 % 49_152, 1 + i % 4)).collect();
-    let bias = [(5u32, 2.5f32), (97, -1.0), (48_000, f32::NEG_INFINITY)];
-    let adjustments = LogitAdjustments::from_penalties(bias, &counts, 1.3, 0.4, 0.25);
+    let bias = [(5u32, 2.5), (97, -1.0), (48_000, f64::NEG_INFINITY)];
+    let adjustments = sampler_adjustments(49_152, &bias, &counts, 1.3, 0.4, 0.25);
     assert_parity(
         &logits,
         &adjustments,

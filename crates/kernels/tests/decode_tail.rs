@@ -74,8 +74,8 @@ fn with_adjustments_and_mask() {
         let mut counts_sorted = counts.clone();
         counts_sorted.sort_unstable();
         counts_sorted.dedup_by_key(|c| c.0);
-        let bias = [(0u32, 1.5f32), ((vocab - 1) as u32, 30.0)];
-        let adjustments = LogitAdjustments::from_penalties(bias, &counts_sorted, 1.2, 0.5, 0.1);
+        let bias = [(0u32, 1.5), ((vocab - 1) as u32, 30.0)];
+        let adjustments = sampler_adjustments(vocab, &bias, &counts_sorted, 1.2, 0.5, 0.1);
         for k in [1, 20, 64, 256] {
             assert_parity(
                 &logits,

@@ -3,7 +3,7 @@
 //! # The contract
 //!
 //! When the decode tail runs on the GPU (crates/kernels), the device applies stages 1–3 in
-//! place (the sparse [`GpuAdjustment`]s of [`Sampler::gpu_adjustments`] and the mask, which
+//! place (the sparse [`LogitAdjustment`]s of [`Sampler::gpu_adjustments`] and the mask, which
 //! turns a disallowed logit into `-inf`), computes the softmax statistics at temperature `T`
 //! and selects the `K <= 256` largest adjusted logits. The CPU reads back only a
 //! [`CandidateSet`]:
@@ -84,11 +84,11 @@
 //!
 //! # Precision and caveats
 //!
-//! * `δ` = [`SUM_EXP_RELATIVE_TOLERANCE`] = 1e-4 bounds the relative error of the GPU's f32
+//! * `δ` = [`SUM_EXP_RELATIVE_TOLERANCE`] = 5e-5 bounds the relative error of the GPU's f32
 //!   `S` against the full path's f64 total. The kernel (softmax_stats.wgsl) sums at most 16
 //!   terms per block, up to `vocab/4096` blocks per lane and 256 lanes in a fixed order: the
 //!   worst-case f32 bound for those sums is about `(16 + vocab/4096 + 256)·2^-24 ≈ 2e-5` for a
-//!   150k vocabulary, plus a few ulps of WGSL `exp` per term; 1e-4 covers that with room. A
+//!   150k vocabulary, plus a few ulps of WGSL `exp` per term; 5e-5 covers that with room. A
 //!   top-p boundary that lies within about `δ·top_p` of a cumulative mass is answered `None`.
 //! * The weights are computed from the adjusted logits *as reported* (f32). The full path
 //!   computes bias and penalties in f64 from the raw f32 logits, so for a token the GPU adjusted
@@ -100,6 +100,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::adjustment::LogitAdjustment;
 use crate::distribution::{Distribution, process};
 use crate::error::{SamplerError, out_of_range};
 use crate::math::{exp, ln, top_k_ids, validate_logits};
@@ -659,47 +660,6 @@ pub fn decide_from_candidates_with_tolerance(
     finish(compact, rule, Some(s))
 }
 
-/// One token's stage 1–2 adjustment for the GPU (the `LogitAdjustment` of crates/kernels):
-/// `v1 = v + bias; v2 = v1 · (scale_positive if v1 > 0 else scale_non_positive);
-/// v' = v2 + offset`, each operation in f32.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GpuAdjustment {
-    /// Token id.
-    pub id: u32,
-    /// The logit bias (finite or -inf).
-    pub bias: f32,
-    /// `1/θ` (rounded once from f64) when the token is in the penalty window, else 1.
-    pub scale_positive: f32,
-    /// `θ` when the token is in the penalty window, else 1.
-    pub scale_non_positive: f32,
-    /// `−(count·frequency + presence)` (computed in f64, rounded once), else 0.
-    pub offset: f32,
-}
-
-impl GpuAdjustment {
-    /// Applies the adjustment to `v` in f32, as the GPU does.
-    pub fn apply(&self, v: f32) -> f32 {
-        let biased = v + self.bias;
-        let scale = if biased > 0.0 {
-            self.scale_positive
-        } else {
-            self.scale_non_positive
-        };
-        biased * scale + self.offset
-    }
-
-    /// `(id, bias, scale_positive, scale_non_positive, offset)`.
-    pub fn as_tuple(&self) -> (u32, f32, f32, f32, f32) {
-        (
-            self.id,
-            self.bias,
-            self.scale_positive,
-            self.scale_non_positive,
-            self.offset,
-        )
-    }
-}
-
 impl Sampler {
     /// Whether the GPU decode tail can reproduce stages 1–2 of these parameters: false when DRY
     /// is enabled (its penalty depends on n-gram matches, not on a per-token formula).
@@ -714,29 +674,16 @@ impl Sampler {
     /// passes its own allow-mask to the GPU).
     ///
     /// Errors with [`SamplerError::GpuPathUnavailable`] when DRY is enabled.
-    pub fn gpu_adjustments(&self) -> Result<Vec<GpuAdjustment>, SamplerError> {
+    pub fn gpu_adjustments(&self) -> Result<Vec<LogitAdjustment>, SamplerError> {
         if !self.gpu_path_available() {
             return Err(SamplerError::GpuPathUnavailable {
                 reason: "DRY is enabled and has no per-token form",
             });
         }
         let params = self.params();
-        let identity = |id: u32| GpuAdjustment {
-            id,
-            bias: 0.0,
-            scale_positive: 1.0,
-            scale_non_positive: 1.0,
-            offset: 0.0,
-        };
-        let mut entries: BTreeMap<u32, GpuAdjustment> = BTreeMap::new();
+        let mut entries: BTreeMap<u32, LogitAdjustment> = BTreeMap::new();
         for (&id, &bias) in &params.logit_bias {
-            entries.insert(
-                id,
-                GpuAdjustment {
-                    bias: bias as f32,
-                    ..identity(id)
-                },
-            );
+            entries.insert(id, LogitAdjustment::new(id).with_bias(bias as f32));
         }
         let penalised = params.repetition_penalty != 1.0
             || params.presence_penalty != 0.0
@@ -747,22 +694,19 @@ impl Sampler {
                 .window(params.penalize_prompt, params.penalty_last_n);
             let theta = params.repetition_penalty;
             for (id, count) in token_counts(&window) {
-                let entry = entries.entry(id).or_insert_with(|| identity(id));
+                let entry = entries.entry(id).or_insert_with(|| LogitAdjustment::new(id));
                 if theta != 1.0 {
-                    entry.scale_positive = (1.0 / theta) as f32;
-                    entry.scale_non_positive = theta as f32;
+                    *entry = entry.with_repetition_penalty(theta);
                 }
                 if params.presence_penalty != 0.0 || params.frequency_penalty != 0.0 {
+                    // In f64, rounded once.
                     let offset =
                         -(f64::from(count) * params.frequency_penalty + params.presence_penalty);
-                    entry.offset = offset as f32;
+                    *entry = entry.with_offset(offset as f32);
                 }
             }
         }
-        Ok(entries
-            .into_values()
-            .filter(|e| *e != identity(e.id))
-            .collect())
+        Ok(entries.into_values().filter(|e| !e.is_identity()).collect())
     }
 
     /// Finishes a step from the GPU's candidates: `Some` with the token [`Sampler::sample`]

@@ -53,6 +53,7 @@
 
 #![warn(missing_docs)]
 
+pub mod adjustment;
 pub mod beam;
 pub mod candidates;
 pub mod distribution;
@@ -67,12 +68,13 @@ pub mod sampler;
 pub mod speculative;
 pub mod stop;
 
+pub use adjustment::LogitAdjustment;
 pub use beam::{
     Beam, BeamNode, BeamSearch, BeamSearchParams, BeamSearchResult, BeamStepTrace, BeamTrace,
     Hypothesis, NodeStatus, beam_search,
 };
 pub use candidates::{
-    CandidateDistribution, CandidateRule, CandidateSet, GpuAdjustment, OwnedCandidateSet,
+    CandidateDistribution, CandidateRule, CandidateSet, OwnedCandidateSet,
     SUM_EXP_RELATIVE_TOLERANCE, decide_from_candidates, decide_from_candidates_with_tolerance,
 };
 pub use distribution::{Distribution, RemovedBy, StageCounts, process};

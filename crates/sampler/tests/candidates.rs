@@ -407,14 +407,15 @@ fn gpu_adjustments_reproduce_stages_one_and_two() {
         assert!(adjustments.windows(2).all(|w| w[0].id < w[1].id));
         let mut gpu = row.clone();
         for a in &adjustments {
-            let (id, bias, scale_positive, scale_non_positive, offset) = a.as_tuple();
-            let v = gpu[id as usize] + bias;
+            // The formula written out, not `apply`: this test is its check.
+            let v = gpu[a.id as usize] + a.bias;
             let v = v * if v > 0.0 {
-                scale_positive
+                a.scale_positive
             } else {
-                scale_non_positive
+                a.scale_non_positive
             };
-            gpu[id as usize] = v + offset;
+            gpu[a.id as usize] = v + a.offset;
+            assert_eq!(gpu[a.id as usize], a.apply(row[a.id as usize]));
         }
         let history = PenaltyHistory {
             prompt: &prompt,

@@ -1,76 +1,10 @@
 //! Sparse logit adjustments (bias, penalties) and the allow-mask, with their validation and
-//! their packing for `logit_adjust.wgsl`.
+//! their packing for `logit_adjust.wgsl`. One token's adjustment is the sampler's
+//! [`LogitAdjustment`], taken as it is.
+
+pub use nucleus_sampler::LogitAdjustment;
 
 use crate::KernelError;
-
-/// One token's adjustment, applied to its logit `v` as
-///
-/// ```text
-/// v1 = v + bias
-/// v2 = v1 * scale_positive        if v1 > 0
-///      v1 * scale_non_positive    otherwise
-/// v  = v2 + offset
-/// ```
-///
-/// in IEEE f32, each operation rounded on its own (the same on the GPU and in
-/// [`crate::reference::adjust_logits`]). This covers, in `nucleus-sampler`'s order: the logit bias
-/// (`bias`), the CTRL repetition penalty θ (`scale_positive = 1/θ`, `scale_non_positive = θ`) and
-/// the presence/frequency penalties (`offset = -(count·frequency + presence)`).
-///
-/// `bias` and `offset` are finite or `-inf` (which forbids the token); scales are finite and `> 0`.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct LogitAdjustment {
-    /// Token id, `< vocab`.
-    pub id: u32,
-    /// Added first.
-    pub bias: f32,
-    /// Multiplies a positive biased logit.
-    pub scale_positive: f32,
-    /// Multiplies a zero or negative biased logit.
-    pub scale_non_positive: f32,
-    /// Added last.
-    pub offset: f32,
-}
-
-impl LogitAdjustment {
-    /// The identity adjustment of `id` (bias 0, scales 1, offset 0).
-    pub fn new(id: u32) -> Self {
-        Self {
-            id,
-            bias: 0.0,
-            scale_positive: 1.0,
-            scale_non_positive: 1.0,
-            offset: 0.0,
-        }
-    }
-
-    /// Adds `bias` to the logit (`-inf` forbids the token).
-    pub fn with_bias(mut self, bias: f32) -> Self {
-        self.bias = bias;
-        self
-    }
-
-    /// Multiplies the (biased) logit by `factor`, whatever its sign.
-    pub fn with_scale(mut self, factor: f32) -> Self {
-        self.scale_positive = factor;
-        self.scale_non_positive = factor;
-        self
-    }
-
-    /// CTRL / Hugging Face repetition penalty θ: a positive logit is multiplied by `1/θ`, any
-    /// other by `θ` (the reciprocal is rounded to f32 once, here).
-    pub fn with_repetition_penalty(mut self, penalty: f32) -> Self {
-        self.scale_positive = 1.0 / penalty;
-        self.scale_non_positive = penalty;
-        self
-    }
-
-    /// Adds `offset` after the scaling (presence/frequency penalties are negative offsets).
-    pub fn with_offset(mut self, offset: f32) -> Self {
-        self.offset = offset;
-        self
-    }
-}
 
 /// The sparse adjustments of one decode step and an optional allow-mask (constrained decoding).
 ///
@@ -126,34 +60,6 @@ impl LogitAdjustments {
             words[id as usize / 32] |= 1 << (id % 32);
         }
         Ok(words)
-    }
-
-    /// The per-token adjustments of `nucleus-sampler`'s stages 1–2 in f32: `bias[id]` added,
-    /// then for each `(id, count)` of the penalty window the repetition penalty and
-    /// `-(count·frequency + presence)`. One entry per distinct id, ascending.
-    pub fn from_penalties(
-        bias: impl IntoIterator<Item = (u32, f32)>,
-        counts: &[(u32, u32)],
-        repetition_penalty: f32,
-        presence_penalty: f32,
-        frequency_penalty: f32,
-    ) -> Self {
-        let mut by_id = std::collections::BTreeMap::<u32, LogitAdjustment>::new();
-        for (id, b) in bias {
-            let entry = by_id.entry(id).or_insert_with(|| LogitAdjustment::new(id));
-            entry.bias += b;
-        }
-        for &(id, count) in counts {
-            if count == 0 {
-                continue;
-            }
-            let entry = by_id.entry(id).or_insert_with(|| LogitAdjustment::new(id));
-            if repetition_penalty != 1.0 {
-                *entry = entry.with_repetition_penalty(repetition_penalty);
-            }
-            entry.offset = -(count as f32 * frequency_penalty + presence_penalty);
-        }
-        Self::from_entries(by_id.into_values().collect())
     }
 
     /// The adjustments, in the order given.

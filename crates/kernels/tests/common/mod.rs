@@ -86,3 +86,28 @@ pub fn bits(values: &[f32]) -> Vec<u32> {
         .map(|v| if v.is_nan() { 0x7fc0_0000 } else { v.to_bits() })
         .collect()
 }
+
+/// The sampler's stage 1–2 adjustments (what the engine sends the decode tail) for `bias` and
+/// the penalties over a prompt holding each `(id, count)` `count` times.
+pub fn sampler_adjustments(
+    vocab: usize,
+    bias: &[(u32, f64)],
+    counts: &[(u32, u32)],
+    repetition_penalty: f64,
+    presence_penalty: f64,
+    frequency_penalty: f64,
+) -> nucleus_kernels::LogitAdjustments {
+    use nucleus_sampler::{Sampler, SamplingParams};
+    let params = SamplingParams {
+        logit_bias: bias.iter().copied().collect(),
+        repetition_penalty,
+        presence_penalty,
+        frequency_penalty,
+        penalize_prompt: true,
+        ..SamplingParams::default()
+    };
+    let mut sampler = Sampler::new(params, vocab).expect("valid sampling parameters");
+    let prompt: Vec<u32> = counts.iter().flat_map(|&(id, count)| std::iter::repeat_n(id, count as usize)).collect();
+    sampler.set_prompt(&prompt).expect("prompt ids inside the vocabulary");
+    nucleus_kernels::LogitAdjustments::from_entries(sampler.gpu_adjustments().expect("no DRY"))
+}

@@ -1,0 +1,165 @@
+//! The state of one generation and its step: run the model on the pending token (or the
+//! prompt), choose the next token ([`step`]), stream its text through the stop strings.
+
+mod step;
+
+use nucleus_sampler::{FinishReason, Sampler, StopTracker};
+
+use crate::{Engine, EngineError, GenerateRequest, GenerationResult, Step, StepExplanation, Stopwatch, Timing, Transfer, Usage};
+use step::Choice;
+
+/// The state of a generation, owned by its caller; stepped by [`Engine::step`].
+pub struct GenerationState {
+    request: GenerateRequest,
+    prompt_tokens: Vec<u32>,
+    sampler: Sampler,
+    stops: StopTracker,
+    /// The last chosen token, not yet run through the model.
+    pending: Option<u32>,
+    generated: Vec<u32>,
+    text: String,
+    finish_reason: Option<FinishReason>,
+    /// Ended by [`GenerationState::stop`] before it finished.
+    stopped: bool,
+    cached_prompt_tokens: usize,
+    prefill_ms: f64,
+    decode_ms: f64,
+    transfer: Transfer,
+}
+
+impl GenerationState {
+    /// A generation of `request` from `prompt_tokens` (checked by the caller), nothing run yet.
+    pub(crate) fn new(request: GenerateRequest, prompt_tokens: Vec<u32>, sampler: Sampler, stops: StopTracker) -> Self {
+        Self {
+            request,
+            prompt_tokens,
+            sampler,
+            stops,
+            pending: None,
+            generated: Vec::new(),
+            text: String::new(),
+            finish_reason: None,
+            stopped: false,
+            cached_prompt_tokens: 0,
+            prefill_ms: 0.0,
+            decode_ms: 0.0,
+            transfer: Transfer::default(),
+        }
+    }
+
+    pub fn prompt_tokens(&self) -> &[u32] {
+        &self.prompt_tokens
+    }
+
+    pub fn generated_tokens(&self) -> &[u32] {
+        &self.generated
+    }
+
+    /// Finished by itself or stopped.
+    pub fn is_finished(&self) -> bool {
+        self.finish_reason.is_some() || self.stopped
+    }
+
+    pub(crate) async fn next_step(&mut self, engine: &mut Engine) -> Result<Option<Step>, EngineError> {
+        if self.finish_reason.is_some() || self.stopped {
+            return Ok(None);
+        }
+        let step_clock = Stopwatch::start();
+        let first = self.pending.is_none();
+        let logits = match self.pending.take() {
+            None => {
+                let kept = engine.reuse_cache_prefix(&self.prompt_tokens);
+                self.cached_prompt_tokens = kept;
+                engine.forward_last(&self.prompt_tokens[kept..])?
+            }
+            Some(token) => {
+                if !self.owns_cache(engine) {
+                    self.pending = Some(token);
+                    return Err(EngineError::Interleaved);
+                }
+                engine.forward_last(&[token])?
+            }
+        };
+        let Choice { sampled, top, logprob, row } = self.choose(engine, logits).await?;
+        if first {
+            self.prefill_ms = step_clock.elapsed_ms();
+        } else {
+            self.decode_ms += step_clock.elapsed_ms();
+        }
+        let id = sampled.id;
+        self.sampler.accept(id)?;
+        self.generated.push(id);
+        let tokenizer = &engine.tokenizer;
+        let output = self.stops.push_token(id, tokenizer.token_bytes(id));
+        let mut finish = output.finish;
+        if finish.is_none() && engine.cached_tokens.len() + 1 > engine.cache.capacity() {
+            // No room to run this token: the context is full.
+            finish = Some(FinishReason::Length);
+        }
+        let mut text = output.text;
+        if finish == Some(FinishReason::Length) {
+            text.push_str(&self.stops.flush());
+        }
+        self.text.push_str(&text);
+        if finish.is_none() {
+            self.pending = Some(id);
+        }
+        self.finish_reason = finish.clone();
+        Ok(Some(Step {
+            index: self.generated.len() - 1,
+            id,
+            token: tokenizer.token_text(id),
+            text,
+            logprob,
+            top,
+            explain: sampled.explanation.map(|e| StepExplanation::new(e, tokenizer)),
+            finish_reason: finish,
+            logits: row,
+        }))
+    }
+
+    /// Whether the engine's cache still holds exactly this generation's tokens (the prompt and
+    /// every generated token but the pending one): no other generation ran since the last step.
+    fn owns_cache(&self, engine: &Engine) -> bool {
+        let (prompt, generated) = engine.cached_tokens.split_at(self.prompt_tokens.len().min(engine.cached_tokens.len()));
+        prompt == self.prompt_tokens && generated == &self.generated[..self.generated.len().saturating_sub(1)]
+    }
+
+    /// Ends the generation now (an abort): releases the text held back for stop strings and
+    /// returns it. Later steps return `None`, and the result's
+    /// finish reason stays `None`.
+    pub fn stop(&mut self) -> String {
+        if self.finish_reason.is_some() || self.stopped {
+            return String::new();
+        }
+        self.stopped = true;
+        self.pending = None;
+        let text = self.stops.flush();
+        self.text.push_str(&text);
+        text
+    }
+
+    /// The outcome so far.
+    pub fn result(&self) -> GenerationResult {
+        let prompt_run = (self.prompt_tokens.len() - self.cached_prompt_tokens) as f64;
+        let decode_steps = self.generated.len().saturating_sub(1) as f64;
+        let per_s = |n: f64, ms: f64| if ms > 0.0 { n * 1000.0 / ms } else { 0.0 };
+        GenerationResult {
+            text: self.text.clone(),
+            finish_reason: self.finish_reason.clone(),
+            usage: Usage {
+                prompt_tokens: self.prompt_tokens.len(),
+                completion_tokens: self.generated.len(),
+                cached_prompt_tokens: self.cached_prompt_tokens,
+            },
+            transfer: self.transfer,
+            timing: Timing {
+                prefill_ms: self.prefill_ms,
+                prefill_tokens_per_s: per_s(prompt_run, self.prefill_ms),
+                ttft_ms: self.prefill_ms,
+                decode_ms: self.decode_ms,
+                decode_tokens_per_s: per_s(decode_steps, self.decode_ms),
+            },
+        }
+    }
+}

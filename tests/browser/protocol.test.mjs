@@ -1,0 +1,38 @@
+// www/protocol.js owns the API's error codes: every code the Rust engine and its wasm glue can
+// produce is in ERROR_CODES, and README.md's table lists exactly ERROR_CODES. Plain Node, no
+// browser.
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+
+import { ERROR_CODES, codedError } from '../../www/protocol.js';
+
+const root = new URL('../../', import.meta.url);
+const read = (path) => readFileSync(new URL(path, root), 'utf8');
+const codes = Object.keys(ERROR_CODES).sort();
+
+test('every code of the engine and the wasm glue is in ERROR_CODES', () => {
+  const engine = read('crates/engine/src/error.rs').match(/pub const CODES: \[&'static str; \d+\] =\s*\[([^\]]*)\]/);
+  assert.ok(engine, 'EngineError::CODES in crates/engine/src/error.rs');
+  const engineCodes = [...engine[1].matchAll(/"([a-z-]+)"/g)].map((m) => m[1]);
+  assert.ok(engineCodes.length >= 8, engineCodes.join());
+  const glueCodes = [...read('crates/web/src/bindings.rs').matchAll(/js_error\("([a-z-]+)"/g)].map((m) => m[1]);
+  assert.ok(glueCodes.includes('no-webgpu') && glueCodes.includes('device-lost'), glueCodes.join());
+  for (const code of [...engineCodes, ...glueCodes]) assert.ok(codes.includes(code), `${code} is not in ERROR_CODES`);
+});
+
+test("README's error table lists exactly ERROR_CODES", () => {
+  const readme = read('README.md');
+  const table = readme.slice(readme.indexOf('| code | when |'));
+  const rows = table.slice(0, table.indexOf('\n\n')).split('\n').slice(2);
+  const documented = rows.flatMap((row) => [...row.split('|')[1].matchAll(/`([a-z-]+)`/g)].map((m) => m[1]));
+  assert.deepEqual(documented.sort(), codes);
+});
+
+test('an unknown code becomes internal, naming it', () => {
+  const error = codedError('no-such-code', 'something failed');
+  assert.equal(error.code, 'internal');
+  assert.match(error.message, /no-such-code/);
+  const known = codedError('bad-options', 'topP must be in (0, 1]', { option: 'topP' });
+  assert.deepEqual([known.code, known.option], ['bad-options', 'topP']);
+});

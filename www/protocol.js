@@ -1,0 +1,87 @@
+// The messages between the page (nucleus.js) and the engine's worker (nucleus-worker.js), and the
+// error codes of the whole API: one definition, imported by both sides. README.md's error table
+// is checked against ERROR_CODES (tests/browser/protocol.test.mjs), and so are the codes the Rust
+// engine (crates/engine/src/error.rs) and its wasm glue (crates/web) can produce.
+//
+// A request is { id, type, ...payload }; the worker answers each with exactly one reply of type
+// 'ok' or 'error' carrying the same id, and, for 'load', any number of 'progress' messages first.
+
+/**
+ * @typedef {{ id: number, type: 'load', url: string, contextLength?: number, cache: boolean }} LoadRequest
+ *   Loads the model at `url` (one per worker). Replies with the model's `info`.
+ * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
+ *   Replies with the token ids (number[]).
+ * @typedef {{ id: number, type: 'generate', options: string }} GenerateRequest
+ *   Starts a generation; `options` is the generation request as JSON (non-finite numbers as
+ *   strings, so that the engine rejects them by name). Replies with the generation's id.
+ * @typedef {{ id: number, type: 'next', gen: number }} NextRequest
+ *   Runs one step of generation `gen`. Replies with the step, or null when it has ended.
+ * @typedef {{ id: number, type: 'abort', gen: number }} AbortRequest
+ *   Stops generation `gen` after the step in flight. Replies with its result.
+ * @typedef {{ id: number, type: 'result', gen: number }} ResultRequest
+ *   Replies with the result of generation `gen` (after its last step).
+ * @typedef {{ id: number, type: 'loseDeviceForTesting' }} LoseDeviceRequest
+ *   Destroys the GPU device, as a driver reset would. Replies with true.
+ * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | AbortRequest
+ *   | ResultRequest | LoseDeviceRequest} Request
+ *
+ * @typedef {{ id: number, type: 'progress', phase: 'download' | 'parse' | 'upload', loaded: number,
+ *   total: number, cached: boolean }} ProgressReply
+ * @typedef {{ id: number, type: 'ok', value: unknown }} OkReply
+ * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number }} WireError
+ *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status.
+ * @typedef {{ id: number, type: 'error', error: WireError }} ErrorReply
+ * @typedef {ProgressReply | OkReply | ErrorReply} Reply
+ *
+ * @typedef {keyof typeof ERROR_CODES} ErrorCode
+ */
+
+/** The request types, by name. */
+export const REQUEST = Object.freeze({
+  load: 'load',
+  tokenize: 'tokenize',
+  generate: 'generate',
+  next: 'next',
+  abort: 'abort',
+  result: 'result',
+  loseDeviceForTesting: 'loseDeviceForTesting',
+});
+
+/** The reply types, by name. */
+export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progress' });
+
+/** Every error code of the API, with when it happens (README.md's table says the same). */
+export const ERROR_CODES = Object.freeze({
+  'no-webgpu': 'no `navigator.gpu`, or no adapter',
+  'fetch-failed': 'the model URL failed (`status` holds the HTTP status) or the download ended early',
+  'bad-model': 'not a GGUF file, truncated, or inconsistent',
+  'unsupported-model': 'an architecture or tensor type Nucleus does not run',
+  'bad-options': 'an invalid option; `option` names it in the API\'s spelling',
+  'context-overflow': 'the prompt does not fit the context',
+  'out-of-memory': 'a buffer the model needs is larger than the GPU allows',
+  'bad-logits': 'the model produced NaN or +inf logits, or none that is finite',
+  busy: '`generate` while another generation runs',
+  'device-lost': 'the GPU device was lost; load the model again',
+  device: 'another GPU error',
+  internal: 'a bug in the engine (its panic message)',
+});
+
+/** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */
+export const NO_WEBGPU_MESSAGE = 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
+  + 'Safari 26+, or Firefox 141+ on Windows; elsewhere enable WebGPU in the browser\'s flags';
+export const NO_ADAPTER_MESSAGE = 'WebGPU is present but offers no adapter (the GPU may be blocklisted; '
+  + 'Chromium needs --enable-unsafe-webgpu for a software adapter)';
+
+/**
+ * An Error carrying one of ERROR_CODES (and `extra`: `option`, `status`). An unknown code is a bug
+ * in Nucleus, reported as `internal` with the code in the message.
+ * @param {ErrorCode} code
+ * @param {string} message
+ * @param {{ option?: string, status?: number }} [extra]
+ */
+export function codedError(code, message, extra = {}) {
+  if (!Object.hasOwn(ERROR_CODES, code)) {
+    return Object.assign(new Error(`${message} (unknown error code ${JSON.stringify(code)})`), { code: 'internal' });
+  }
+  return Object.assign(new Error(message), { code }, extra);
+}
