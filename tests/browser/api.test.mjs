@@ -163,6 +163,23 @@ test('a seeded sampled generation gives the same ids in the browser as `nucleus 
   assert.deepEqual(browser, native);
 });
 
+test('DRY set from JS picks the same ids as the CLI\'s --dry-* flags, reading whole rows', async () => {
+  const options = { prompt: 'Once upon a time', maxTokens: 4, temperature: 0, dryMultiplier: 2, dryAllowedLength: 1 };
+  const browser = await inPage(async (lm, o) => {
+    const gen = lm.generate(o);
+    const ids = [];
+    for await (const step of gen) ids.push(step.id);
+    return { ids, transfer: (await gen.result).transfer };
+  }, options);
+  const lines = execFileSync(NUCLEUS_CLI, ['generate', '--model', MODEL_PATH, '--backend', 'cpu', '--json',
+    '--max-tokens', '4', '--temperature', '0', '--dry-multiplier', '2', '--dry-allowed-length', '1',
+    '--prompt', options.prompt], { encoding: 'utf8' })
+    .trim().split('\n').map((line) => JSON.parse(line));
+  assert.deepEqual(browser.ids, lines.filter((line) => 'id' in line).map((line) => line.id));
+  // DRY has no per-token form for the GPU decode tail: every step reads its row.
+  assert.deepEqual([browser.transfer.tailSteps, browser.transfer.fullReadSteps], [0, 4]);
+});
+
 test('abort stops within a step, resolves result with finishReason "abort", and the next generate works', async () => {
   const outcome = await inPage(async (lm) => {
     const controller = new AbortController();

@@ -148,7 +148,7 @@ struct GenerateArgs {
     /// A user message, wrapped with the model's chat template.
     #[arg(long)]
     chat: Option<String>,
-    #[arg(long, default_value_t = 128)]
+    #[arg(long, default_value_t = nucleus_engine::DEFAULT_MAX_TOKENS)]
     max_tokens: usize,
     /// 0 is greedy.
     #[arg(long, default_value_t = 1.0)]
@@ -189,7 +189,7 @@ struct GenerateArgs {
     #[arg(long, default_value_t = 0)]
     dry_penalty_last_n: usize,
     /// Strings that break DRY's repeated sequences (tokens containing one).
-    #[arg(long = "dry-sequence-breaker", value_name = "STR", default_values_t = ["\n".to_string(), ":".to_string(), "\"".to_string(), "*".to_string()])]
+    #[arg(long = "dry-sequence-breaker", value_name = "STR", default_values_t = DryParams::DEFAULT_SEQUENCE_BREAKERS.map(String::from))]
     dry_sequence_breakers: Vec<String>,
     /// Additive bias for a token, ID=BIAS (BIAS may be -inf). Repeatable.
     #[arg(long = "logit-bias", value_name = "ID=BIAS", allow_hyphen_values = true)]
@@ -201,7 +201,7 @@ struct GenerateArgs {
     #[arg(long = "stop", value_name = "STR")]
     stop: Vec<String>,
     /// Candidates by raw logit on each --json line, 0..=256.
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = nucleus_engine::DEFAULT_TOP_LOGPROBS)]
     top_logprobs: usize,
     /// Add the sampler's explanation of each step to the --json lines.
     #[arg(long)]

@@ -31,7 +31,7 @@ pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use report::{ExplainedCandidate, GenerationResult, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage};
-pub use request::{DECODE_TAIL_CANDIDATES, GenerateRequest, MAX_TOP_LOGPROBS, Prompt};
+pub use request::{DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt};
 pub use nucleus_model::{LinearKernel, ModelDevice, Path};
 pub use timing::Stopwatch;
 

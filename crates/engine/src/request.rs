@@ -12,6 +12,12 @@ pub const MAX_TOP_LOGPROBS: usize = 256;
 /// top-p and min-p to settle inside them in the common case.
 pub const DECODE_TAIL_CANDIDATES: usize = 64;
 
+/// Default `max_tokens`: the CLI's `--max-tokens` and the JS API's `maxTokens`.
+pub const DEFAULT_MAX_TOKENS: usize = 128;
+
+/// Default `top_logprobs`: the candidates reported with each step (CLI and JS API).
+pub const DEFAULT_TOP_LOGPROBS: usize = 20;
+
 /// What to generate from.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Prompt {
@@ -45,11 +51,11 @@ impl GenerateRequest {
     pub fn new(prompt: Prompt) -> Self {
         Self {
             prompt,
-            max_tokens: 128,
+            max_tokens: DEFAULT_MAX_TOKENS,
             sampling: SamplingParams::default(),
             stop: Vec::new(),
             ignore_eos: false,
-            top_logprobs: 20,
+            top_logprobs: DEFAULT_TOP_LOGPROBS,
             explain_top_n: 0,
             return_logits: false,
         }

@@ -49,6 +49,12 @@ impl Default for DryParams {
 }
 
 impl DryParams {
+    /// The strings whose tokens break a repeated sequence unless the caller names others (the
+    /// reference implementation's defaults): newline, colon, double quote, asterisk. The CLI's
+    /// `--dry-sequence-breaker` and the JS API's `drySequenceBreakers` default to them; the
+    /// tokenizer turns them into [`DryParams::sequence_breakers`].
+    pub const DEFAULT_SEQUENCE_BREAKERS: [&'static str; 4] = ["\n", ":", "\"", "*"];
+
     /// Whether DRY does anything (`multiplier > 0`).
     pub fn is_enabled(&self) -> bool {
         self.multiplier > 0.0

@@ -153,7 +153,11 @@ impl WasmEngine {
         if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
             return Err(busy());
         }
-        let request = parse_generate_options(options_json, inner.engine.info().vocab_size).map_err(option_error)?;
+        let tokenizer = inner.engine.tokenizer();
+        let request = parse_generate_options(options_json, inner.engine.info().vocab_size, |breakers| {
+            tokenizer.tokens_containing(breakers).into_iter().collect()
+        })
+        .map_err(option_error)?;
         let generation = inner.engine.start(request).map_err(engine_error)?;
         inner.generation = Some(generation);
         Ok(())

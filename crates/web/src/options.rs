@@ -6,18 +6,12 @@
 //! rejected by name instead of silently becoming `null`; `-Infinity` is a valid logit bias.
 //! `null` means "not given", as in OpenAI's API.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use nucleus_engine::{EngineError, GenerateRequest, Prompt};
-use nucleus_sampler::{SamplerError, SamplingParams};
+use nucleus_engine::{DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, EngineError, GenerateRequest, Prompt};
+use nucleus_sampler::{DryParams, SamplerError, SamplingParams};
 use nucleus_tokenizer::ChatMessage;
 use serde_json::{Map, Value};
-
-/// Default `maxTokens`.
-pub const DEFAULT_MAX_TOKENS: usize = 128;
-
-/// Default `topLogprobs`: the candidates reported with each step.
-pub const DEFAULT_TOP_LOGPROBS: usize = 20;
 
 /// A rejected option: its JS name and why.
 #[derive(Debug, Clone, PartialEq)]
@@ -52,6 +46,11 @@ const KNOWN_OPTIONS: &[&str] = &[
     "frequencyPenalty",
     "penaltyLastN",
     "penalizePrompt",
+    "dryMultiplier",
+    "dryBase",
+    "dryAllowedLength",
+    "dryPenaltyLastN",
+    "drySequenceBreakers",
     "logitBias",
     "stop",
     "seed",
@@ -62,8 +61,13 @@ const KNOWN_OPTIONS: &[&str] = &[
 ];
 
 /// Parses and checks the options of `lm.generate(...)` (JSON text) into an engine request.
-/// `vocab_size` bounds `logitBias` ids.
-pub fn parse_generate_options(json: &str, vocab_size: usize) -> Result<GenerateRequest, OptionError> {
+/// `vocab_size` bounds `logitBias` ids; `breaker_tokens` gives the ids of the tokens that contain
+/// any of DRY's sequence-breaker strings (the tokenizer's `tokens_containing`).
+pub fn parse_generate_options(
+    json: &str,
+    vocab_size: usize,
+    breaker_tokens: impl Fn(&[&str]) -> BTreeSet<u32>,
+) -> Result<GenerateRequest, OptionError> {
     let value: Value =
         serde_json::from_str(json).map_err(|e| OptionError::new("options", format!("options must be an object: {e}")))?;
     let Value::Object(options) = value else {
@@ -100,6 +104,7 @@ pub fn parse_generate_options(json: &str, vocab_size: usize) -> Result<GenerateR
         frequency_penalty: reader.number("frequencyPenalty")?.unwrap_or(defaults.frequency_penalty),
         penalty_last_n: reader.count("penaltyLastN")?.unwrap_or(defaults.penalty_last_n),
         penalize_prompt: reader.boolean("penalizePrompt")?.unwrap_or(defaults.penalize_prompt),
+        dry: reader.dry(&breaker_tokens)?,
         logit_bias: reader.logit_bias()?,
         seed: reader.seed()?.unwrap_or(defaults.seed),
         ..defaults
@@ -209,20 +214,48 @@ impl Reader<'_> {
     }
 
     /// A string or an array of strings.
-    fn stop(&self) -> Result<Vec<String>, OptionError> {
-        match self.get("stop") {
-            None => Ok(Vec::new()),
-            Some(Value::String(s)) => Ok(vec![s.clone()]),
+    fn strings(&self, name: &str) -> Result<Option<Vec<String>>, OptionError> {
+        match self.get(name) {
+            None => Ok(None),
+            Some(Value::String(s)) => Ok(Some(vec![s.clone()])),
             Some(Value::Array(items)) => items
                 .iter()
                 .map(|item| {
                     item.as_str()
                         .map(str::to_string)
-                        .ok_or_else(|| OptionError::new("stop", format!("stop must hold strings, got {item}")))
+                        .ok_or_else(|| OptionError::new(name, format!("{name} must hold strings, got {item}")))
                 })
-                .collect(),
-            Some(value) => Err(OptionError::new("stop", format!("stop must be a string or an array of strings, got {}", shown(value)))),
+                .collect::<Result<_, _>>()
+                .map(Some),
+            Some(value) => Err(OptionError::new(name, format!("{name} must be a string or an array of strings, got {}", shown(value)))),
         }
+    }
+
+    fn stop(&self) -> Result<Vec<String>, OptionError> {
+        Ok(self.strings("stop")?.unwrap_or_default())
+    }
+
+    /// DRY: off unless `dryMultiplier` > 0; the breakers' tokens are looked up only then.
+    fn dry(&self, breaker_tokens: &dyn Fn(&[&str]) -> BTreeSet<u32>) -> Result<DryParams, OptionError> {
+        let defaults = DryParams::default();
+        let multiplier = self.number("dryMultiplier")?.unwrap_or(defaults.multiplier);
+        let breakers = self.strings("drySequenceBreakers")?;
+        let sequence_breakers = if multiplier > 0.0 {
+            match &breakers {
+                Some(strings) => breaker_tokens(&strings.iter().map(String::as_str).collect::<Vec<_>>()),
+                None => breaker_tokens(&DryParams::DEFAULT_SEQUENCE_BREAKERS),
+            }
+        } else {
+            BTreeSet::new()
+        };
+        Ok(DryParams {
+            multiplier,
+            base: self.number("dryBase")?.unwrap_or(defaults.base),
+            allowed_length: self.count("dryAllowedLength")?.unwrap_or(defaults.allowed_length),
+            penalty_last_n: self.count("dryPenaltyLastN")?.unwrap_or(defaults.penalty_last_n),
+            sequence_breakers,
+            ..defaults
+        })
     }
 
     /// `{ "<token id>": bias }`; a bias is a finite number or `-Infinity` (forbid the token).
@@ -283,8 +316,9 @@ mod tests {
 
     const VOCAB: usize = 49_152;
 
+    /// A stand-in for the tokenizer: the token containing breaker `s` is `s.len()`.
     fn parse(json: &str) -> Result<GenerateRequest, OptionError> {
-        parse_generate_options(json, VOCAB)
+        parse_generate_options(json, VOCAB, |breakers| breakers.iter().map(|s| s.len() as u32 + 1000).collect())
     }
 
     fn rejected(json: &str) -> OptionError {
@@ -309,6 +343,22 @@ mod tests {
         assert_eq!((s.repetition_penalty, s.presence_penalty, s.frequency_penalty), (1.1, 0.5, 0.25));
         assert_eq!((s.penalty_last_n, s.penalize_prompt, s.seed), (64, true, 9_007_199_254_740_991));
         assert_eq!(s.logit_bias, BTreeMap::from([(2, f64::NEG_INFINITY), (42, 1.5)]));
+    }
+
+    #[test]
+    fn dry_reaches_the_request_with_the_default_breakers_or_given_ones() {
+        let request = parse(r#"{"prompt":"Hi","dryMultiplier":0.8,"dryBase":2,"dryAllowedLength":3,"dryPenaltyLastN":100}"#).unwrap();
+        let dry = &request.sampling.dry;
+        assert_eq!((dry.multiplier, dry.base, dry.allowed_length, dry.penalty_last_n), (0.8, 2.0, 3, 100));
+        // The default strings are 1 byte each.
+        assert_eq!(dry.sequence_breakers, BTreeSet::from([1001]));
+        let given = parse(r#"{"prompt":"Hi","dryMultiplier":0.8,"drySequenceBreakers":["ab","xyz"]}"#).unwrap();
+        assert_eq!(given.sampling.dry.sequence_breakers, BTreeSet::from([1002, 1003]));
+        let off = parse(r#"{"prompt":"Hi","drySequenceBreakers":"x"}"#).unwrap();
+        assert_eq!(off.sampling.dry, DryParams::default());
+        let error = rejected(r#"{"prompt":"a","dryBase":0.5,"dryMultiplier":1}"#);
+        assert_eq!(error.option, "dryBase");
+        assert!(error.message.starts_with("dryBase must be"), "{}", error.message);
     }
 
     #[test]
