@@ -129,6 +129,10 @@ fn assert_close(gpu: &[f32], expected: &[f64], what: &str) {
     }
 }
 
+/// The parity test of `shaders/lib/row_dot.wgsl`, the one inner loop of every matrix kernel
+/// (and of `lib/rms.wgsl` when the kernel normalises): one and four x rows per lane group
+/// (`R` = 1 for one row, 4 for 3, 5 and 6 rows, whose last group is partly past the end), one
+/// and 32 lanes per output row, against `reference::matvec_residual` in f64.
 #[test]
 fn matvec_residual_every_format_tuning_and_row_count() {
     let mut rng = Rng::new(1);
@@ -343,6 +347,47 @@ fn embed_every_format() {
         let got = run(gpu, &[&bound], &step.shape, &x);
         let expected: Vec<f64> = reference::embed(&table, dim, &ids).into_iter().map(f64::from).collect();
         assert_close(&got, &expected, &format!("{format}"));
+    }
+}
+
+/// Each unit reader in `shaders/lib/formats/` (f32.wgsl, q4_0.wgsl, q4_1.wgsl, q8_0.wgsl,
+/// q4_k.wgsl, q6_k.wgsl) against its CPU reference, `nucleus-gguf`'s dequantization: every row of
+/// a matrix of random blocks read through the reader (the `embed` kernel with the ids 0..rows).
+#[test]
+fn every_format_reader_dequantizes_like_gguf() {
+    let readers = [
+        (WeightFormat::F32, "f32.wgsl"),
+        (WeightFormat::Q4_0, "q4_0.wgsl"),
+        (WeightFormat::Q4_1, "q4_1.wgsl"),
+        (WeightFormat::Q8_0, "q8_0.wgsl"),
+        (WeightFormat::Q4K, "q4_k.wgsl"),
+        (WeightFormat::Q6K, "q6_k.wgsl"),
+    ];
+    let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shaders/lib/formats");
+    let mut files: Vec<String> =
+        std::fs::read_dir(&directory).unwrap().map(|entry| entry.unwrap().file_name().into_string().unwrap()).collect();
+    files.sort();
+    let mut named: Vec<String> = readers.iter().map(|(_, file)| file.to_string()).collect();
+    named.sort();
+    assert_eq!(files, named, "every reader in {} has its case here", directory.display());
+    assert_eq!(readers.len(), WeightFormat::ALL.len());
+
+    let mut rng = Rng::new(12);
+    let gpu = gpu();
+    for (format, file) in readers {
+        let cols = dims(format)[1];
+        let rows = 9;
+        let (bytes, values) = random_weight(&mut rng, format, rows, cols);
+        let weights = storage(gpu, &bytes);
+        let ids: Vec<u32> = (0..rows as u32).collect();
+        let x = gpu.storage("x", (rows * cols * 4) as u64);
+        let step = Step::new(gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &ids);
+        let bound =
+            layer::embed(gpu, format, EmbedParams { dim: cols as u32, ..Default::default() }, &step.view(), &step.ids(), &weights.view(), &x.view())
+                .unwrap();
+        let got = run(gpu, &[&bound], &step.shape, &x);
+        let expected: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
+        assert_close(&got, &expected, file);
     }
 }
 
