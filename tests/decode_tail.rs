@@ -17,7 +17,8 @@ fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationR
 }
 
 fn engine(decode_tail: bool) -> Engine {
-    let mut engine = Engine::load(model_bytes(), &wgpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
+    let mut engine =
+        Engine::load(model_bytes(), &wgpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
     assert!(engine.decode_tail(), "the wgpu engine uses the decode tail by default");
     engine.set_decode_tail(decode_tail);
     engine
@@ -45,9 +46,18 @@ fn greedy_on_the_gpu_tail_matches_the_reference_and_reads_back_candidates_only()
         let max = reference_logits.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
         let log_sum_exp = max + reference_logits.iter().map(|&x| (x as f64 - max).exp()).sum::<f64>().ln();
         let expected = case.top20[0].logit as f64 - log_sum_exp;
-        assert!((steps[0].logprob - expected).abs() < 1e-3, "{name}: logprob {} vs reference {expected}", steps[0].logprob);
+        assert!(
+            (steps[0].logprob - expected).abs() < 1e-3,
+            "{name}: logprob {} vs reference {expected}",
+            steps[0].logprob
+        );
         let transfer = result.transfer;
-        println!("[decode tail] {name:8} {} steps on the GPU tail, {} full reads, {:.0} bytes/token", transfer.tail_steps, transfer.full_read_steps, transfer.bytes_per_token());
+        println!(
+            "[decode tail] {name:8} {} steps on the GPU tail, {} full reads, {:.0} bytes/token",
+            transfer.tail_steps,
+            transfer.full_read_steps,
+            transfer.bytes_per_token()
+        );
         assert_eq!((transfer.tail_steps, transfer.full_read_steps), (ids.len(), 0), "{name}");
         assert_eq!(transfer.readback_bytes, ids.len() * bytes_per_step);
         assert!(bytes_per_step <= 4096);
@@ -67,8 +77,12 @@ fn seeded_sampling_gives_the_same_tokens_on_the_gpu_tail_as_on_whole_rows() {
     let (full_steps, full_result) = run(&mut engine(false), request());
     let tail_ids: Vec<u32> = tail_steps.iter().map(|s| s.id).collect();
     let full_ids: Vec<u32> = full_steps.iter().map(|s| s.id).collect();
-    println!("[decode tail] seeded T=0.8 top-p 0.95: {} of 32 steps on the GPU tail, {:.0} vs {:.0} bytes/token",
-        tail_result.transfer.tail_steps, tail_result.transfer.bytes_per_token(), full_result.transfer.bytes_per_token());
+    println!(
+        "[decode tail] seeded T=0.8 top-p 0.95: {} of 32 steps on the GPU tail, {:.0} vs {:.0} bytes/token",
+        tail_result.transfer.tail_steps,
+        tail_result.transfer.bytes_per_token(),
+        full_result.transfer.bytes_per_token()
+    );
     assert_eq!(tail_ids, full_ids);
     assert_eq!(tail_result.text, full_result.text);
     assert!(tail_result.transfer.tail_steps > 0, "no step settled on the candidates");
@@ -89,7 +103,8 @@ fn an_extreme_temperature_reads_the_whole_row_and_a_bias_stays_on_the_gpu() {
         request
     };
     // A temperature whose inverse overflows f32: the kernels cannot take it; greedy in effect.
-    let (steps, result) = run(&mut engine, one_step(SamplingParams { temperature: 1e-39, ..SamplingParams::default() }));
+    let (steps, result) =
+        run(&mut engine, one_step(SamplingParams { temperature: 1e-39, ..SamplingParams::default() }));
     assert_eq!((steps[0].id, result.transfer.full_read_steps, result.transfer.tail_steps), (7042, 1, 0));
     // A bias is applied on the GPU; the reported candidates stay the model's raw logits.
     let mut biased = SamplingParams::greedy();
@@ -121,9 +136,15 @@ fn penalties_on_the_gpu_give_the_same_tokens_as_on_whole_rows() {
     };
     let (tail_steps, tail_result) = run(&mut engine(true), request());
     let (full_steps, _) = run(&mut engine(false), request());
-    println!("[decode tail] seeded T=0.8 top-p 0.95 with penalties: {} of 16 steps on the GPU tail, {:.0} bytes/token",
-        tail_result.transfer.tail_steps, tail_result.transfer.bytes_per_token());
-    assert_eq!(tail_steps.iter().map(|s| s.id).collect::<Vec<_>>(), full_steps.iter().map(|s| s.id).collect::<Vec<_>>());
+    println!(
+        "[decode tail] seeded T=0.8 top-p 0.95 with penalties: {} of 16 steps on the GPU tail, {:.0} bytes/token",
+        tail_result.transfer.tail_steps,
+        tail_result.transfer.bytes_per_token()
+    );
+    assert_eq!(
+        tail_steps.iter().map(|s| s.id).collect::<Vec<_>>(),
+        full_steps.iter().map(|s| s.id).collect::<Vec<_>>()
+    );
     assert!(tail_result.transfer.tail_steps > 0);
     for (a, b) in tail_steps.iter().zip(&full_steps) {
         assert!((a.logprob - b.logprob).abs() < 1e-3, "logprob {} vs {}", a.logprob, b.logprob);
@@ -137,17 +158,23 @@ fn penalties_on_the_gpu_give_the_same_tokens_as_on_whole_rows() {
 #[test]
 fn seeded_sampling_on_the_fused_path_gives_the_cpu_backends_tokens() {
     let request = || {
-        let mut request = GenerateRequest::new(Prompt::Chat(vec![nucleus_tokenizer::ChatMessage::user("Name three colours.")]));
-        request.sampling = SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed: 77, ..SamplingParams::default() };
+        let mut request =
+            GenerateRequest::new(Prompt::Chat(vec![nucleus_tokenizer::ChatMessage::user("Name three colours.")]));
+        request.sampling =
+            SamplingParams { temperature: 0.9, top_k: 40, top_p: 0.95, seed: 77, ..SamplingParams::default() };
         request.max_tokens = 24;
         request
     };
-    let mut cpu = Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
+    let mut cpu =
+        Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
     let mut fused = engine(true);
     assert_eq!(fused.info().path, "fused");
     let (cpu_steps, cpu_result) = run(&mut cpu, request());
     let (fused_steps, fused_result) = run(&mut fused, request());
     println!("[fused vs cpu] seeded chat: {:?}", fused_result.text);
-    assert_eq!(fused_steps.iter().map(|s| s.id).collect::<Vec<_>>(), cpu_steps.iter().map(|s| s.id).collect::<Vec<_>>());
+    assert_eq!(
+        fused_steps.iter().map(|s| s.id).collect::<Vec<_>>(),
+        cpu_steps.iter().map(|s| s.id).collect::<Vec<_>>()
+    );
     assert_eq!(fused_result.text, cpu_result.text);
 }

@@ -88,7 +88,10 @@ fn stop_strings_and_length() {
 fn invalid_requests_are_refused_with_the_parameter_named() {
     let mut engine = engine();
     let mut request = greedy_request("hi", 0);
-    assert_eq!(engine.generate(request.clone()).err().unwrap().to_string(), "invalid option max_tokens: must be >= 1, got 0");
+    assert_eq!(
+        engine.generate(request.clone()).err().unwrap().to_string(),
+        "invalid option max_tokens: must be >= 1, got 0"
+    );
     request.max_tokens = 4;
     request.top_logprobs = 300;
     assert_eq!(engine.generate(request.clone()).err().unwrap().code(), "bad-options");
@@ -103,7 +106,13 @@ fn invalid_requests_are_refused_with_the_parameter_named() {
 #[test]
 fn beam_search_on_the_model_is_deterministic_and_scores_its_hypotheses() {
     let mut engine = engine();
-    let request = BeamRequest { prompt: Prompt::Text("The capital of France is".into()), beams: 3, length_penalty: 1.0, max_tokens: 4, ignore_eos: false };
+    let request = BeamRequest {
+        prompt: Prompt::Text("The capital of France is".into()),
+        beams: 3,
+        length_penalty: 1.0,
+        max_tokens: 4,
+        ignore_eos: false,
+    };
     let output = pollster::block_on(engine.beam_search(&request)).unwrap();
     assert!(!output.hypotheses.is_empty() && output.hypotheses.len() <= 3);
     for h in &output.hypotheses {

@@ -43,7 +43,11 @@ fn check_backend(name: &str, device: ModelDevice, path: Path) {
     let file = GgufFile::parse(model_bytes()).unwrap();
     let started = std::time::Instant::now();
     let model = Llama::load(&file, &device, path).unwrap();
-    println!("[{name}] loaded in {:.2?}, weights {:.1} MiB", started.elapsed(), model.memory().weight_bytes as f64 / 1048576.0);
+    println!(
+        "[{name}] loaded in {:.2?}, weights {:.1} MiB",
+        started.elapsed(),
+        model.memory().weight_bytes as f64 / 1048576.0
+    );
     let reference = reference();
     let mut failures = Vec::new();
     for (case_name, case) in &reference.logit_cases {
@@ -53,8 +57,12 @@ fn check_backend(name: &str, device: ModelDevice, path: Path) {
         let max_diff = max_abs_diff(&ours, &expected);
         let reference_top: Vec<u32> = case.top20.iter().map(|t| t.id).collect();
         let our_top = top_ids(&ours, 20);
-        println!("[{name}] {case_name:8} max |dlogit| = {max_diff:.2e} over {} ids; top-20 order {}; prefill {:.2?}",
-            ours.len(), if our_top == reference_top { "identical" } else { "DIFFERS" }, started.elapsed());
+        println!(
+            "[{name}] {case_name:8} max |dlogit| = {max_diff:.2e} over {} ids; top-20 order {}; prefill {:.2?}",
+            ours.len(),
+            if our_top == reference_top { "identical" } else { "DIFFERS" },
+            started.elapsed()
+        );
         if max_diff > LOGIT_TOLERANCE {
             failures.push(format!("{case_name}: max |dlogit| {max_diff} > {LOGIT_TOLERANCE}"));
         }
@@ -66,13 +74,23 @@ fn check_backend(name: &str, device: ModelDevice, path: Path) {
     assert!(failures.is_empty(), "[{name}] {}", failures.join("\n"));
 }
 
-fn check_greedy_and_recompute(name: &str, case_name: &str, model: &Llama, case: &LogitCase, failures: &mut Vec<String>) {
+fn check_greedy_and_recompute(
+    name: &str,
+    case_name: &str,
+    model: &Llama,
+    case: &LogitCase,
+    failures: &mut Vec<String>,
+) {
     let started = std::time::Instant::now();
     let (tokens, decode_logits) = greedy(model, &case.ids, case.greedy32.len().max(32));
     let elapsed = started.elapsed();
     let same = tokens == case.greedy32;
-    println!("[{name}] {case_name:8} greedy {} tokens {} ({:.1} tok/s)", tokens.len(),
-        if same { "identical" } else { "DIFFER" }, tokens.len() as f64 / elapsed.as_secs_f64());
+    println!(
+        "[{name}] {case_name:8} greedy {} tokens {} ({:.1} tok/s)",
+        tokens.len(),
+        if same { "identical" } else { "DIFFER" },
+        tokens.len() as f64 / elapsed.as_secs_f64()
+    );
     if !same {
         failures.push(format!("{case_name}: greedy {tokens:?} != reference {:?}", case.greedy32));
         return;
@@ -82,7 +100,10 @@ fn check_greedy_and_recompute(name: &str, case_name: &str, model: &Llama, case: 
     full.extend_from_slice(&tokens[..tokens.len() - 1]);
     let recomputed = last_logits(model, &full);
     let diff = max_abs_diff(&decode_logits, &recomputed);
-    println!("[{name}] {case_name:8} prefill+decode vs full recompute over {} positions: max |dlogit| = {diff:.2e}", full.len());
+    println!(
+        "[{name}] {case_name:8} prefill+decode vs full recompute over {} positions: max |dlogit| = {diff:.2e}",
+        full.len()
+    );
     if diff > RECOMPUTE_TOLERANCE {
         failures.push(format!("{case_name}: prefill+decode differs from recompute by {diff}"));
     }
@@ -144,7 +165,11 @@ fn fused_prefill_in_several_passes_and_a_growing_cache_agree() {
     drop(model.forward(&tokens[..200], &mut cache, Logits::Last).unwrap());
     let split = read(model.forward(&tokens[200..], &mut cache, Logits::Last).unwrap()).remove(0);
     let diff = max_abs_diff(&whole, &split);
-    println!("[fused] {} tokens in 3 passes vs 200 + {} (cache grown): max |dlogit| = {diff:.2e}", tokens.len(), tokens.len() - 200);
+    println!(
+        "[fused] {} tokens in 3 passes vs 200 + {} (cache grown): max |dlogit| = {diff:.2e}",
+        tokens.len(),
+        tokens.len() - 200
+    );
     assert!(diff < RECOMPUTE_TOLERANCE, "{diff}");
     assert_eq!(top_ids(&whole, 20), top_ids(&split, 20));
 }

@@ -13,7 +13,12 @@ fn ids_match_llama_cpp_on_every_reference_string() {
     let tokenizer = tokenizer();
     let reference = reference();
     let mut failures = Vec::new();
-    for case in reference.tokenizer_cases.iter().map(|c| (&c.text, &c.ids)).chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids))) {
+    for case in reference
+        .tokenizer_cases
+        .iter()
+        .map(|c| (&c.text, &c.ids))
+        .chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids)))
+    {
         let ids = tokenizer.encode(case.0).unwrap();
         if &ids != case.1 {
             failures.push(format!("{:?}\n  ours:      {ids:?}\n  reference: {:?}", case.0, case.1));

@@ -107,7 +107,11 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 runs.push(run);
             }
         }
-        let calls = if args.backend == Backend::Wgpu { Some(counted_run(&mut engine, &prompt, args.gen_tokens)?) } else { None };
+        let calls = if args.backend == Backend::Wgpu {
+            Some(counted_run(&mut engine, &prompt, args.gen_tokens)?)
+        } else {
+            None
+        };
         let host_us_per_token = host_encode_time(&mut engine, &prompt, args.gen_tokens)?;
         let long = if long_context > 0 {
             eprintln!("[bench] {}: decode at position 100 and {long_context}", engine.info().path);
@@ -187,17 +191,25 @@ fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) 
         line("kernels dispatched per decode token", &|r| per_token(r, |c| c.dispatches));
         line("queue submissions per decode token", &|r| per_token(r, |c| c.submits));
         line("buffer writes per decode token", &|r| per_token(r, |c| c.buffer_writes));
-        line("kernels dispatched, prefill + 1st token", &|r| r.calls.as_ref().map_or("-".into(), |c| c.first_step.dispatches.to_string()));
-        line("submissions, prefill + 1st token", &|r| r.calls.as_ref().map_or("-".into(), |c| c.first_step.submits.to_string()));
+        line("kernels dispatched, prefill + 1st token", &|r| {
+            r.calls.as_ref().map_or("-".into(), |c| c.first_step.dispatches.to_string())
+        });
+        line("submissions, prefill + 1st token", &|r| {
+            r.calls.as_ref().map_or("-".into(), |c| c.first_step.submits.to_string())
+        });
     }
     line("host µs to record a decode step", &|r| r.host_us_per_token.map_or("-".into(), |(us, _)| format!("{us:.0}")));
-    line("host µs in Queue::submit per decode step", &|r| r.host_us_per_token.map_or("-".into(), |(_, us)| format!("{us:.0}")));
+    line("host µs in Queue::submit per decode step", &|r| {
+        r.host_us_per_token.map_or("-".into(), |(_, us)| format!("{us:.0}"))
+    });
     line("weights on the device (MiB)", &|r| format!("{:.1}", mib(r.weight_bytes)));
     line(&format!("KV cache on the device (MiB, {} pos.)", args.prompt_tokens + args.gen_tokens), &|r| {
         format!("{:.1}", mib(r.cache_bytes))
     });
     if long_context > 0 {
-        line("decode ms/token at position 100", &|r| r.long_context.map_or("-".into(), |(short, _)| format!("{short:.2}")));
+        line("decode ms/token at position 100", &|r| {
+            r.long_context.map_or("-".into(), |(short, _)| format!("{short:.2}"))
+        });
         line(&format!("decode ms/token at position {long_context}"), &|r| {
             r.long_context.map_or("-".into(), |(_, long)| format!("{long:.2}"))
         });
@@ -350,17 +362,23 @@ fn decode_tail_alone(engine: &Engine, prompt: &[u32], iterations: usize) -> Resu
     );
     println!("{:<52} {:>10} {:>10} {:>12}", "variant", "median", "min", "bytes read");
     let mut rows: Vec<(&str, (f64, f64, usize))> = Vec::new();
-    rows.push(("WGSL softmax statistics + top-k, one read", time(&mut || {
-        let request = TailRequest { adjustments: &none, temperature: TEMPERATURE, k: K, raw_top_k: None };
-        let (tail, _) = pollster::block_on(logits.decode_tail(&request)).map_err(|e| e.to_string())?;
-        Ok(tail.bytes_read)
-    })?));
-    rows.push(("read the whole row, softmax + top-k on the CPU", time(&mut || {
-        let row = pollster::block_on(logits.read()).map_err(|e| e.to_string())?.remove(0);
-        let _ = nucleus_sampler::softmax(&row).map_err(|e| e.to_string())?;
-        let _ = nucleus_sampler::top_k_ids(&row, K);
-        Ok(row.len() * 4)
-    })?));
+    rows.push((
+        "WGSL softmax statistics + top-k, one read",
+        time(&mut || {
+            let request = TailRequest { adjustments: &none, temperature: TEMPERATURE, k: K, raw_top_k: None };
+            let (tail, _) = pollster::block_on(logits.decode_tail(&request)).map_err(|e| e.to_string())?;
+            Ok(tail.bytes_read)
+        })?,
+    ));
+    rows.push((
+        "read the whole row, softmax + top-k on the CPU",
+        time(&mut || {
+            let row = pollster::block_on(logits.read()).map_err(|e| e.to_string())?.remove(0);
+            let _ = nucleus_sampler::softmax(&row).map_err(|e| e.to_string())?;
+            let _ = nucleus_sampler::top_k_ids(&row, K);
+            Ok(row.len() * 4)
+        })?,
+    ));
     for (name, (median, min, bytes)) in rows {
         println!("{name:<52} {median:>10.2} {min:>10.2} {bytes:>12}");
     }

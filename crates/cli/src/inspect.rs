@@ -9,7 +9,14 @@ use nucleus_tokenizer::Tokenizer;
 
 pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let file = GgufFile::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
-    println!("file          {} ({:.1} MB, GGUF v{}, {} tensors, {} metadata keys)", path.display(), bytes.len() as f64 / 1e6, file.version, file.tensors.len(), file.metadata.len());
+    println!(
+        "file          {} ({:.1} MB, GGUF v{}, {} tensors, {} metadata keys)",
+        path.display(),
+        bytes.len() as f64 / 1e6,
+        file.version,
+        file.tensors.len(),
+        file.metadata.len()
+    );
     for key in ["general.name", "general.architecture", "general.size_label", "general.license", "general.file_type"] {
         if let Some(value) = file.get(key) {
             println!("{key:<26}{value}");
@@ -20,9 +27,29 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
     match LlamaConfig::from_gguf(&file) {
         Ok(c) => {
             let tied = file.tensor("output.weight").is_none();
-            println!("  blocks {}, embedding {}, ffn {}, heads {} (kv {}, head dim {}), vocab {}, context {}", c.block_count, c.embedding_length, c.feed_forward_length, c.head_count, c.head_count_kv, c.head_dim, c.vocab_size, c.context_length);
-            println!("  rope base {} over {} dims, rms eps {:e}, output {}", c.rope_freq_base, c.rope_dims, c.rms_norm_eps, if tied { "tied to the token embedding" } else { "own output.weight" });
-            println!("  parameters {} ({:.1} MB as f32 on the device)", c.parameter_count(tied), c.parameter_count(tied) as f64 * 4.0 / 1e6);
+            println!(
+                "  blocks {}, embedding {}, ffn {}, heads {} (kv {}, head dim {}), vocab {}, context {}",
+                c.block_count,
+                c.embedding_length,
+                c.feed_forward_length,
+                c.head_count,
+                c.head_count_kv,
+                c.head_dim,
+                c.vocab_size,
+                c.context_length
+            );
+            println!(
+                "  rope base {} over {} dims, rms eps {:e}, output {}",
+                c.rope_freq_base,
+                c.rope_dims,
+                c.rms_norm_eps,
+                if tied { "tied to the token embedding" } else { "own output.weight" }
+            );
+            println!(
+                "  parameters {} ({:.1} MB as f32 on the device)",
+                c.parameter_count(tied),
+                c.parameter_count(tied) as f64 * 4.0 / 1e6
+            );
         }
         Err(e) => println!("  not loadable: {e}"),
     }
@@ -36,7 +63,11 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
         entry.2 += t.byte_len();
     }
     for (ty, (count, elements, bytes)) in by_type {
-        println!("  {ty:<6} {count:>4} tensors {elements:>12} elements {:>9.1} MB ({:.2} bits/weight)", bytes as f64 / 1e6, bytes as f64 * 8.0 / elements as f64);
+        println!(
+            "  {ty:<6} {count:>4} tensors {elements:>12} elements {:>9.1} MB ({:.2} bits/weight)",
+            bytes as f64 / 1e6,
+            bytes as f64 * 8.0 / elements as f64
+        );
     }
     if let Some(first) = file.tensors.first() {
         println!("  e.g. {} {:?} {}", first.name, first.dims, first.ggml_type);
@@ -47,10 +78,18 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
         Ok(t) => {
             let merges = file.get_array("tokenizer.ggml.merges").map(|m| m.len()).unwrap_or(0);
             let controls = (0..t.vocab_size() as u32).filter(|&id| t.is_control(id)).count();
-            println!("  model {}, pre-tokenizer {}, {} tokens ({} control), {} merges", file.get_str("tokenizer.ggml.model").unwrap_or("?"), t.pre_tokenizer_name(), t.vocab_size(), controls, merges);
+            println!(
+                "  model {}, pre-tokenizer {}, {} tokens ({} control), {} merges",
+                file.get_str("tokenizer.ggml.model").unwrap_or("?"),
+                t.pre_tokenizer_name(),
+                t.vocab_size(),
+                controls,
+                merges
+            );
             let show = |id: Option<u32>| id.map_or("none".to_string(), |i| format!("{i} {:?}", t.token_text(i)));
             println!("  bos {}, eos {}, adds bos: {}", show(t.bos_id()), show(t.eos_id()), t.adds_bos());
-            let eog: Vec<String> = t.end_of_generation_ids().iter().map(|&i| format!("{i} {:?}", t.token_text(i))).collect();
+            let eog: Vec<String> =
+                t.end_of_generation_ids().iter().map(|&i| format!("{i} {:?}", t.token_text(i))).collect();
             println!("  end of generation: {}", eog.join(", "));
             println!("  chat template: {}", if t.chat_template().is_some() { "yes" } else { "no" });
         }

@@ -3,8 +3,8 @@
 //! or its pure-Rust CPU backend.
 
 mod bench;
-mod inspect;
 mod gpu_calls;
+mod inspect;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -12,7 +12,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use nucleus_engine::{
-    BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, Stopwatch, Timing, Transfer, Usage,
+    BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, Stopwatch, Timing,
+    Transfer, Usage,
 };
 use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
@@ -400,7 +401,15 @@ fn beam_search(engine: &mut Engine, args: &GenerateArgs, beams: usize) -> Result
         println!("{}", serde_json::to_string(&output).expect("beam output serializes"));
     } else {
         for (rank, h) in output.hypotheses.iter().enumerate() {
-            println!("#{} score {:.4} logprob {:.4} ({}, {} tokens)\n{}\n", rank + 1, h.score, h.logprob, h.finish_reason.as_str(), h.tokens.len(), h.text);
+            println!(
+                "#{} score {:.4} logprob {:.4} ({}, {} tokens)\n{}\n",
+                rank + 1,
+                h.score,
+                h.logprob,
+                h.finish_reason.as_str(),
+                h.tokens.len(),
+                h.text
+            );
         }
     }
     Ok(())
@@ -409,6 +418,8 @@ fn beam_search(engine: &mut Engine, args: &GenerateArgs, beams: usize) -> Result
 fn random_seed() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    hasher.write_u128(
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0),
+    );
     hasher.finish()
 }

@@ -14,9 +14,14 @@ fn nucleus(args: &[&str]) -> Output {
 fn model() -> String {
     let path = match std::env::var_os("NUCLEUS_MODEL") {
         Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
+        None => PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+            .join(".cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf"),
     };
-    assert!(path.is_file(), "the reference model is missing at {}: run ./build.sh model or set NUCLEUS_MODEL", path.display());
+    assert!(
+        path.is_file(),
+        "the reference model is missing at {}: run ./build.sh model or set NUCLEUS_MODEL",
+        path.display()
+    );
     path.to_string_lossy().into_owned()
 }
 
@@ -59,9 +64,24 @@ fn tokenize_parses_special_tokens() {
 fn generate_json_greedy_chat_matches_reference() {
     let reference = reference();
     let expected = ids(&reference["logit_cases"]["chat"]["greedy32"]);
-    let output = nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--chat", "What is 2+2?", "--temperature", "0", "--max-tokens", "6", "--json", "--explain"]);
+    let output = nucleus(&[
+        "generate",
+        "--model",
+        &model(),
+        "--backend",
+        "cpu",
+        "--chat",
+        "What is 2+2?",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "6",
+        "--json",
+        "--explain",
+    ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    let lines: Vec<Value> = String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let lines: Vec<Value> =
+        String::from_utf8(output.stdout).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 7, "6 tokens and a summary");
     let mut text = String::new();
     for (i, line) in lines[..6].iter().enumerate() {
@@ -97,7 +117,24 @@ fn generate_json_greedy_chat_matches_reference() {
 
 #[test]
 fn stop_string_ends_generation_and_is_not_printed() {
-    let output = nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--prompt", "The capital of France is", "--temperature", "0", "--max-tokens", "10", "--stop", ".", "--json", "--top-logprobs", "0"]);
+    let output = nucleus(&[
+        "generate",
+        "--model",
+        &model(),
+        "--backend",
+        "cpu",
+        "--prompt",
+        "The capital of France is",
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "10",
+        "--stop",
+        ".",
+        "--json",
+        "--top-logprobs",
+        "0",
+    ]);
     assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
     let stdout = String::from_utf8(output.stdout).unwrap();
     let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
@@ -107,7 +144,10 @@ fn stop_string_ends_generation_and_is_not_printed() {
 
 #[test]
 fn missing_file() {
-    assert_error(&nucleus(&["inspect", "--model", "/nonexistent/model.gguf"]), "cannot read model file /nonexistent/model.gguf");
+    assert_error(
+        &nucleus(&["inspect", "--model", "/nonexistent/model.gguf"]),
+        "cannot read model file /nonexistent/model.gguf",
+    );
 }
 
 #[test]
@@ -120,7 +160,10 @@ fn not_a_gguf() {
 fn truncated_file_names_a_tensor() {
     let bytes = std::fs::read(model()).unwrap();
     let path = temp_file("truncated.gguf", &bytes[..bytes.len() / 2]);
-    assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]), "truncated GGUF file: tensor 'blk.");
+    assert_error(
+        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]),
+        "truncated GGUF file: tensor 'blk.",
+    );
 }
 
 /// Replaces the first occurrence of `from` with `to` (same length).
@@ -136,7 +179,10 @@ fn unsupported_architecture_is_named() {
     // general.architecture: string of length 5, "llama".
     let bytes = patched(b"\x05\x00\x00\x00\x00\x00\x00\x00llama", b"\x05\x00\x00\x00\x00\x00\x00\x00gemma");
     let path = temp_file("gemma.gguf", &bytes);
-    assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]), "unsupported architecture 'gemma'");
+    assert_error(
+        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]),
+        "unsupported architecture 'gemma'",
+    );
 }
 
 #[test]
@@ -149,20 +195,45 @@ fn unsupported_quant_type_is_named() {
     with_type.extend(3u32.to_le_bytes());
     entry.extend(20u32.to_le_bytes()); // IQ4_NL: 32-element blocks like Q4_1 but smaller, so still inside the file
     let path = temp_file("iq2.gguf", &patched(&with_type, &entry));
-    assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]), "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which this build cannot dequantize");
+    assert_error(
+        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]),
+        "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which this build cannot dequantize",
+    );
     // The fused path (wgpu) names it too, before any computation: never wrong numbers.
-    assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "wgpu", "--path", "fused"]), "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which the fused kernels cannot read");
+    assert_error(
+        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "wgpu", "--path", "fused"]),
+        "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which the fused kernels cannot read",
+    );
 }
 
 #[test]
 fn prompt_longer_than_the_context() {
-    assert_error(&nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--context", "8", "--prompt", "one two three four five six seven eight nine ten"]), "the prompt has 10 tokens but the context holds 8");
+    assert_error(
+        &nucleus(&[
+            "generate",
+            "--model",
+            &model(),
+            "--backend",
+            "cpu",
+            "--context",
+            "8",
+            "--prompt",
+            "one two three four five six seven eight nine ten",
+        ]),
+        "the prompt has 10 tokens but the context holds 8",
+    );
 }
 
 #[test]
 fn invalid_sampling_parameter_is_named() {
-    assert_error(&nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--prompt", "hi", "--top-p", "1.5"]), "top_p must be in (0, 1], got 1.5");
-    assert_error(&nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--prompt", "hi", "--logit-bias", "99999=1"]), "99999");
+    assert_error(
+        &nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--prompt", "hi", "--top-p", "1.5"]),
+        "top_p must be in (0, 1], got 1.5",
+    );
+    assert_error(
+        &nucleus(&["generate", "--model", &model(), "--backend", "cpu", "--prompt", "hi", "--logit-bias", "99999=1"]),
+        "99999",
+    );
 }
 
 #[test]
@@ -170,7 +241,13 @@ fn inspect_describes_the_model() {
     let output = nucleus(&["inspect", "--model", &model()]);
     assert!(output.status.success());
     let text = String::from_utf8(output.stdout).unwrap();
-    for needle in ["blocks 30, embedding 576, ffn 1536, heads 9 (kv 3, head dim 64), vocab 49152, context 8192", "Q4_1", "Q8_0", "pre-tokenizer smollm", "end of generation: 0 \"<|endoftext|>\", 2 \"<|im_end|>\""] {
+    for needle in [
+        "blocks 30, embedding 576, ffn 1536, heads 9 (kv 3, head dim 64), vocab 49152, context 8192",
+        "Q4_1",
+        "Q8_0",
+        "pre-tokenizer smollm",
+        "end of generation: 0 \"<|endoftext|>\", 2 \"<|im_end|>\"",
+    ] {
         assert!(text.contains(needle), "{needle:?} not in:\n{text}");
     }
 }

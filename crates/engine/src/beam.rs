@@ -51,9 +51,13 @@ impl Engine {
         }
         let capacity = prompt.len() + request.max_tokens;
         if capacity > self.info.context_length {
-            return Err(EngineError::ContextOverflow { prompt_tokens: prompt.len(), context_length: self.info.context_length });
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: prompt.len(),
+                context_length: self.info.context_length,
+            });
         }
-        let eos_token_ids = if request.ignore_eos { Vec::new() } else { self.tokenizer.end_of_generation_ids().to_vec() };
+        let eos_token_ids =
+            if request.ignore_eos { Vec::new() } else { self.tokenizer.end_of_generation_ids().to_vec() };
         let mut search = BeamSearch::new(BeamSearchParams {
             beam_width: request.beams,
             length_penalty: request.length_penalty,
@@ -94,8 +98,19 @@ impl Engine {
             .hypotheses
             .into_iter()
             .map(|h| {
-                let shown: Vec<u32> = h.tokens.iter().copied().filter(|&t| !(h.finish_reason == FinishReason::Eos && self.tokenizer.is_end_of_generation(t))).collect();
-                BeamHypothesis { text: self.tokenizer.decode(&shown), tokens: h.tokens, logprob: h.logprob, score: h.score, finish_reason: h.finish_reason }
+                let shown: Vec<u32> = h
+                    .tokens
+                    .iter()
+                    .copied()
+                    .filter(|&t| !(h.finish_reason == FinishReason::Eos && self.tokenizer.is_end_of_generation(t)))
+                    .collect();
+                BeamHypothesis {
+                    text: self.tokenizer.decode(&shown),
+                    tokens: h.tokens,
+                    logprob: h.logprob,
+                    score: h.score,
+                    finish_reason: h.finish_reason,
+                }
             })
             .collect();
         Ok(BeamOutput { hypotheses, trace: result.trace, prompt_tokens: prompt.len() })

@@ -20,7 +20,9 @@ pub enum EngineError {
     Sampler(#[from] SamplerError),
     #[error("invalid option {name}: must be {allowed}, got {got}")]
     BadOption { name: &'static str, allowed: String, got: String },
-    #[error("the prompt has {prompt_tokens} tokens but the context holds {context_length} (one more is needed to generate)")]
+    #[error(
+        "the prompt has {prompt_tokens} tokens but the context holds {context_length} (one more is needed to generate)"
+    )]
     ContextOverflow { prompt_tokens: usize, context_length: usize },
     #[error("another generation ran on this engine since this one's last step; start this one again")]
     Interleaved,
@@ -33,27 +35,39 @@ impl EngineError {
 
     /// Every code [`EngineError::code`] returns. The JS API's table of codes (`www/protocol.js`)
     /// holds each of them (`tests/browser/protocol.test.mjs` checks it).
-    pub const CODES: [&'static str; 8] =
-        ["bad-model", "unsupported-model", "bad-options", "context-overflow", "out-of-memory", "bad-logits", "device", "busy"];
+    pub const CODES: [&'static str; 8] = [
+        "bad-model",
+        "unsupported-model",
+        "bad-options",
+        "context-overflow",
+        "out-of-memory",
+        "bad-logits",
+        "device",
+        "busy",
+    ];
 
     /// A stable machine-readable code, one of [`EngineError::CODES`].
     pub fn code(&self) -> &'static str {
         match self {
-            Self::Model(ModelError::Kernel(KernelError::NanLogits | KernelError::PositiveInfiniteLogits | KernelError::NoFiniteLogits)) => {
-                "bad-logits"
-            }
+            Self::Model(ModelError::Kernel(
+                KernelError::NanLogits | KernelError::PositiveInfiniteLogits | KernelError::NoFiniteLogits,
+            )) => "bad-logits",
             Self::Model(ModelError::Kernel(KernelError::TooLarge { .. })) => "out-of-memory",
             Self::Model(ModelError::Kernel(KernelError::UnsupportedFormat { .. })) => "unsupported-model",
-            Self::BadModel(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. }) => "unsupported-model",
-            Self::BadModel(_) => "bad-model",
-            Self::Model(ModelError::UnsupportedArchitecture(_) | ModelError::Unsupported(_)) => "unsupported-model",
-            Self::Model(ModelError::Gguf(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. })) => {
+            Self::BadModel(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. }) => {
                 "unsupported-model"
             }
+            Self::BadModel(_) => "bad-model",
+            Self::Model(ModelError::UnsupportedArchitecture(_) | ModelError::Unsupported(_)) => "unsupported-model",
+            Self::Model(ModelError::Gguf(
+                GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. },
+            )) => "unsupported-model",
             Self::Model(ModelError::ContextOverflow { .. }) | Self::ContextOverflow { .. } => "context-overflow",
             Self::Model(ModelError::Device(_) | ModelError::Kernel(KernelError::Device(_))) => "device",
             Self::Model(_) | Self::Tokenizer(TokenizerError::Metadata(_) | TokenizerError::Invalid(_)) => "bad-model",
-            Self::Tokenizer(TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPreTokenizer(_)) => "unsupported-model",
+            Self::Tokenizer(TokenizerError::UnsupportedModel(_) | TokenizerError::UnsupportedPreTokenizer(_)) => {
+                "unsupported-model"
+            }
             Self::Tokenizer(_) => "bad-options",
             Self::Sampler(_) | Self::BadOption { .. } => "bad-options",
             Self::Interleaved => "busy",
@@ -103,7 +117,10 @@ mod tests {
         }
         let too_large = KernelError::TooLarge { what: "the KV cache".into(), bytes: 1 << 31, limit: 1 << 30 };
         assert_eq!(kernel(too_large).code(), "out-of-memory");
-        let format = KernelError::UnsupportedFormat { name: "blk.0.attn_q.weight".into(), ggml_type: nucleus_gguf::GgmlType::Q5_0 };
+        let format = KernelError::UnsupportedFormat {
+            name: "blk.0.attn_q.weight".into(),
+            ggml_type: nucleus_gguf::GgmlType::Q5_0,
+        };
         assert_eq!(kernel(format).code(), "unsupported-model");
         assert_eq!(kernel(KernelError::Device("lost".into())).code(), "device");
         assert_eq!(EngineError::from(ModelError::Device("lost".into())).code(), "device");

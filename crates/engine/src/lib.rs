@@ -30,9 +30,11 @@ use serde::Serialize;
 pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
 pub use generation::GenerationState;
-pub use report::{ExplainedCandidate, GenerationResult, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage};
-pub use request::{DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt};
 pub use nucleus_model::{LinearKernel, ModelDevice, Path};
+pub use report::{ExplainedCandidate, GenerationResult, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage};
+pub use request::{
+    DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
+};
 pub use timing::Stopwatch;
 
 /// Facts about the loaded model.
@@ -89,7 +91,9 @@ impl Engine {
         let capacity = match options.context_length {
             None => config.context_length,
             Some(n) if (1..=config.context_length).contains(&n) => n,
-            Some(n) => return Err(EngineError::bad_option("context_length", format!("1..={}", config.context_length), n)),
+            Some(n) => {
+                return Err(EngineError::bad_option("context_length", format!("1..={}", config.context_length), n));
+            }
         };
         let tokenizer = Tokenizer::from_gguf(&file)?;
         if tokenizer.vocab_size() != config.vocab_size {
@@ -176,7 +180,10 @@ impl Engine {
         }
         // The prompt plus the first generated token must fit; decoding then stops at the context.
         if prompt_tokens.len() >= self.cache.capacity() {
-            return Err(EngineError::ContextOverflow { prompt_tokens: prompt_tokens.len(), context_length: self.cache.capacity() });
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: prompt_tokens.len(),
+                context_length: self.cache.capacity(),
+            });
         }
         let mut sampler = Sampler::new(request.sampling.clone(), self.info.vocab_size)?;
         sampler.set_prompt(&prompt_tokens)?;

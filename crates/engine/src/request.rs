@@ -76,7 +76,9 @@ impl GenerateRequest {
             return Err(EngineError::bad_option("stop", "non-empty strings", "\"\""));
         }
         match &self.prompt {
-            Prompt::Text(text) if text.is_empty() => return Err(EngineError::bad_option("prompt", "non-empty text", "\"\"")),
+            Prompt::Text(text) if text.is_empty() => {
+                return Err(EngineError::bad_option("prompt", "non-empty text", "\"\""));
+            }
             Prompt::Chat(messages) if messages.is_empty() => {
                 return Err(EngineError::bad_option("messages", "at least one message", "[]"));
             }

@@ -252,7 +252,8 @@ impl<'a> GgufFile<'a> {
                 dims.push(reader.u64(&format!("the shape of tensor '{name}'"))?);
             }
             let type_id = reader.u32(&format!("the type of tensor '{name}'"))?;
-            let ggml_type = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType(type_id, name.clone()))?;
+            let ggml_type =
+                GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType(type_id, name.clone()))?;
             let offset = reader.u64(&format!("the offset of tensor '{name}'"))?;
             tensors.push(TensorInfo { name, dims, ggml_type, offset });
         }
@@ -274,11 +275,9 @@ impl<'a> GgufFile<'a> {
 
     fn check_tensor(&self, tensor: &TensorInfo) -> Result<(), GgufError> {
         let (block, _) = tensor.ggml_type.block_layout();
-        let elements = tensor
-            .dims
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
-            .ok_or_else(|| GgufError::Corrupt(format!("tensor '{}' has an impossible shape {:?}", tensor.name, tensor.dims)))?;
+        let elements = tensor.dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)).ok_or_else(|| {
+            GgufError::Corrupt(format!("tensor '{}' has an impossible shape {:?}", tensor.name, tensor.dims))
+        })?;
         if !tensor.dims[0].is_multiple_of(block) {
             return Err(GgufError::Corrupt(format!(
                 "tensor '{}' has rows of {} elements, not a multiple of the {} block size {block}",
@@ -286,7 +285,10 @@ impl<'a> GgufFile<'a> {
             )));
         }
         if !tensor.offset.is_multiple_of(self.alignment) {
-            return Err(GgufError::Corrupt(format!("tensor '{}' is not aligned to {} bytes", tensor.name, self.alignment)));
+            return Err(GgufError::Corrupt(format!(
+                "tensor '{}' is not aligned to {} bytes",
+                tensor.name, self.alignment
+            )));
         }
         let end = self
             .data_offset
@@ -331,22 +333,38 @@ impl<'a> GgufFile<'a> {
 
     pub fn get_str(&self, key: &str) -> Result<&str, GgufError> {
         let value = self.require(key)?;
-        value.as_str().ok_or(GgufError::WrongType { key: key.to_string(), expected: "string", found: value.type_name() })
+        value.as_str().ok_or(GgufError::WrongType {
+            key: key.to_string(),
+            expected: "string",
+            found: value.type_name(),
+        })
     }
 
     pub fn get_u64(&self, key: &str) -> Result<u64, GgufError> {
         let value = self.require(key)?;
-        value.as_u64().ok_or(GgufError::WrongType { key: key.to_string(), expected: "unsigned integer", found: value.type_name() })
+        value.as_u64().ok_or(GgufError::WrongType {
+            key: key.to_string(),
+            expected: "unsigned integer",
+            found: value.type_name(),
+        })
     }
 
     pub fn get_f64(&self, key: &str) -> Result<f64, GgufError> {
         let value = self.require(key)?;
-        value.as_f64().ok_or(GgufError::WrongType { key: key.to_string(), expected: "number", found: value.type_name() })
+        value.as_f64().ok_or(GgufError::WrongType {
+            key: key.to_string(),
+            expected: "number",
+            found: value.type_name(),
+        })
     }
 
     pub fn get_array(&self, key: &str) -> Result<&[MetadataValue], GgufError> {
         let value = self.require(key)?;
-        value.as_array().ok_or(GgufError::WrongType { key: key.to_string(), expected: "array", found: value.type_name() })
+        value.as_array().ok_or(GgufError::WrongType {
+            key: key.to_string(),
+            expected: "array",
+            found: value.type_name(),
+        })
     }
 
     /// The strings of an array-of-strings key (a vocabulary, merges).
@@ -354,7 +372,11 @@ impl<'a> GgufFile<'a> {
         self.get_array(key)?
             .iter()
             .map(|v| {
-                v.as_str().ok_or(GgufError::WrongType { key: key.to_string(), expected: "array of strings", found: v.type_name() })
+                v.as_str().ok_or(GgufError::WrongType {
+                    key: key.to_string(),
+                    expected: "array of strings",
+                    found: v.type_name(),
+                })
             })
             .collect()
     }

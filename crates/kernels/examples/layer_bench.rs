@@ -17,8 +17,8 @@
 use burn::backend::wgpu::wgpu;
 use burn::tensor::{DType, Distribution, Tensor};
 use nucleus_kernels::layer::{
-    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadParams, MatvecParams,
-    StepShape,
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadParams,
+    MatvecParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, WeightFormat, WgslStruct};
 
@@ -32,7 +32,11 @@ const VOCAB: usize = 49_152;
 
 fn main() {
     let (device, gpu) = nucleus_kernels::gpu::init().expect("a wgpu adapter");
-    println!("adapter {:?}, tuning {:?}; ms per dispatch (median of 7, each of {REPEAT} dispatches in one submission)", gpu.adapter_info().name, gpu.tuning());
+    println!(
+        "adapter {:?}, tuning {:?}; ms per dispatch (median of 7, each of {REPEAT} dispatches in one submission)",
+        gpu.adapter_info().name,
+        gpu.tuning()
+    );
     let mut seed = 7u64;
     let mut bytes = |n: usize| -> Vec<u8> {
         (0..n)
@@ -42,17 +46,22 @@ fn main() {
             })
             .collect()
     };
-    let weight = |gpu: &Gpu, format: WeightFormat, rows: usize, cols: usize, bytes: &mut dyn FnMut(usize) -> Vec<u8>| {
-        let mut data = bytes(rows * format.row_bytes(cols as u64) as usize);
-        // Sane f16 scales (0.03) in every block header.
-        let (_, block) = format.block_layout();
-        for chunk in data.chunks_exact_mut(block as usize) {
-            chunk[0..2].copy_from_slice(&half::f16::from_f32(0.03).to_le_bytes());
-        }
-        filled(gpu, &data)
-    };
+    let weight =
+        |gpu: &Gpu, format: WeightFormat, rows: usize, cols: usize, bytes: &mut dyn FnMut(usize) -> Vec<u8>| {
+            let mut data = bytes(rows * format.row_bytes(cols as u64) as usize);
+            // Sane f16 scales (0.03) in every block header.
+            let (_, block) = format.block_layout();
+            for chunk in data.chunks_exact_mut(block as usize) {
+                chunk[0..2].copy_from_slice(&half::f16::from_f32(0.03).to_le_bytes());
+            }
+            filled(gpu, &data)
+        };
     let q4 = WeightFormat::Q4_1;
-    let (wq, wk, wv) = (weight(&gpu, q4, DIM, DIM, &mut bytes), weight(&gpu, q4, KV_HEADS * HEAD_DIM, DIM, &mut bytes), weight(&gpu, q4, KV_HEADS * HEAD_DIM, DIM, &mut bytes));
+    let (wq, wk, wv) = (
+        weight(&gpu, q4, DIM, DIM, &mut bytes),
+        weight(&gpu, q4, KV_HEADS * HEAD_DIM, DIM, &mut bytes),
+        weight(&gpu, q4, KV_HEADS * HEAD_DIM, DIM, &mut bytes),
+    );
     let (wo, gate, up, down) = (
         weight(&gpu, q4, DIM, DIM, &mut bytes),
         weight(&gpu, q4, HIDDEN, DIM, &mut bytes),
@@ -75,25 +84,70 @@ fn main() {
     gpu.write(step.buffer(), 256, bytemuck::cast_slice(&vec![17u32; rows]));
     let step_view = step.range(0, 32);
     let ids = step.range(256, 4 * rows as u64);
-    let attention = AttentionParams { heads: HEADS as u32, kv_heads: KV_HEADS as u32, head_dim: HEAD_DIM as u32, scale: 0.125 };
+    let attention =
+        AttentionParams { heads: HEADS as u32, kv_heads: KV_HEADS as u32, head_dim: HEAD_DIM as u32, scale: 0.125 };
 
     let kernels: Vec<(&str, Bound)> = vec![
-        ("embed (Q8_0 table)", layer::embed(&gpu, WeightFormat::Q8_0, EmbedParams { dim: DIM as u32, ..Default::default() }, &step_view, &ids, &embedding.view(), &x.view()).unwrap()),
+        (
+            "embed (Q8_0 table)",
+            layer::embed(
+                &gpu,
+                WeightFormat::Q8_0,
+                EmbedParams { dim: DIM as u32, ..Default::default() },
+                &step_view,
+                &ids,
+                &embedding.view(),
+                &x.view(),
+            )
+            .unwrap(),
+        ),
         (
             "attn_qkv (Q4_1, 576 -> 576+192+192)",
             layer::attn_qkv(
                 &gpu,
                 [q4; 3],
-                AttnQkvParams { dim: DIM as u32, q_dim: DIM as u32, kv_dim: 192, head_dim: HEAD_DIM as u32, eps: 1e-5, ..Default::default() },
-                AttnQkvBuffers { step: &step_view, x: &x.view(), norm: &norm.view(), wq: &wq.view(), wk: &wk.view(), wv: &wv.view(), rope: &rope.view(), q: &q.view(), kv: &kv.view() },
+                AttnQkvParams {
+                    dim: DIM as u32,
+                    q_dim: DIM as u32,
+                    kv_dim: 192,
+                    head_dim: HEAD_DIM as u32,
+                    eps: 1e-5,
+                    ..Default::default()
+                },
+                AttnQkvBuffers {
+                    step: &step_view,
+                    x: &x.view(),
+                    norm: &norm.view(),
+                    wq: &wq.view(),
+                    wk: &wk.view(),
+                    wv: &wv.view(),
+                    rope: &rope.view(),
+                    q: &q.view(),
+                    kv: &kv.view(),
+                },
             )
             .unwrap(),
         ),
-        ("attention (split)", layer::attention(&gpu, attention, &step_view, &q.view(), &kv.view(), &partials.view()).unwrap()),
-        ("attention_combine", layer::attention_combine(&gpu, attention, &step_view, &partials.view(), &out.view()).unwrap()),
+        (
+            "attention (split)",
+            layer::attention(&gpu, attention, &step_view, &q.view(), &kv.view(), &partials.view()).unwrap(),
+        ),
+        (
+            "attention_combine",
+            layer::attention_combine(&gpu, attention, &step_view, &partials.view(), &out.view()).unwrap(),
+        ),
         (
             "matvec_residual (Q4_1, 576 -> 576)",
-            layer::matvec_residual(&gpu, q4, MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() }, &step_view, &out.view(), &wo.view(), &x.view()).unwrap(),
+            layer::matvec_residual(
+                &gpu,
+                q4,
+                MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() },
+                &step_view,
+                &out.view(),
+                &wo.view(),
+                &x.view(),
+            )
+            .unwrap(),
         ),
         (
             "ffn_gate_up (Q4_1, 576 -> 2 x 1536)",
@@ -101,21 +155,50 @@ fn main() {
                 &gpu,
                 [q4; 2],
                 FfnParams { dim: DIM as u32, hidden: HIDDEN as u32, eps: 1e-5, ..Default::default() },
-                FfnBuffers { step: &step_view, x: &x.view(), norm: &norm.view(), w_gate: &gate.view(), w_up: &up.view(), h: &h.view() },
+                FfnBuffers {
+                    step: &step_view,
+                    x: &x.view(),
+                    norm: &norm.view(),
+                    w_gate: &gate.view(),
+                    w_up: &up.view(),
+                    h: &h.view(),
+                },
             )
             .unwrap(),
         ),
         (
             "matvec_residual (Q4_1, 1536 -> 576)",
-            layer::matvec_residual(&gpu, q4, MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() }, &step_view, &h.view(), &down.view(), &x.view()).unwrap(),
+            layer::matvec_residual(
+                &gpu,
+                q4,
+                MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() },
+                &step_view,
+                &h.view(),
+                &down.view(),
+                &x.view(),
+            )
+            .unwrap(),
         ),
         (
             "lm_head (Q8_0, 576 -> 49152)",
-            layer::lm_head(&gpu, WeightFormat::Q8_0, LmHeadParams { dim: DIM as u32, vocab: VOCAB as u32, eps: 1e-5, ..Default::default() }, &step_view, &x.view(), &norm.view(), &embedding.view(), &logits.view())
-                .unwrap(),
+            layer::lm_head(
+                &gpu,
+                WeightFormat::Q8_0,
+                LmHeadParams { dim: DIM as u32, vocab: VOCAB as u32, eps: 1e-5, ..Default::default() },
+                &step_view,
+                &x.view(),
+                &norm.view(),
+                &embedding.view(),
+                &logits.view(),
+            )
+            .unwrap(),
         ),
     ];
-    let shapes = [("1 row at position 100", StepShape::new(100, 1, 1, HEADS as u32, 4096)), ("1 row at position 2000", StepShape::new(2000, 1, 1, HEADS as u32, 4096)), ("32 rows at position 0", StepShape::new(0, rows as u32, 1, HEADS as u32, 4096))];
+    let shapes = [
+        ("1 row at position 100", StepShape::new(100, 1, 1, HEADS as u32, 4096)),
+        ("1 row at position 2000", StepShape::new(2000, 1, 1, HEADS as u32, 4096)),
+        ("32 rows at position 0", StepShape::new(0, rows as u32, 1, HEADS as u32, 4096)),
+    ];
     print!("{:<40}", "kernel");
     for (name, _) in &shapes {
         print!(" {name:>24}");
@@ -141,29 +224,63 @@ fn main() {
     let fused: Vec<(&str, Vec<Bound>, Vec<(&GpuBuffer, usize, usize)>)> = vec![
         (
             "576 -> 576 (output projection)",
-            vec![layer::matvec_residual(&gpu, q4, MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() }, &prefill_step_view, &out.view(), &wo.view(), &x.view()).unwrap()],
+            vec![
+                layer::matvec_residual(
+                    &gpu,
+                    q4,
+                    MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() },
+                    &prefill_step_view,
+                    &out.view(),
+                    &wo.view(),
+                    &x.view(),
+                )
+                .unwrap(),
+            ],
             vec![(&wo, DIM, DIM)],
         ),
         (
             "576 -> 2 x 1536 (gate, up)",
-            vec![layer::ffn_gate_up(
-                &gpu,
-                [q4; 2],
-                FfnParams { dim: DIM as u32, hidden: HIDDEN as u32, eps: 1e-5, ..Default::default() },
-                FfnBuffers { step: &prefill_step_view, x: &x.view(), norm: &norm.view(), w_gate: &gate.view(), w_up: &up.view(), h: &h.view() },
-            )
-            .unwrap()],
+            vec![
+                layer::ffn_gate_up(
+                    &gpu,
+                    [q4; 2],
+                    FfnParams { dim: DIM as u32, hidden: HIDDEN as u32, eps: 1e-5, ..Default::default() },
+                    FfnBuffers {
+                        step: &prefill_step_view,
+                        x: &x.view(),
+                        norm: &norm.view(),
+                        w_gate: &gate.view(),
+                        w_up: &up.view(),
+                        h: &h.view(),
+                    },
+                )
+                .unwrap(),
+            ],
             vec![(&gate, HIDDEN, DIM), (&up, HIDDEN, DIM)],
         ),
         (
             "1536 -> 576 (down projection)",
-            vec![layer::matvec_residual(&gpu, q4, MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() }, &prefill_step_view, &h.view(), &down.view(), &x.view()).unwrap()],
+            vec![
+                layer::matvec_residual(
+                    &gpu,
+                    q4,
+                    MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() },
+                    &prefill_step_view,
+                    &h.view(),
+                    &down.view(),
+                    &x.view(),
+                )
+                .unwrap(),
+            ],
             vec![(&down, DIM, HIDDEN)],
         ),
     ];
     println!();
     println!("prefill, {PREFILL_ROWS} rows, Q4_1 weights: ms per projection (median of 7)");
-    println!("{:<40} {:>14} {:>14} {:>14} {:>14}", "projection", "fused", "dequantize", "Burn matmul", "dequant+matmul");
+    println!(
+        "{:<40} {:>14} {:>14} {:>14} {:>14}",
+        "projection", "fused", "dequantize", "Burn matmul", "dequant+matmul"
+    );
     for (name, kernels, weights) in &fused {
         let fused_ms: f64 = kernels.iter().map(|kernel| time(&gpu, kernel, &prefill)).sum();
         let mut dequantize_ms = 0.0;
@@ -175,13 +292,25 @@ fn main() {
             let shape = StepShape::new(0, outputs as u32, 1, HEADS as u32, 4096);
             gpu.write(all_rows.buffer(), 0, shape.params().bytes());
             gpu.write(all_rows.buffer(), 256, bytemuck::cast_slice(&(0..outputs as u32).collect::<Vec<_>>()));
-            let dequantize = layer::embed(&gpu, q4, EmbedParams { dim: inputs as u32, ..Default::default() }, &all_rows.range(0, 32), &all_rows.range(256, 4 * outputs as u64), &weight.view(), &scratch.view()).unwrap();
+            let dequantize = layer::embed(
+                &gpu,
+                q4,
+                EmbedParams { dim: inputs as u32, ..Default::default() },
+                &all_rows.range(0, 32),
+                &all_rows.range(256, 4 * outputs as u64),
+                &weight.view(),
+                &scratch.view(),
+            )
+            .unwrap();
             dequantize_ms += time(&gpu, &dequantize, &shape);
             let w = Tensor::<2>::random([outputs, inputs], Distribution::Default, (&device, DType::F32));
             let a = Tensor::<2>::random([PREFILL_ROWS, inputs], Distribution::Default, (&device, DType::F32));
             matmul_ms += burn_ms(&device, || a.clone().matmul(w.clone().transpose()));
         }
-        println!("{name:<40} {fused_ms:>14.3} {dequantize_ms:>14.3} {matmul_ms:>14.3} {:>14.3}", dequantize_ms + matmul_ms);
+        println!(
+            "{name:<40} {fused_ms:>14.3} {dequantize_ms:>14.3} {matmul_ms:>14.3} {:>14.3}",
+            dequantize_ms + matmul_ms
+        );
     }
 }
 

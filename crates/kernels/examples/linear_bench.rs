@@ -28,16 +28,21 @@ fn main() {
     let device = Device::wgpu_options().init().expect("wgpu");
     let random = |shape: [usize; 2]| Tensor::<2>::random(shape, Distribution::Default, (&device, DType::F32));
     println!("ms per linear layer (median), y = x Wᵀ");
-    println!("{:<26} {:>14} {:>14} {:>14} {:>14}", "shape", "burn [out,in]ᵀ", "burn [in,out]", "wgsl [out,in]", "wgsl [in,out]");
+    println!(
+        "{:<26} {:>14} {:>14} {:>14} {:>14}",
+        "shape", "burn [out,in]ᵀ", "burn [in,out]", "wgsl [out,in]", "wgsl [in,out]"
+    );
     for rows in [1, 5, 37] {
         for (outputs, inputs) in [(576, 576), (192, 576), (1536, 576), (576, 1536), (49152, 576)] {
             let (w, wt, x) = (random([outputs, inputs]), random([inputs, outputs]), random([rows, inputs]));
             let iterations = if outputs > 10_000 { 3 } else { 7 };
             let burn_view = median_ms(&device, iterations, || x.clone().matmul(w.clone().transpose()));
             let burn_transposed = median_ms(&device, iterations, || x.clone().matmul(wt.clone()));
-            let wgsl = median_ms(&device, iterations, || linear(x.clone(), w.clone(), WeightLayout::OutputsByInputs).unwrap());
-            let wgsl_transposed =
-                median_ms(&device, iterations, || linear(x.clone(), wt.clone(), WeightLayout::InputsByOutputs).unwrap());
+            let wgsl =
+                median_ms(&device, iterations, || linear(x.clone(), w.clone(), WeightLayout::OutputsByInputs).unwrap());
+            let wgsl_transposed = median_ms(&device, iterations, || {
+                linear(x.clone(), wt.clone(), WeightLayout::InputsByOutputs).unwrap()
+            });
             println!(
                 "{:<26} {burn_view:>14.2} {burn_transposed:>14.2} {wgsl:>14.2} {wgsl_transposed:>14.2}",
                 format!("[{rows},{inputs}] -> {outputs}")

@@ -12,7 +12,8 @@ fn main() {
     let mut count = 0;
     for tuning in [Tuning { workgroup: 64, lanes_per_row: 1 }, Tuning { workgroup: 256, lanes_per_row: 32 }] {
         for (label, source) in nucleus_kernels::layer::module_variants(tuning) {
-            let name: String = label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
+            let name: String =
+                label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();
             std::fs::write(format!("{out}/{name}.wgsl"), source).expect("write a module");
             count += 1;
         }

@@ -21,9 +21,7 @@ fn logits_row(seed: u64, vocab: usize) -> Vec<f32> {
     let mut state = seed;
     (0..vocab)
         .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
+            state = state.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1_442_695_040_888_963_407);
             // Sum of two uniforms in [-4, 4): a bell-ish spread like an LM head's.
             let a = (state >> 40) as f32 / (1u64 << 24) as f32;
             let b = (state & 0xff_ffff) as f32 / (1u64 << 24) as f32;
@@ -36,10 +34,7 @@ fn logits_row(seed: u64, vocab: usize) -> Vec<f32> {
 fn cpu_tail(row: &[f32], k: usize) -> (Vec<u32>, f32, f64) {
     let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     let inverse_temperature = 1.0 / TEMPERATURE;
-    let sum: f64 = row
-        .iter()
-        .map(|&x| f64::from((x - max) * inverse_temperature).exp())
-        .sum();
+    let sum: f64 = row.iter().map(|&x| f64::from((x - max) * inverse_temperature).exp()).sum();
     let mut ids: Vec<u32> = (0..row.len() as u32).collect();
     let order = |a: &u32, b: &u32| row[*b as usize].total_cmp(&row[*a as usize]).then(a.cmp(b));
     ids.select_nth_unstable_by(k - 1, order);
@@ -49,21 +44,13 @@ fn cpu_tail(row: &[f32], k: usize) -> (Vec<u32>, f32, f64) {
 }
 
 fn main() {
-    let iterations: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(30);
-    let vocab: usize = std::env::args()
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(49_152);
+    let iterations: usize = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(30);
+    let vocab: usize = std::env::args().nth(2).and_then(|s| s.parse().ok()).unwrap_or(49_152);
     let device = Device::wgpu_options().init().expect("initialise wgpu");
     let base = Tensor::<2>::from_data(TensorData::new(logits_row(1, vocab), [1, vocab]), &device);
     let fresh = |step: usize| base.clone() + (step as f32) * 1e-6;
     let penalties = {
-        let counts: Vec<(u32, u32)> = (0..64u32)
-            .map(|i| (i * 701 % vocab as u32, 1 + i % 3))
-            .collect();
+        let counts: Vec<(u32, u32)> = (0..64u32).map(|i| (i * 701 % vocab as u32, 1 + i % 3)).collect();
         // What the sampler sends for a bias and penalties over the prompt.
         let params = nucleus_sampler::SamplingParams {
             logit_bias: [(5u32, 2.0)].into(),
@@ -76,28 +63,24 @@ fn main() {
         let mut sampler = nucleus_sampler::Sampler::new(params, vocab).expect("valid parameters");
         let prompt: Vec<u32> = counts.iter().flat_map(|&(id, n)| std::iter::repeat_n(id, n as usize)).collect();
         sampler.set_prompt(&prompt).expect("ids inside the vocabulary");
-        LogitAdjustments::from_entries(sampler.gpu_adjustments().expect("no DRY"))
-            .with_allow_mask(vec![u32::MAX; vocab.div_ceil(32)])
+        LogitAdjustments::from_entries(sampler.gpu_adjustments().expect("no DRY")).with_allow_mask(vec![
+            u32::MAX;
+            vocab.div_ceil(
+                32
+            )
+        ])
     };
 
     println!("device: {:?}", device);
-    println!(
-        "vocab {vocab}, {iterations} iterations after 3 warm-up calls; ms per decode tail (median, min)\n"
-    );
-    println!(
-        "{:<58} {:>8} {:>8} {:>10}",
-        "variant", "median", "min", "bytes read"
-    );
+    println!("vocab {vocab}, {iterations} iterations after 3 warm-up calls; ms per decode tail (median, min)\n");
+    println!("{:<58} {:>8} {:>8} {:>10}", "variant", "median", "min", "bytes read");
 
     // Cost of producing a fresh row alone (included in every line below).
     let (median, min) = time(iterations, |step| {
         let row: Tensor<2> = fresh(step);
         let _ = pollster::block_on(row.slice([0..1, 0..1]).into_data_async()).unwrap();
     });
-    println!(
-        "{:<58} {:>8.2} {:>8.2} {:>10}",
-        "fresh row + 4-byte read (floor)", median, min, 4
-    );
+    println!("{:<58} {:>8.2} {:>8.2} {:>10}", "fresh row + 4-byte read (floor)", median, min, 4);
 
     for k in [20usize, 64, 256] {
         let none = LogitAdjustments::new();
@@ -106,17 +89,10 @@ fn main() {
             let out = pollster::block_on(decode_tail(fresh(step), &none, TEMPERATURE, k)).unwrap();
             bytes = out.bytes_read;
         });
-        println!(
-            "{:<58} {:>8.2} {:>8.2} {:>10}",
-            format!("WGSL decode tail, K={k}"),
-            median,
-            min,
-            bytes
-        );
+        println!("{:<58} {:>8.2} {:>8.2} {:>10}", format!("WGSL decode tail, K={k}"), median, min, bytes);
 
         let (median, min) = time(iterations, |step| {
-            let out =
-                pollster::block_on(decode_tail(fresh(step), &penalties, TEMPERATURE, k)).unwrap();
+            let out = pollster::block_on(decode_tail(fresh(step), &penalties, TEMPERATURE, k)).unwrap();
             bytes = out.bytes_read;
         });
         println!(
@@ -141,11 +117,7 @@ fn main() {
         let n = (iterations + 3) as f64;
         println!(
             "{:<58} {:>8.2} {:>8.2} {:>10}",
-            format!(
-                "read all logits + CPU select, K={k} (read {:.2} + cpu {:.2})",
-                read_ms / n,
-                cpu_ms / n
-            ),
+            format!("read all logits + CPU select, K={k} (read {:.2} + cpu {:.2})", read_ms / n, cpu_ms / n),
             median,
             min,
             vocab * 4

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::{LazyLock, Mutex};
 
 use burn::backend::wgpu::{CubeTensor, KernelSource, SourceKernel};
-use burn::cubecl::CubeDim;
 use burn::cubecl::CubeCount;
+use burn::cubecl::CubeDim;
 use burn::cubecl::ir::attributes::BufferIOAttr;
 use burn::cubecl::server::{BufferBinding, Handle, KernelArguments};
 use burn::tensor::{DType, Shape};
@@ -28,7 +28,8 @@ macro_rules! wgsl_kernel {
             }
 
             fn id(&self) -> burn::cubecl::prelude::KernelId {
-                burn::cubecl::prelude::KernelId::new::<Self>().cube_dim(burn::cubecl::CubeDim::new_1d($workgroup_size).0)
+                burn::cubecl::prelude::KernelId::new::<Self>()
+                    .cube_dim(burn::cubecl::CubeDim::new_1d($workgroup_size).0)
             }
 
             fn lang(&self) -> &'static str {
@@ -70,55 +71,31 @@ pub(crate) fn constant_buffer(tensor: &CubeTensor, words: &[u32]) -> Handle {
     if buffers.len() >= MAX_KEPT {
         buffers.clear();
     }
-    buffers
-        .entry((tensor.device.clone(), words.to_vec()))
-        .or_insert_with(|| upload(tensor, words))
-        .clone()
+    buffers.entry((tensor.device.clone(), words.to_vec())).or_insert_with(|| upload(tensor, words)).clone()
 }
-
 
 /// Contiguous, starting at the buffer's first byte (a view with an offset is copied: storage
 /// bindings need aligned offsets and the shaders index from 0).
 pub(crate) fn readable(tensor: CubeTensor) -> CubeTensor {
     let tensor = burn::backend::wgpu::into_contiguous(tensor);
-    if tensor.handle.offset_start.unwrap_or(0) != 0 {
-        tensor.copy()
-    } else {
-        tensor
-    }
+    if tensor.handle.offset_start.unwrap_or(0) != 0 { tensor.copy() } else { tensor }
 }
 
 /// Like [`readable`], and not shared with any other tensor, so it can be modified in place.
 pub(crate) fn writable(tensor: CubeTensor) -> CubeTensor {
     let tensor = readable(tensor);
-    if tensor.can_mut() {
-        tensor
-    } else {
-        tensor.copy()
-    }
+    if tensor.can_mut() { tensor } else { tensor.copy() }
 }
 
 pub(crate) fn zeroed_output(like: &CubeTensor, words: usize) -> CubeTensor {
     let handle = like.client.create_from_slice(&vec![0u8; words * 4]);
-    CubeTensor::new_contiguous(
-        like.client.clone(),
-        like.device.clone(),
-        Shape::new([words]),
-        handle,
-        DType::F32,
-    )
+    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), Shape::new([words]), handle, DType::F32)
 }
 
 pub(crate) fn empty_like(like: &CubeTensor) -> CubeTensor {
     let shape = like.meta.shape().clone();
     let handle = like.client.empty(shape.num_elements() * 4);
-    CubeTensor::new_contiguous(
-        like.client.clone(),
-        like.device.clone(),
-        shape,
-        handle,
-        DType::F32,
-    )
+    CubeTensor::new_contiguous(like.client.clone(), like.device.clone(), shape, handle, DType::F32)
 }
 
 pub(crate) fn binding(handle: &Handle) -> BufferBinding {
@@ -133,13 +110,6 @@ pub(crate) fn launch<K: WgslKernel>(
 ) {
     let arguments = buffers
         .into_iter()
-        .fold(KernelArguments::new(), |arguments, (buffer, io)| {
-            arguments.with_buffer_io(buffer, io)
-        });
-    tensor.client.launch(
-        Box::new(SourceKernel::new(kernel, CubeDim::new_1d(K::WORKGROUP_SIZE))),
-        count,
-        arguments,
-    );
+        .fold(KernelArguments::new(), |arguments, (buffer, io)| arguments.with_buffer_io(buffer, io));
+    tensor.client.launch(Box::new(SourceKernel::new(kernel, CubeDim::new_1d(K::WORKGROUP_SIZE))), count, arguments);
 }
-

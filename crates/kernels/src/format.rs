@@ -29,8 +29,14 @@ pub enum WeightFormat {
 
 impl WeightFormat {
     /// Every format, for tests and documentation.
-    pub const ALL: [WeightFormat; 6] =
-        [WeightFormat::F32, WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0, WeightFormat::Q4K, WeightFormat::Q6K];
+    pub const ALL: [WeightFormat; 6] = [
+        WeightFormat::F32,
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q8_0,
+        WeightFormat::Q4K,
+        WeightFormat::Q6K,
+    ];
 
     /// The format a GGUF tensor of type `ggml_type` is uploaded in, or `None` for a type the
     /// kernels cannot read.

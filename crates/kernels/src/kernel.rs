@@ -95,7 +95,13 @@ impl KernelSpec {
 
     /// The module's WGSL for a tuning, `rows` x-rows per lane group, the staged input width
     /// (`STAGE_COLS4`, see `lib/rms.wgsl`) and the weight bindings' formats (in binding order).
-    pub(crate) fn module_source(&self, tuning: Tuning, rows: u32, stage_cols4: u32, formats: &[WeightFormat]) -> String {
+    pub(crate) fn module_source(
+        &self,
+        tuning: Tuning,
+        rows: u32,
+        stage_cols4: u32,
+        formats: &[WeightFormat],
+    ) -> String {
         if self.declared {
             return self.source.to_string();
         }
@@ -108,7 +114,8 @@ impl KernelSpec {
             text.push_str(&slot.declaration(index));
         }
         text.push('\n');
-        let weights: Vec<_> = self.weight_slots().zip(formats).map(|((name, dot), &format)| (name, format, dot)).collect();
+        let weights: Vec<_> =
+            self.weight_slots().zip(formats).map(|((name, dot), &format)| (name, format, dot)).collect();
         text.push_str(&wgsl::library(self.rms, &weights));
         text.push_str(self.source);
         text
@@ -138,7 +145,10 @@ impl Kernel {
             .entry(spec.name)
             .or_insert_with(|| {
                 let entries: Vec<_> = spec.slots.iter().enumerate().map(|(i, slot)| slot.layout_entry(i)).collect();
-                gpu.device().create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(spec.name), entries: &entries })
+                gpu.device().create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                    label: Some(spec.name),
+                    entries: &entries,
+                })
             })
             .clone();
         Ok(Self { gpu: gpu.clone(), spec, layout, formats: formats.to_vec() })
@@ -195,7 +205,9 @@ impl Kernel {
         let limits = self.gpu.limits();
         for (slot, view) in spec.slots.iter().zip(buffers) {
             let (max, alignment) = match slot {
-                Slot::Uniform(..) => (u64::from(limits.max_uniform_buffer_binding_size), limits.min_uniform_buffer_offset_alignment),
+                Slot::Uniform(..) => {
+                    (u64::from(limits.max_uniform_buffer_binding_size), limits.min_uniform_buffer_offset_alignment)
+                }
                 _ => (u64::from(limits.max_storage_buffer_binding_size), limits.min_storage_buffer_offset_alignment),
             };
             if view.size > max {
@@ -256,7 +268,9 @@ impl Recorder {
             return;
         }
         let pass = self.pass.get_or_insert_with(|| {
-            self.encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("nucleus"), timestamp_writes: None }).forget_lifetime()
+            self.encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some("nucleus"), timestamp_writes: None })
+                .forget_lifetime()
         });
         pass.set_pipeline(pipeline);
         pass.set_bind_group(0, group, &[]);

@@ -10,11 +10,11 @@
 
 use burn::backend::wgpu::wgpu;
 
+use crate::KernelError;
 use crate::format::WeightFormat;
 use crate::gpu::{BufferView, Gpu, GpuBuffer};
 use crate::kernel::{Kernel, KernelSpec, Recorder, Slot};
 use crate::wgsl::{ATTENTION_LANES, MAX_HEAD_DIM, WgslStruct, wgsl_struct};
-use crate::KernelError;
 
 /// x-rows per lane group in the many-row (prefill) variant of the matrix kernels: each weight
 /// read serves this many rows (the 4 components of `lib/row_dot.wgsl`'s accumulator).
@@ -152,7 +152,8 @@ fn bind<P: WgslStruct>(
     input_cols: u32,
 ) -> Result<Bound, KernelError> {
     let kernel = Kernel::new(gpu, spec, formats)?;
-    let uniform = gpu.buffer(P::NAME, params.bytes().len() as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+    let uniform =
+        gpu.buffer(P::NAME, params.bytes().len() as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
     gpu.write(uniform.buffer(), 0, params.bytes());
     let params_view = uniform.view();
     let mut views = Vec::with_capacity(spec.slots.len());
@@ -160,7 +161,9 @@ fn bind<P: WgslStruct>(
     for slot in spec.slots {
         match slot {
             Slot::Uniform("params", _) => views.push(&params_view),
-            _ => views.push(given.next().ok_or_else(|| KernelError::invalid("buffers", format!("too few for {}", spec.name)))?),
+            _ => views.push(
+                given.next().ok_or_else(|| KernelError::invalid("buffers", format!("too few for {}", spec.name)))?,
+            ),
         }
     }
     let group = kernel.bind(&views)?;
@@ -276,12 +279,28 @@ pub struct AttnQkvBuffers<'a> {
 }
 
 /// `attn_qkv.wgsl`: RMSNorm, Q/K/V, RoPE and the KV-cache write. `formats`: of wq, wk, wv.
-pub fn attn_qkv(gpu: &Gpu, formats: [WeightFormat; 3], params: AttnQkvParams, b: AttnQkvBuffers) -> Result<Bound, KernelError> {
+pub fn attn_qkv(
+    gpu: &Gpu,
+    formats: [WeightFormat; 3],
+    params: AttnQkvParams,
+    b: AttnQkvBuffers,
+) -> Result<Bound, KernelError> {
     if params.head_dim % 2 != 0 || params.dim % 8 != 0 {
-        return Err(KernelError::invalid("head_dim", format!("needs an even head dimension and dim % 8 == 0, got {params:?}")));
+        return Err(KernelError::invalid(
+            "head_dim",
+            format!("needs an even head dimension and dim % 8 == 0, got {params:?}"),
+        ));
     }
     let grid = Grid::Matrix { outputs: (params.q_dim + 2 * params.kv_dim) / 2, logit_rows: false };
-    bind(gpu, &ATTN_QKV, &formats, params, &[b.step, b.x, b.norm, b.wq, b.wk, b.wv, b.rope, b.q, b.kv], grid, params.dim)
+    bind(
+        gpu,
+        &ATTN_QKV,
+        &formats,
+        params,
+        &[b.step, b.x, b.norm, b.wq, b.wk, b.wv, b.rope, b.q, b.kv],
+        grid,
+        params.dim,
+    )
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -339,7 +358,10 @@ fn check_attention(params: &AttentionParams) -> Result<(), KernelError> {
     if ok {
         Ok(())
     } else {
-        Err(KernelError::invalid("attention", format!("heads divisible by kv_heads and head_dim ≤ {MAX_HEAD_DIM}, got {params:?}")))
+        Err(KernelError::invalid(
+            "attention",
+            format!("heads divisible by kv_heads and head_dim ≤ {MAX_HEAD_DIM}, got {params:?}"),
+        ))
     }
 }
 
@@ -465,7 +487,12 @@ pub struct FfnBuffers<'a> {
 }
 
 /// `ffn_gate_up.wgsl`: RMSNorm, gate and up, silu(gate)·up. `formats`: of w_gate, w_up.
-pub fn ffn_gate_up(gpu: &Gpu, formats: [WeightFormat; 2], params: FfnParams, b: FfnBuffers) -> Result<Bound, KernelError> {
+pub fn ffn_gate_up(
+    gpu: &Gpu,
+    formats: [WeightFormat; 2],
+    params: FfnParams,
+    b: FfnBuffers,
+) -> Result<Bound, KernelError> {
     let grid = Grid::Matrix { outputs: params.hidden, logit_rows: false };
     bind(gpu, &FFN_GATE_UP, &formats, params, &[b.step, b.x, b.norm, b.w_gate, b.w_up, b.h], grid, params.dim)
 }
@@ -535,7 +562,10 @@ pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
         for formats in &format_sets {
             for rows in [1, PREFILL_ROWS_PER_GROUP] {
                 for stage_cols4 in if spec.rms { vec![0, 144] } else { vec![0] } {
-                    let label = format!("{}-{:?}-r{rows}-s{stage_cols4}-{}x{}", spec.name, formats, tuning.workgroup, tuning.lanes_per_row);
+                    let label = format!(
+                        "{}-{:?}-r{rows}-s{stage_cols4}-{}x{}",
+                        spec.name, formats, tuning.workgroup, tuning.lanes_per_row
+                    );
                     modules.push((label, spec.module_source(tuning, rows, stage_cols4, formats)));
                 }
             }

@@ -86,9 +86,10 @@ pub use linear::{LinearKernel, WeightLayout, linear};
 pub use pinned::PinnedTensor;
 pub use tail::adjust::{LogitAdjustment, LogitAdjustments};
 pub use tail::{
-    BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB, PendingTail, RawRow,
-    SoftmaxOutput, SoftmaxStats, TailOutput, TopK, WORKGROUP_SIZE, adjust_logits, decode_tail, decode_tail_enqueue,
-    decode_tail_with_raw, inverse_temperature, packed_words, softmax, softmax_stats, top_k, validate_k,
+    BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB,
+    PendingTail, RawRow, SoftmaxOutput, SoftmaxStats, TailOutput, TopK, WORKGROUP_SIZE, adjust_logits, decode_tail,
+    decode_tail_enqueue, decode_tail_with_raw, inverse_temperature, packed_words, softmax, softmax_stats, top_k,
+    validate_k,
 };
 pub use wgsl::{ATTENTION_LANES, MAX_HEAD_DIM, WgslStruct};
 
@@ -146,10 +147,7 @@ pub enum KernelError {
 
 impl KernelError {
     pub(crate) fn invalid(parameter: impl Into<String>, reason: impl Into<String>) -> Self {
-        Self::InvalidParameter {
-            parameter: parameter.into(),
-            reason: reason.into(),
-        }
+        Self::InvalidParameter { parameter: parameter.into(), reason: reason.into() }
     }
 }
 
@@ -157,4 +155,3 @@ impl KernelError {
 pub fn supports_device(device: &burn::tensor::Device) -> bool {
     matches!(device.as_dispatch(), DispatchDevice::Cube(burn::cubecl::Device::Wgpu(_)))
 }
-

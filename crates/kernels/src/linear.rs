@@ -1,12 +1,12 @@
 //! `linear.wgsl`: the model's linear layers without workgroup barriers, for wgpu adapters that
 //! run on the CPU (see the crate documentation's "Linear layers").
 
+use burn::backend::wgpu::wgpu;
 use burn::backend::wgpu::{CubeBackend, CubeTensor};
 use burn::backend::{Backend, Dispatch, backend_extension, tensor::FloatTensor};
 use burn::cubecl::CubeCount;
 use burn::cubecl::ir::attributes::BufferIOAttr;
 use burn::tensor::Shape;
-use burn::backend::wgpu::wgpu;
 use burn::tensor::{DType, Tensor};
 
 use crate::burn_launch::{binding, constant_buffer, launch, readable, wgsl_kernel};
@@ -79,14 +79,21 @@ pub fn linear(x: Tensor<2>, weight: Tensor<2>, layout: WeightLayout) -> Result<T
         ));
     }
     if rows == 0 || inputs == 0 || outputs == 0 {
-        return Err(KernelError::invalid("x", format!("empty product: {rows} rows, {inputs} inputs, {outputs} outputs")));
+        return Err(KernelError::invalid(
+            "x",
+            format!("empty product: {rows} rows, {inputs} inputs, {outputs} outputs"),
+        ));
     }
     // Dispatch limits: 65,535 workgroups per dimension; the shader's indices are u32.
-    let largest_index = rows.saturating_mul(inputs).max(outputs.saturating_mul(inputs)).max(rows.saturating_mul(outputs));
+    let largest_index =
+        rows.saturating_mul(inputs).max(outputs.saturating_mul(inputs)).max(rows.saturating_mul(outputs));
     let workgroups_y = rows.div_ceil(LINEAR_ROWS_PER_INVOCATION as usize);
     let workgroups_x = outputs.div_ceil(LINEAR_WORKGROUP_SIZE as usize);
     if workgroups_x > 65_535 || workgroups_y > 65_535 || largest_index > u32::MAX as usize {
-        return Err(KernelError::invalid("x", format!("too large for one dispatch: {rows} rows, {inputs} inputs, {outputs} outputs")));
+        return Err(KernelError::invalid(
+            "x",
+            format!("too large for one dispatch: {rows} rows, {inputs} inputs, {outputs} outputs"),
+        ));
     }
     if x.dtype() != DType::F32 || weight.dtype() != DType::F32 {
         return Err(KernelError::UnsupportedInput(format!(

@@ -38,10 +38,16 @@ impl PinnedTensor {
     /// Pins an existing `u32` tensor.
     pub fn pin(tensor: Tensor<1, Int>) -> Result<Self, KernelError> {
         if tensor.dtype() != DType::U32 {
-            return Err(KernelError::UnsupportedInput(format!("pinned tensors hold u32 words, got {:?}", tensor.dtype())));
+            return Err(KernelError::UnsupportedInput(format!(
+                "pinned tensors hold u32 words, got {:?}",
+                tensor.dtype()
+            )));
         }
         if !crate::supports_device(&tensor.device()) {
-            return Err(KernelError::UnsupportedInput(format!("the fused path runs on wgpu devices, not {:?}", tensor.device())));
+            return Err(KernelError::UnsupportedInput(format!(
+                "the fused path runs on wgpu devices, not {:?}",
+                tensor.device()
+            )));
         }
         let fused = tensor
             .clone()
@@ -55,7 +61,10 @@ impl PinnedTensor {
         let inner = resource.resource();
         let bytes = (tensor.dims()[0] * 4) as u64;
         if inner.size < bytes {
-            return Err(KernelError::Device(format!("a weight tensor's buffer holds {} bytes, not {bytes}", inner.size)));
+            return Err(KernelError::Device(format!(
+                "a weight tensor's buffer holds {} bytes, not {bytes}",
+                inner.size
+            )));
         }
         let view = BufferView { buffer: inner.buffer.clone(), offset: inner.offset, size: bytes };
         Ok(Self { tensor, view, _resource: resource })

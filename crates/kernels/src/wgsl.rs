@@ -134,7 +134,10 @@ mod tests {
 
     #[test]
     fn a_struct_is_declared_alike_in_both_languages() {
-        assert_eq!(Example::WGSL, "struct Example {\n    count: u32,\n    scale: f32,\n    _pad0: u32,\n    _pad1: u32,\n}\n");
+        assert_eq!(
+            Example::WGSL,
+            "struct Example {\n    count: u32,\n    scale: f32,\n    _pad0: u32,\n    _pad1: u32,\n}\n"
+        );
         let value = Example { count: 3, scale: 0.5, ..Default::default() };
         assert_eq!(&value.bytes()[..8], &[3, 0, 0, 0, 0, 0, 0, 0x3f]);
     }

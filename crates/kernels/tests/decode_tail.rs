@@ -4,45 +4,23 @@ mod common;
 
 use burn::tensor::{Device, Tensor, TensorData};
 use common::*;
-use nucleus_kernels::{
-    KernelError, LogitAdjustment, LogitAdjustments, decode_tail, decode_tail_enqueue, reference,
-};
+use nucleus_kernels::{KernelError, LogitAdjustment, LogitAdjustments, decode_tail, decode_tail_enqueue, reference};
 
-fn assert_parity(
-    logits: &[f32],
-    adjustments: &LogitAdjustments,
-    temperature: f32,
-    k: usize,
-    what: &str,
-) {
-    let gpu = block_on(decode_tail(row(logits), adjustments, temperature, k))
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
-    let (adjusted, stats, top) =
-        reference::decode_tail(logits, adjustments, temperature, k).unwrap();
+fn assert_parity(logits: &[f32], adjustments: &LogitAdjustments, temperature: f32, k: usize, what: &str) {
+    let gpu = block_on(decode_tail(row(logits), adjustments, temperature, k)).unwrap_or_else(|e| panic!("{what}: {e}"));
+    let (adjusted, stats, top) = reference::decode_tail(logits, adjustments, temperature, k).unwrap();
     assert_eq!(gpu.ids, top.ids, "{what}: ids");
     assert_eq!(bits(&gpu.logits), bits(&top.logits), "{what}: logits");
     assert_eq!(gpu.max.to_bits(), stats.max.to_bits(), "{what}: max");
-    assert_eq!(
-        gpu.max, gpu.logits[0],
-        "{what}: the max is the best candidate"
-    );
-    assert!(
-        close(f64::from(gpu.sum_exp), stats.sum_exp, 1e-6, 0.0),
-        "{what}: sum_exp"
-    );
-    assert!(
-        close(f64::from(gpu.log_sum_exp), stats.log_sum_exp, 0.0, 1e-5),
-        "{what}: log_sum_exp"
-    );
+    assert_eq!(gpu.max, gpu.logits[0], "{what}: the max is the best candidate");
+    assert!(close(f64::from(gpu.sum_exp), stats.sum_exp, 1e-6, 0.0), "{what}: sum_exp");
+    assert!(close(f64::from(gpu.log_sum_exp), stats.log_sum_exp, 0.0, 1e-5), "{what}: log_sum_exp");
     assert_eq!(gpu.bytes_read, 16 + 8 * k, "{what}: one small read");
     // Candidate probabilities from (max, S) against the full-row reference softmax.
     let (_, probabilities) = reference::softmax(&adjusted, temperature).unwrap();
     for (&id, &logit) in gpu.ids.iter().zip(&gpu.logits).take(5) {
         let expected = probabilities[id as usize];
-        assert!(
-            close(gpu.probability(logit), expected, 2e-6, 1e-30),
-            "{what}: p({id})"
-        );
+        assert!(close(gpu.probability(logit), expected, 2e-6, 1e-30), "{what}: p({id})");
     }
 }
 
@@ -52,13 +30,7 @@ fn plain_rows() {
     for vocab in [49_152, 32_000, 151_936, 7] {
         let logits = random_logits(&mut rng, vocab, 3.0);
         for (k, temperature) in [(1, 1.0), (20, 0.7), (64, 1.3), (256, 0.2)] {
-            assert_parity(
-                &logits,
-                &LogitAdjustments::new(),
-                temperature,
-                k,
-                &format!("V={vocab}, k={k}"),
-            );
+            assert_parity(&logits, &LogitAdjustments::new(), temperature, k, &format!("V={vocab}, k={k}"));
         }
     }
 }
@@ -68,34 +40,20 @@ fn with_adjustments_and_mask() {
     let mut rng = Rng::new(42);
     for vocab in [49_152usize, 151_936, 7] {
         let logits = random_logits(&mut rng, vocab, 3.0);
-        let counts: Vec<(u32, u32)> = (0..64u32)
-            .map(|i| ((i * 7919) % vocab as u32, 1 + i % 3))
-            .collect();
+        let counts: Vec<(u32, u32)> = (0..64u32).map(|i| ((i * 7919) % vocab as u32, 1 + i % 3)).collect();
         let mut counts_sorted = counts.clone();
         counts_sorted.sort_unstable();
         counts_sorted.dedup_by_key(|c| c.0);
         let bias = [(0u32, 1.5), ((vocab - 1) as u32, 30.0)];
         let adjustments = sampler_adjustments(vocab, &bias, &counts_sorted, 1.2, 0.5, 0.1);
         for k in [1, 20, 64, 256] {
-            assert_parity(
-                &logits,
-                &adjustments,
-                0.8,
-                k,
-                &format!("V={vocab} penalties"),
-            );
+            assert_parity(&logits, &adjustments, 0.8, k, &format!("V={vocab} penalties"));
         }
         let allowed = (0..vocab as u32).filter(|id| id % 5 != 1);
         let mask = LogitAdjustments::allow_mask_from_ids(vocab, allowed).unwrap();
         let masked = adjustments.clone().with_allow_mask(mask);
         for k in [1, 20, 256] {
-            assert_parity(
-                &logits,
-                &masked,
-                1.0,
-                k,
-                &format!("V={vocab} penalties + mask"),
-            );
+            assert_parity(&logits, &masked, 1.0, k, &format!("V={vocab} penalties + mask"));
         }
     }
     // A mask with fewer allowed tokens than K: the rest of the top-k is -inf, lowest ids first.
@@ -124,30 +82,17 @@ fn broken_rows_are_errors_not_nan() {
     let mut logits = vec![0.0f32; 49_152];
     logits[123] = f32::NAN;
     let none = LogitAdjustments::new();
-    assert_eq!(
-        block_on(decode_tail(row(&logits), &none, 1.0, 20)),
-        Err(KernelError::NanLogits)
-    );
+    assert_eq!(block_on(decode_tail(row(&logits), &none, 1.0, 20)), Err(KernelError::NanLogits));
     logits[123] = f32::INFINITY;
-    assert_eq!(
-        block_on(decode_tail(row(&logits), &none, 1.0, 20)),
-        Err(KernelError::PositiveInfiniteLogits)
-    );
+    assert_eq!(block_on(decode_tail(row(&logits), &none, 1.0, 20)), Err(KernelError::PositiveInfiniteLogits));
     // Everything masked out.
     let mask = LogitAdjustments::new().with_allow_mask(vec![0; 49_152 / 32]);
-    assert_eq!(
-        block_on(decode_tail(row(&vec![1.0; 49_152]), &mask, 1.0, 20)),
-        Err(KernelError::NoFiniteLogits)
-    );
+    assert_eq!(block_on(decode_tail(row(&vec![1.0; 49_152]), &mask, 1.0, 20)), Err(KernelError::NoFiniteLogits));
     // A -inf bias on the only finite token.
     let mut single = vec![f32::NEG_INFINITY; 7];
     single[4] = 2.0;
-    let forbid =
-        LogitAdjustments::from_entries(vec![LogitAdjustment::new(4).with_bias(f32::NEG_INFINITY)]);
-    assert_eq!(
-        block_on(decode_tail(row(&single), &forbid, 1.0, 3)),
-        Err(KernelError::NoFiniteLogits)
-    );
+    let forbid = LogitAdjustments::from_entries(vec![LogitAdjustment::new(4).with_bias(f32::NEG_INFINITY)]);
+    assert_eq!(block_on(decode_tail(row(&single), &forbid, 1.0, 3)), Err(KernelError::NoFiniteLogits));
 }
 
 fn parameter_of(error: KernelError) -> String {
@@ -166,20 +111,11 @@ fn parameters_are_validated_before_any_work() {
     assert_eq!(parameter_of(tail(5, 0.0).unwrap_err()), "temperature");
     assert_eq!(parameter_of(tail(5, f32::NAN).unwrap_err()), "temperature");
     let bad = LogitAdjustments::from_entries(vec![LogitAdjustment::new(9)]);
-    assert_eq!(
-        parameter_of(block_on(decode_tail(row(&[1.0; 7]), &bad, 1.0, 5)).unwrap_err()),
-        "adjustments[0].id"
-    );
+    assert_eq!(parameter_of(block_on(decode_tail(row(&[1.0; 7]), &bad, 1.0, 5)).unwrap_err()), "adjustments[0].id");
     let two_rows = Tensor::<2>::from_data(TensorData::new(vec![0.0f32; 14], [2, 7]), &device());
-    assert_eq!(
-        parameter_of(block_on(decode_tail(two_rows, &none, 1.0, 5)).unwrap_err()),
-        "logits"
-    );
+    assert_eq!(parameter_of(block_on(decode_tail(two_rows, &none, 1.0, 5)).unwrap_err()), "logits");
     let empty = Tensor::<2>::from_data(TensorData::new(Vec::<f32>::new(), [1, 0]), &device());
-    assert_eq!(
-        parameter_of(block_on(decode_tail(empty, &none, 1.0, 5)).unwrap_err()),
-        "logits"
-    );
+    assert_eq!(parameter_of(block_on(decode_tail(empty, &none, 1.0, 5)).unwrap_err()), "logits");
 }
 
 #[test]
@@ -200,14 +136,9 @@ fn tail_with_the_raw_row_reads_everything_in_one_transaction() {
         LogitAdjustment::new(best).with_bias(f32::NEG_INFINITY),
     ]);
     for (temperature, k, raw_top_k) in [(0.8, 64, 20), (1.5, 20, 0)] {
-        let (tail, raw) = block_on(nucleus_kernels::decode_tail_with_raw(
-            row(&logits),
-            &adjustments,
-            temperature,
-            k,
-            raw_top_k,
-        ))
-        .unwrap();
+        let (tail, raw) =
+            block_on(nucleus_kernels::decode_tail_with_raw(row(&logits), &adjustments, temperature, k, raw_top_k))
+                .unwrap();
         // The tail is the adjusted row at T; the raw part is the unadjusted row at 1.
         let (_, stats, top) = reference::decode_tail(&logits, &adjustments, temperature, k).unwrap();
         assert_eq!(tail.ids, top.ids);

@@ -12,8 +12,8 @@ use burn::backend::wgpu::wgpu;
 use common::{Rng, block_on};
 use nucleus_gguf::{GgmlType, dequantize};
 use nucleus_kernels::layer::{
-    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams, FfnBuffers, FfnParams, LmHeadParams, MatvecParams,
-    StepShape,
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams, FfnBuffers, FfnParams, LmHeadParams,
+    MatvecParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
 
@@ -125,7 +125,10 @@ fn assert_close(gpu: &[f32], expected: &[f64], what: &str) {
     assert_eq!(gpu.len(), expected.len(), "{what}: length");
     let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
     for (i, (&g, &e)) in gpu.iter().zip(expected).enumerate() {
-        assert!((f64::from(g) - e).abs() <= 2e-5 * scale + 1e-5, "{what}: [{i}] gpu {g}, reference {e} (scale {scale})");
+        assert!(
+            (f64::from(g) - e).abs() <= 2e-5 * scale + 1e-5,
+            "{what}: [{i}] gpu {g}, reference {e} (scale {scale})"
+        );
     }
 }
 
@@ -148,8 +151,16 @@ fn matvec_residual_every_format_tuning_and_row_count() {
                     let (a_buf, x_buf) = (f32s(&gpu, &a), f32s(&gpu, &x0));
                     let step = Step::new(&gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &[]);
                     let params = MatvecParams { inputs: inputs as u32, outputs: outputs as u32, ..Default::default() };
-                    let bound =
-                        layer::matvec_residual(&gpu, format, params, &step.view(), &a_buf.view(), &weight.view(), &x_buf.view()).unwrap();
+                    let bound = layer::matvec_residual(
+                        &gpu,
+                        format,
+                        params,
+                        &step.view(),
+                        &a_buf.view(),
+                        &weight.view(),
+                        &x_buf.view(),
+                    )
+                    .unwrap();
                     let got = run(&gpu, &[&bound], &step.shape, &x_buf);
                     let product = reference::matvec(&a, &w, inputs);
                     let expected: Vec<f64> = x0.iter().zip(&product).map(|(&x, &p)| f64::from(x) + p).collect();
@@ -176,13 +187,25 @@ fn lm_head_last_row_and_all_rows() {
                 let logits = gpu.storage("logits", (logit_rows * vocab * 4) as u64);
                 let step = Step::new(&gpu, StepShape::new(0, rows as u32, logit_rows as u32, 1, 4096), &[]);
                 let params = LmHeadParams { dim: dim as u32, vocab: vocab as u32, eps: 1e-5, ..Default::default() };
-                let bound =
-                    layer::lm_head(&gpu, format, params, &step.view(), &x_buf.view(), &norm.view(), &weight.view(), &logits.view())
-                        .unwrap();
+                let bound = layer::lm_head(
+                    &gpu,
+                    format,
+                    params,
+                    &step.view(),
+                    &x_buf.view(),
+                    &norm.view(),
+                    &weight.view(),
+                    &logits.view(),
+                )
+                .unwrap();
                 let got = run(&gpu, &[&bound], &step.shape, &logits);
                 let used = &x[(rows - logit_rows) * dim..];
                 let expected = reference::lm_head(used, &gamma, 1e-5, &w);
-                assert_close(&got, &expected, &format!("{format}, {rows} rows, {logit_rows} logit rows, {:?}", gpu.tuning()));
+                assert_close(
+                    &got,
+                    &expected,
+                    &format!("{format}, {rows} rows, {logit_rows} logit rows, {:?}", gpu.tuning()),
+                );
             }
         }
     }
@@ -194,7 +217,8 @@ fn ffn_gate_up_with_two_formats() {
     for gpu in tunings() {
         for (i, gate_format) in WeightFormat::ALL.into_iter().enumerate() {
             // The up projection in another format of the same block size.
-            let up_format = WeightFormat::ALL.into_iter().cycle().skip(i + 1).find(|f| dims(*f) == dims(gate_format)).unwrap();
+            let up_format =
+                WeightFormat::ALL.into_iter().cycle().skip(i + 1).find(|f| dims(*f) == dims(gate_format)).unwrap();
             let dim = dims(gate_format)[1];
             let hidden = 43;
             let (gate_bytes, wg) = random_weight(&mut rng, gate_format, hidden, dim);
@@ -226,7 +250,10 @@ fn ffn_gate_up_with_two_formats() {
 
 /// The rope table for `positions`, as the model uploads it.
 fn rope_table(positions: usize, head_dim: usize, base: f64) -> Vec<f32> {
-    (0..positions).flat_map(|p| reference::rope_angles(p, head_dim, base)).flat_map(|(c, s)| [c as f32, s as f32]).collect()
+    (0..positions)
+        .flat_map(|p| reference::rope_angles(p, head_dim, base))
+        .flat_map(|(c, s)| [c as f32, s as f32])
+        .collect()
 }
 
 #[test]
@@ -280,10 +307,19 @@ fn attn_qkv_at_positions_0_1_and_the_end() {
                 // Position p of the cache: [keys (kv_dim), values (kv_dim)].
                 for s in 0..rows {
                     let at = (pos + s) * 2 * kv_dim;
-                    assert_close(&cache[at..at + kv_dim], &expected.k[s * kv_dim..(s + 1) * kv_dim], &format!("{what}: k row {s}"));
-                    assert_close(&cache[at + kv_dim..at + 2 * kv_dim], &expected.v[s * kv_dim..(s + 1) * kv_dim], &format!("{what}: v row {s}"));
+                    assert_close(
+                        &cache[at..at + kv_dim],
+                        &expected.k[s * kv_dim..(s + 1) * kv_dim],
+                        &format!("{what}: k row {s}"),
+                    );
+                    assert_close(
+                        &cache[at + kv_dim..at + 2 * kv_dim],
+                        &expected.v[s * kv_dim..(s + 1) * kv_dim],
+                        &format!("{what}: v row {s}"),
+                    );
                 }
-                let untouched = cache.iter().enumerate().filter(|(i, _)| !(pos..pos + rows).contains(&(i / (2 * kv_dim))));
+                let untouched =
+                    cache.iter().enumerate().filter(|(i, _)| !(pos..pos + rows).contains(&(i / (2 * kv_dim))));
                 assert!(untouched.into_iter().all(|(_, &v)| v == 0.0), "{what}: only the new positions are written");
             }
         }
@@ -301,16 +337,21 @@ fn attention_over_one_and_many_key_ranges() {
         let values = random_f32(&mut rng, capacity * kv_width, 1.0);
         // The cache layout: per position its keys, then its values.
         let cache: Vec<f32> = (0..capacity)
-            .flat_map(|p| keys[p * kv_width..(p + 1) * kv_width].iter().chain(&values[p * kv_width..(p + 1) * kv_width]).copied())
+            .flat_map(|p| {
+                keys[p * kv_width..(p + 1) * kv_width].iter().chain(&values[p * kv_width..(p + 1) * kv_width]).copied()
+            })
             .collect();
         let kv = f32s(gpu, &cache);
         // (pos, rows, record budget): one range; several; a prefill split into ranges; the end.
-        for (pos, rows, budget) in [(0usize, 1usize, 4096u32), (1, 1, 4096), (150, 1, 4096), (130, 5, 60), (62, 3, 4096), (296, 4, 4096)] {
+        for (pos, rows, budget) in
+            [(0usize, 1usize, 4096u32), (1, 1, 4096), (150, 1, 4096), (130, 5, 60), (62, 3, 4096), (296, 4, 4096)]
+        {
             let q = random_f32(&mut rng, rows * heads * head_dim, 1.0);
             let q_buf = f32s(gpu, &q);
             let shape = StepShape::new(pos as u32, rows as u32, 1, heads as u32, budget);
             let records = (rows * heads) as u32 * shape.attn_chunks;
-            let partials = gpu.storage("partials", u64::from(records * layer::attention_record_len(head_dim as u32)) * 4);
+            let partials =
+                gpu.storage("partials", u64::from(records * layer::attention_record_len(head_dim as u32)) * 4);
             let out = gpu.storage("out", (rows * heads * head_dim * 4) as u64);
             let step = Step::new(gpu, shape, &[]);
             let params = AttentionParams {
@@ -319,11 +360,13 @@ fn attention_over_one_and_many_key_ranges() {
                 head_dim: head_dim as u32,
                 scale: (1.0 / (head_dim as f64).sqrt()) as f32,
             };
-            let split = layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
+            let split =
+                layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
             let combine = layer::attention_combine(gpu, params, &step.view(), &partials.view(), &out.view()).unwrap();
             let got = run(gpu, &[&split, &combine], &shape, &out);
             let expected = reference::attention(&q, &keys, &values, pos, heads, kv_heads, head_dim);
-            let what = format!("{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, {} ranges", shape.attn_chunks);
+            let what =
+                format!("{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, {} ranges", shape.attn_chunks);
             assert_close(&got, &expected, &what);
         }
     }
@@ -341,9 +384,16 @@ fn embed_every_format() {
         let ids = [0u32, 49, 7];
         let x = gpu.storage("x", (ids.len() * dim * 4) as u64);
         let step = Step::new(gpu, StepShape::new(0, ids.len() as u32, 1, 1, 4096), &ids);
-        let bound =
-            layer::embed(gpu, format, EmbedParams { dim: dim as u32, ..Default::default() }, &step.view(), &step.ids(), &table_buf.view(), &x.view())
-                .unwrap();
+        let bound = layer::embed(
+            gpu,
+            format,
+            EmbedParams { dim: dim as u32, ..Default::default() },
+            &step.view(),
+            &step.ids(),
+            &table_buf.view(),
+            &x.view(),
+        )
+        .unwrap();
         let got = run(gpu, &[&bound], &step.shape, &x);
         let expected: Vec<f64> = reference::embed(&table, dim, &ids).into_iter().map(f64::from).collect();
         assert_close(&got, &expected, &format!("{format}"));
@@ -382,9 +432,16 @@ fn every_format_reader_dequantizes_like_gguf() {
         let ids: Vec<u32> = (0..rows as u32).collect();
         let x = gpu.storage("x", (rows * cols * 4) as u64);
         let step = Step::new(gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &ids);
-        let bound =
-            layer::embed(gpu, format, EmbedParams { dim: cols as u32, ..Default::default() }, &step.view(), &step.ids(), &weights.view(), &x.view())
-                .unwrap();
+        let bound = layer::embed(
+            gpu,
+            format,
+            EmbedParams { dim: cols as u32, ..Default::default() },
+            &step.view(),
+            &step.ids(),
+            &weights.view(),
+            &x.view(),
+        )
+        .unwrap();
         let got = run(gpu, &[&bound], &step.shape, &x);
         let expected: Vec<f64> = values.iter().map(|&v| f64::from(v)).collect();
         assert_close(&got, &expected, file);
@@ -399,9 +456,17 @@ fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
     let x = gpu.storage("x", 4096);
     // A view claiming more than one binding may hold (never bound: the check comes first).
     let huge = nucleus_kernels::BufferView { size: limit + 4, ..x.view() };
-    let error = layer::embed(gpu, WeightFormat::F32, EmbedParams { dim: 8, ..Default::default() }, &step.view(), &step.ids(), &huge, &x.view())
-        .err()
-        .expect("refused");
+    let error = layer::embed(
+        gpu,
+        WeightFormat::F32,
+        EmbedParams { dim: 8, ..Default::default() },
+        &step.view(),
+        &step.ids(),
+        &huge,
+        &x.view(),
+    )
+    .err()
+    .expect("refused");
     assert!(error.to_string().contains("binding 'table'"), "{error}");
 }
 

@@ -48,7 +48,10 @@ fn assert_parity(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: 
             let magnitude: f64 = (0..inputs).map(|i| (x[row * inputs + i] as f64 * w(o, i) as f64).abs()).sum();
             let bound = inputs.saturating_sub(1) as f64 * (f32::EPSILON as f64 / 2.0) * magnitude * 1.01 + 1e-30;
             let (g, c) = (gpu[row * outputs + o] as f64, cpu[row * outputs + o] as f64);
-            assert!((g - c).abs() <= bound.max(c.abs() * f32::EPSILON as f64), "{what}: y[{row}, {o}] = {g}, reference {c}, bound {bound}");
+            assert!(
+                (g - c).abs() <= bound.max(c.abs() * f32::EPSILON as f64),
+                "{what}: y[{row}, {o}] = {g}, reference {c}, bound {bound}"
+            );
         }
     }
 }
@@ -83,8 +86,12 @@ fn one_hot_weights_select_exactly_one_input() {
             }
             let device = device();
             let y = read(
-                linear(matrix(&x, [rows, inputs], &device), matrix(&weight, weight_shape(layout, outputs, inputs), &device), layout)
-                    .unwrap(),
+                linear(
+                    matrix(&x, [rows, inputs], &device),
+                    matrix(&weight, weight_shape(layout, outputs, inputs), &device),
+                    layout,
+                )
+                .unwrap(),
             );
             for row in 0..rows {
                 for o in 0..outputs {
@@ -124,7 +131,8 @@ fn mismatched_shapes_and_other_devices_are_refused() {
     let error = linear(x.clone(), matrix(&[1.0; 12], [3, 4], &device), WeightLayout::InputsByOutputs).unwrap_err();
     assert!(matches!(&error, KernelError::InvalidParameter { parameter, .. } if parameter == "weight"), "{error}");
     let cpu = Device::flex();
-    let error = linear(matrix(&[1.0; 8], [2, 4], &cpu), matrix(&[1.0; 12], [3, 4], &cpu), WeightLayout::OutputsByInputs)
-        .unwrap_err();
+    let error =
+        linear(matrix(&[1.0; 8], [2, 4], &cpu), matrix(&[1.0; 12], [3, 4], &cpu), WeightLayout::OutputsByInputs)
+            .unwrap_err();
     assert!(matches!(error, KernelError::UnsupportedInput(_)), "{error}");
 }

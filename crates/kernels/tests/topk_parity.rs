@@ -22,10 +22,7 @@ fn assert_parity(logits: &[f32], k: usize, what: &str) {
         assert_eq!(value, logits[id as usize], "{what}: value of id {id}");
         if rank > 0 {
             let (prev_id, prev) = (gpu.ids[rank - 1], gpu.logits[rank - 1]);
-            assert!(
-                prev > value || (prev == value && prev_id < id),
-                "{what}: order at rank {rank}"
-            );
+            assert!(prev > value || (prev == value && prev_id < id), "{what}: order at rank {rank}");
         }
     }
 }
@@ -70,9 +67,7 @@ fn ties_go_to_the_lower_id() {
         assert_eq!(gpu.ids, (0..k as u32).collect::<Vec<_>>());
     }
     // -0.0 and +0.0 are the same value: ties by id, reported as +0.0.
-    let zeros: Vec<f32> = (0..10_000)
-        .map(|i| if i % 3 == 0 { -0.0 } else { 0.0 })
-        .collect();
+    let zeros: Vec<f32> = (0..10_000).map(|i| if i % 3 == 0 { -0.0 } else { 0.0 }).collect();
     for k in KS {
         assert_parity(&zeros, k, "signed zeros");
     }
@@ -130,9 +125,7 @@ fn extreme_values() {
     for k in KS {
         assert_parity(&logits, k, "extreme values");
     }
-    let very_negative: Vec<f32> = (0..49_152)
-        .map(|i| -1e30 - (i % 1000) as f32 * 1e25)
-        .collect();
+    let very_negative: Vec<f32> = (0..49_152).map(|i| -1e30 - (i % 1000) as f32 * 1e25).collect();
     for k in KS {
         assert_parity(&very_negative, k, "very negative");
     }
@@ -144,9 +137,7 @@ fn adversarial_orders() {
     let ascending: Vec<f32> = (0..151_936).map(|i| i as f32 * 1e-3).collect();
     let descending: Vec<f32> = ascending.iter().rev().copied().collect();
     // Values one ulp apart: every radix round is needed.
-    let ulps: Vec<f32> = (0..49_152u32)
-        .map(|i| f32::from_bits(0x3f80_0000 + (i * 7919) % 49_152))
-        .collect();
+    let ulps: Vec<f32> = (0..49_152u32).map(|i| f32::from_bits(0x3f80_0000 + (i * 7919) % 49_152)).collect();
     for k in KS {
         assert_parity(&ascending, k, "ascending");
         assert_parity(&descending, k, "descending");
@@ -172,15 +163,9 @@ fn clustered_large_values() {
 fn nan_is_rejected() {
     let mut logits = vec![1.0f32; 49_152];
     logits[40_000] = f32::NAN;
-    assert_eq!(
-        block_on(top_k(row(&logits), 20)),
-        Err(KernelError::NanLogits)
-    );
+    assert_eq!(block_on(top_k(row(&logits), 20)), Err(KernelError::NanLogits));
     logits[40_000] = -f32::NAN;
-    assert_eq!(
-        block_on(top_k(row(&logits), 20)),
-        Err(KernelError::NanLogits)
-    );
+    assert_eq!(block_on(top_k(row(&logits), 20)), Err(KernelError::NanLogits));
     assert_eq!(reference::top_k(&logits, 20), Err(KernelError::NanLogits));
 }
 
@@ -188,9 +173,6 @@ fn nan_is_rejected() {
 fn k_out_of_range_names_the_parameter() {
     for k in [0, 257] {
         let error = block_on(top_k(row(&[1.0, 2.0]), k)).unwrap_err();
-        assert!(
-            matches!(&error, KernelError::InvalidParameter { parameter, .. } if parameter == "k"),
-            "{error}"
-        );
+        assert!(matches!(&error, KernelError::InvalidParameter { parameter, .. } if parameter == "k"), "{error}");
     }
 }

@@ -90,7 +90,13 @@ impl BurnLlama {
 
     /// Runs `tokens` at positions `start..`, writes their keys and values into `cache`, and
     /// returns the logits `[1 or S, vocab]`. The caller has checked the tokens and the room.
-    pub(crate) fn forward(&self, tokens: &[u32], cache: &mut BurnCache, start: usize, logits: Logits) -> Result<Tensor<2>, ModelError> {
+    pub(crate) fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut BurnCache,
+        start: usize,
+        logits: Logits,
+    ) -> Result<Tensor<2>, ModelError> {
         if cache.keys.len() != self.weights.blocks.len() {
             return Err(ModelError::Invalid("the cache was made for another model".into()));
         }

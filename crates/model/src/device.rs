@@ -46,6 +46,8 @@ impl ModelDevice {
 
     /// Whether the wgpu adapter runs on the CPU (lavapipe, SwiftShader, WARP); false elsewhere.
     pub fn is_cpu_adapter(&self) -> bool {
-        self.gpu.as_ref().is_some_and(|gpu| gpu.adapter_info().device_type == burn::backend::wgpu::wgpu::DeviceType::Cpu)
+        self.gpu
+            .as_ref()
+            .is_some_and(|gpu| gpu.adapter_info().device_type == burn::backend::wgpu::wgpu::DeviceType::Cpu)
     }
 }

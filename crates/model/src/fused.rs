@@ -19,7 +19,9 @@ use nucleus_kernels::layer::{
     MatvecParams, StepShape,
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailRequest};
-use nucleus_kernels::{BufferView, Gpu, GpuBuffer, KernelError, PinnedTensor, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct};
+use nucleus_kernels::{
+    BufferView, Gpu, GpuBuffer, KernelError, PinnedTensor, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
+};
 
 use crate::architecture::{Architecture, FeedForward, Norm, Rope};
 use crate::weights::{self, ModelWeights};
@@ -117,7 +119,9 @@ impl FusedLlama {
         let rope = gpu.storage("rope", rope_pairs.len() as u64 * 4);
         gpu.write(rope.buffer(), 0, bytemuck::cast_slice(&rope_pairs));
 
-        let alignment = u64::from(gpu.limits().min_storage_buffer_offset_alignment.max(gpu.limits().min_uniform_buffer_offset_alignment));
+        let alignment = u64::from(
+            gpu.limits().min_storage_buffer_offset_alignment.max(gpu.limits().min_uniform_buffer_offset_alignment),
+        );
         let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
         let ids_offset = step_bytes.next_multiple_of(alignment);
         use wgpu::BufferUsages as U;
@@ -128,9 +132,12 @@ impl FusedLlama {
         let attention_out = gpu.storage("attention out", f32s(MAX_ROWS * c.head_count * hd));
         let hidden = gpu.storage("hidden", f32s(MAX_ROWS * c.feed_forward_length));
         let records = ATTENTION_RECORD_BUDGET.max(MAX_ROWS * c.head_count);
-        let partials = gpu.storage("attention partials", f32s(records * layer::attention_record_len(hd as u32) as usize));
+        let partials =
+            gpu.storage("attention partials", f32s(records * layer::attention_record_len(hd as u32) as usize));
         let logits = gpu.storage("logits", f32s(MAX_LOGIT_ROWS * c.vocab_size));
-        for (what, buffer) in [("the logits", &logits), ("the activations", &hidden), ("the attention records", &partials)] {
+        for (what, buffer) in
+            [("the logits", &logits), ("the activations", &hidden), ("the attention records", &partials)]
+        {
             if buffer.size() > limit {
                 return Err(KernelError::TooLarge { what: what.into(), bytes: buffer.size(), limit }.into());
             }
@@ -154,7 +161,13 @@ impl FusedLlama {
             .iter()
             .map(|b| {
                 Ok(BlockKernels {
-                    combine: layer::attention_combine(gpu, attention_params, &step_view, &partials.view(), &attention_out.view())?,
+                    combine: layer::attention_combine(
+                        gpu,
+                        attention_params,
+                        &step_view,
+                        &partials.view(),
+                        &attention_out.view(),
+                    )?,
                     attention_output: layer::matvec_residual(
                         gpu,
                         b.attention_output.format,
@@ -167,7 +180,12 @@ impl FusedLlama {
                     gate_up: layer::ffn_gate_up(
                         gpu,
                         [b.gate.format, b.up.format],
-                        FfnParams { dim: u(d), hidden: u(c.feed_forward_length), eps: c.rms_norm_eps as f32, ..Default::default() },
+                        FfnParams {
+                            dim: u(d),
+                            hidden: u(c.feed_forward_length),
+                            eps: c.rms_norm_eps as f32,
+                            ..Default::default()
+                        },
                         FfnBuffers {
                             step: &step_view,
                             x: &x.view(),
@@ -238,7 +256,13 @@ impl FusedLlama {
     /// Records a forward pass of `tokens` after the `start` positions `cache` holds; the caller
     /// has checked the tokens, the room, and `Logits::All` against [`MAX_LOGIT_ROWS`]. Every
     /// pass but the last is submitted here; the last waits for the read of its logits.
-    pub(crate) fn forward(&self, tokens: &[u32], cache: &mut FusedCache, start: usize, logits: Logits) -> Result<FusedLogits, ModelError> {
+    pub(crate) fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut FusedCache,
+        start: usize,
+        logits: Logits,
+    ) -> Result<FusedLogits, ModelError> {
         let clock = web_time::Instant::now();
         let shared = &self.shared;
         if !Arc::ptr_eq(shared, &cache.shared) {
@@ -348,14 +372,29 @@ fn upload(file: &GgufFile, info: &TensorInfo, device: &Device, limit: u64) -> Re
         bytemuck::cast_slice(&converted)
     };
     if bytes.len() as u64 > limit {
-        return Err(KernelError::TooLarge { what: format!("tensor '{}'", info.name), bytes: bytes.len() as u64, limit }.into());
+        return Err(KernelError::TooLarge {
+            what: format!("tensor '{}'", info.name),
+            bytes: bytes.len() as u64,
+            limit,
+        }
+        .into());
     }
     Ok(GpuWeight { tensor: PinnedTensor::upload(device, bytes)?, format })
 }
 
 fn all_weights<T>(weights: &ModelWeights<T>) -> impl Iterator<Item = &T> {
     let blocks = weights.blocks.iter().flat_map(|b| {
-        [&b.attention_norm, &b.query, &b.key, &b.value, &b.attention_output, &b.feed_forward_norm, &b.gate, &b.up, &b.down]
+        [
+            &b.attention_norm,
+            &b.query,
+            &b.key,
+            &b.value,
+            &b.attention_output,
+            &b.feed_forward_norm,
+            &b.gate,
+            &b.up,
+            &b.down,
+        ]
     });
     std::iter::once(&weights.token_embedding).chain(blocks).chain([&weights.output_norm]).chain(weights.output.as_ref())
 }
@@ -405,7 +444,12 @@ impl FusedCache {
         let limit = shared.gpu.limits().max_storage_buffer_binding_size as u64;
         let bytes = positions as u64 * self.position_bytes();
         if bytes > limit {
-            return Err(KernelError::TooLarge { what: format!("the KV cache of one block ({positions} positions)"), bytes, limit }.into());
+            return Err(KernelError::TooLarge {
+                what: format!("the KV cache of one block ({positions} positions)"),
+                bytes,
+                limit,
+            }
+            .into());
         }
         let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
         let step_view = shared.step.range(0, step_bytes);
@@ -435,7 +479,14 @@ impl FusedCache {
                     kv: &kv.view(),
                 },
             )?;
-            let attention = layer::attention(&shared.gpu, attention_params(c), &step_view, &shared.q.view(), &kv.view(), &shared.partials.view())?;
+            let attention = layer::attention(
+                &shared.gpu,
+                attention_params(c),
+                &step_view,
+                &shared.q.view(),
+                &kv.view(),
+                &shared.partials.view(),
+            )?;
             blocks.push(CachedBlock { kv, qkv, attention });
         }
         if let Some(recorder) = copy {
@@ -451,7 +502,8 @@ impl FusedCache {
 
     /// An independent copy holding the first `len` positions (beam search keeps one per beam).
     pub(crate) fn duplicate(&self, len: usize) -> Result<FusedCache, ModelError> {
-        let mut copy = FusedCache { shared: self.shared.clone(), capacity: self.capacity, allocated: 0, blocks: Vec::new() };
+        let mut copy =
+            FusedCache { shared: self.shared.clone(), capacity: self.capacity, allocated: 0, blocks: Vec::new() };
         let mut recorder = Recorder::new(&self.shared.gpu);
         copy.allocate(self.allocated, None)?;
         let used = len as u64 * self.position_bytes();
@@ -486,7 +538,9 @@ impl FusedLogits {
     /// pass has overwritten these logits.
     fn commands(&self, state: &mut State, more: wgpu::CommandBuffer) -> Result<Vec<wgpu::CommandBuffer>, ModelError> {
         if state.passes != self.pass {
-            return Err(ModelError::Invalid("these logits were overwritten by a later forward pass; read logits before the next pass".into()));
+            return Err(ModelError::Invalid(
+                "these logits were overwritten by a later forward pass; read logits before the next pass".into(),
+            ));
         }
         let mut commands: Vec<_> = state.pending.take().map(|(_, c)| c).into_iter().collect();
         commands.push(more);
@@ -494,14 +548,20 @@ impl FusedLogits {
     }
 
     /// The decode tail on the last row, submitted with the pass: one submission, one read.
-    pub(crate) async fn decode_tail(&self, request: &TailRequest<'_>) -> Result<(TailOutput, Option<RawRow>), ModelError> {
+    pub(crate) async fn decode_tail(
+        &self,
+        request: &TailRequest<'_>,
+    ) -> Result<(TailOutput, Option<RawRow>), ModelError> {
         let clock = web_time::Instant::now();
         let shared = &self.shared;
         let (recorded, commands) = {
             let mut state = shared.state();
             let mut recorder = Recorder::new(&shared.gpu);
             if self.rows != 1 {
-                return Err(ModelError::Invalid(format!("the decode tail reads one row of logits, this pass has {}", self.rows)));
+                return Err(ModelError::Invalid(format!(
+                    "the decode tail reads one row of logits, this pass has {}",
+                    self.rows
+                )));
             }
             let recorded = state.tail.record(&mut recorder, request)?;
             let commands = self.commands(&mut state, recorder.finish())?;

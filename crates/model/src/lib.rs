@@ -216,7 +216,13 @@ impl DeviceLogits {
             DeviceLogits::Fused(logits) => logits.decode_tail(request).await,
             DeviceLogits::Tensor(tensor) => Ok(match request.raw_top_k {
                 None => {
-                    let tail = nucleus_kernels::decode_tail(tensor.clone(), request.adjustments, request.temperature, request.k).await?;
+                    let tail = nucleus_kernels::decode_tail(
+                        tensor.clone(),
+                        request.adjustments,
+                        request.temperature,
+                        request.k,
+                    )
+                    .await?;
                     (tail, None)
                 }
                 Some(raw_top_k) => {
@@ -282,7 +288,9 @@ impl Llama {
                 })?;
                 Route::Fused(FusedLlama::load(file, &config, architecture, device.burn(), gpu, progress)?)
             }
-            Path::BurnOps(kernel) => Route::Burn(BurnLlama::load(file, &config, architecture, device.burn(), kernel, progress)?),
+            Path::BurnOps(kernel) => {
+                Route::Burn(BurnLlama::load(file, &config, architecture, device.burn(), kernel, progress)?)
+            }
         };
         Ok(Self { config, device: device.clone(), tied_output, route })
     }
@@ -348,7 +356,9 @@ impl Llama {
             return Err(ModelError::TokenOutOfRange { id, vocab_size: self.config.vocab_size });
         }
         let output = match (&self.route, &mut cache.inner) {
-            (Route::Burn(model), CacheKind::Burn(inner)) => DeviceLogits::Tensor(model.forward(tokens, inner, start, logits)?),
+            (Route::Burn(model), CacheKind::Burn(inner)) => {
+                DeviceLogits::Tensor(model.forward(tokens, inner, start, logits)?)
+            }
             (Route::Fused(model), CacheKind::Fused(inner)) => {
                 if logits == Logits::All && tokens.len() > MAX_LOGIT_ROWS {
                     return Err(ModelError::Unsupported(format!(

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use nucleus_sampler::{DryParams, SamplingParams, Sampler};
+use nucleus_sampler::{DryParams, Sampler, SamplingParams};
 
 const VOCAB: usize = 4096;
 const STEPS: usize = 48;
@@ -30,7 +30,15 @@ fn parameter_sets() -> Vec<SamplingParams> {
         SamplingParams { seed: 1, ..base.clone() },
         SamplingParams { seed: 2, temperature: 0.7, top_p: 0.9, ..base.clone() },
         SamplingParams { seed: 3, temperature: 1.3, top_k: 40, min_p: 0.05, ..base.clone() },
-        SamplingParams { seed: 4, temperature: 0.9, typical_p: 0.8, repetition_penalty: 1.2, presence_penalty: 0.3, frequency_penalty: 0.2, ..base.clone() },
+        SamplingParams {
+            seed: 4,
+            temperature: 0.9,
+            typical_p: 0.8,
+            repetition_penalty: 1.2,
+            presence_penalty: 0.3,
+            frequency_penalty: 0.2,
+            ..base.clone()
+        },
         SamplingParams {
             seed: 5,
             temperature: 1.0,

@@ -46,11 +46,7 @@ impl BeamSearchParams {
             return Err(out_of_range("beams", ">= 1", 0));
         }
         if !self.length_penalty.is_finite() {
-            return Err(out_of_range(
-                "length_penalty",
-                "finite",
-                self.length_penalty,
-            ));
+            return Err(out_of_range("length_penalty", "finite", self.length_penalty));
         }
         if self.max_new_tokens == 0 {
             return Err(out_of_range("max_new_tokens", ">= 1", 0));
@@ -190,16 +186,9 @@ impl BeamSearch {
         };
         Ok(Self {
             params,
-            live: vec![Beam {
-                tokens: Vec::new(),
-                logprob: 0.0,
-                node: 0,
-            }],
+            live: vec![Beam { tokens: Vec::new(), logprob: 0.0, node: 0 }],
             finished: Vec::new(),
-            trace: BeamTrace {
-                nodes: vec![root],
-                steps: Vec::new(),
-            },
+            trace: BeamTrace { nodes: vec![root], steps: Vec::new() },
             step: 0,
             done: false,
         })
@@ -247,10 +236,7 @@ impl BeamSearch {
         }
         for &eos in &self.params.eos_token_ids {
             if eos as usize >= vocab_size {
-                return Err(SamplerError::TokenOutOfVocabulary {
-                    id: eos,
-                    vocab_size,
-                });
+                return Err(SamplerError::TokenOutOfVocabulary { id: eos, vocab_size });
             }
         }
 
@@ -272,10 +258,7 @@ impl BeamSearch {
 
         self.step += 1;
         let length = self.step;
-        let mut trace = BeamStepTrace {
-            step: length,
-            ..BeamStepTrace::default()
-        };
+        let mut trace = BeamStepTrace { step: length, ..BeamStepTrace::default() };
         let mut next_live: Vec<Beam> = Vec::new();
         for (rank, &(logprob, b, token, token_logprob)) in candidates.iter().enumerate() {
             let parent = &self.live[b];
@@ -286,13 +269,7 @@ impl BeamSearch {
             let (status, score) = if is_eos {
                 if rank < width {
                     let score = logprob / length_factor(length, self.params.length_penalty);
-                    self.finished.push(Hypothesis {
-                        tokens,
-                        logprob,
-                        score,
-                        finish_reason: FinishReason::Eos,
-                        node,
-                    });
+                    self.finished.push(Hypothesis { tokens, logprob, score, finish_reason: FinishReason::Eos, node });
                     trace.finished.push(node);
                     (NodeStatus::Finished, Some(score))
                 } else {
@@ -300,11 +277,7 @@ impl BeamSearch {
                     (NodeStatus::Pruned, None)
                 }
             } else if next_live.len() < width {
-                next_live.push(Beam {
-                    tokens,
-                    logprob,
-                    node,
-                });
+                next_live.push(Beam { tokens, logprob, node });
                 trace.kept.push(node);
                 (NodeStatus::Kept, None)
             } else {
@@ -347,17 +320,9 @@ impl BeamSearch {
             self.done = true;
         } else if !self.done && self.finished.len() >= width {
             let worst = self.finished.last().map_or(f64::NEG_INFINITY, |h| h.score);
-            let best_length = if self.params.length_penalty > 0.0 {
-                self.params.max_new_tokens
-            } else {
-                length + 1
-            };
+            let best_length = if self.params.length_penalty > 0.0 { self.params.max_new_tokens } else { length + 1 };
             let factor = length_factor(best_length, self.params.length_penalty);
-            let attainable = self
-                .live
-                .iter()
-                .map(|b| b.logprob / factor)
-                .fold(f64::NEG_INFINITY, f64::max);
+            let attainable = self.live.iter().map(|b| b.logprob / factor).fold(f64::NEG_INFINITY, f64::max);
             if worst >= attainable {
                 for beam in std::mem::take(&mut self.live) {
                     self.trace.nodes[beam.node].status = NodeStatus::Pruned;
@@ -370,12 +335,8 @@ impl BeamSearch {
 
     /// Sorts the finished hypotheses best first and drops all but the best `B`.
     fn keep_best_finished(&mut self) {
-        self.finished
-            .sort_by(|x, y| y.score.total_cmp(&x.score).then(x.node.cmp(&y.node)));
-        for dropped in self
-            .finished
-            .drain(self.params.beam_width.min(self.finished.len())..)
-        {
+        self.finished.sort_by(|x, y| y.score.total_cmp(&x.score).then(x.node.cmp(&y.node)));
+        for dropped in self.finished.drain(self.params.beam_width.min(self.finished.len())..) {
             self.trace.nodes[dropped.node].status = NodeStatus::Pruned;
         }
     }
@@ -383,30 +344,21 @@ impl BeamSearch {
     /// Ends the search (whether or not it is done) and returns the best hypotheses and the
     /// trace. Live beams of an unfinished search are not included.
     pub fn finish(self) -> BeamSearchResult {
-        BeamSearchResult {
-            hypotheses: self.finished,
-            trace: self.trace,
-        }
+        BeamSearchResult { hypotheses: self.finished, trace: self.trace }
     }
 }
 
 /// Runs a whole beam search. `next_log_probs(tokens)` returns the log-probabilities of the
 /// next token after the generated `tokens` (the prompt is the closure's business).
-pub fn beam_search<E, F>(
-    params: BeamSearchParams,
-    mut next_log_probs: F,
-) -> Result<BeamSearchResult, E>
+pub fn beam_search<E, F>(params: BeamSearchParams, mut next_log_probs: F) -> Result<BeamSearchResult, E>
 where
     F: FnMut(&[u32]) -> Result<Vec<f32>, E>,
     E: From<SamplerError>,
 {
     let mut search = BeamSearch::new(params)?;
     while !search.is_done() {
-        let rows = search
-            .live_beams()
-            .iter()
-            .map(|beam| next_log_probs(&beam.tokens))
-            .collect::<Result<Vec<_>, E>>()?;
+        let rows =
+            search.live_beams().iter().map(|beam| next_log_probs(&beam.tokens)).collect::<Result<Vec<_>, E>>()?;
         search.step(&rows)?;
     }
     Ok(search.finish())
@@ -435,12 +387,7 @@ mod tests {
     }
 
     fn params(width: usize) -> BeamSearchParams {
-        BeamSearchParams {
-            beam_width: width,
-            length_penalty: 1.0,
-            max_new_tokens: 10,
-            eos_token_ids: vec![EOS],
-        }
+        BeamSearchParams { beam_width: width, length_penalty: 1.0, max_new_tokens: 10, eos_token_ids: vec![EOS] }
     }
 
     #[test]
@@ -461,20 +408,11 @@ mod tests {
         // The tree: step 1 keeps A and B and prunes C; step 2 keeps B X and A X.
         let step1 = &beam.trace.steps[0];
         let token = |n: usize| beam.trace.nodes[n].token.unwrap();
-        assert_eq!(
-            step1.kept.iter().map(|&n| token(n)).collect::<Vec<_>>(),
-            vec![A, B]
-        );
-        assert_eq!(
-            step1.pruned.iter().map(|&n| token(n)).collect::<Vec<_>>(),
-            vec![C]
-        );
+        assert_eq!(step1.kept.iter().map(|&n| token(n)).collect::<Vec<_>>(), vec![A, B]);
+        assert_eq!(step1.pruned.iter().map(|&n| token(n)).collect::<Vec<_>>(), vec![C]);
         let step2 = &beam.trace.steps[1];
-        let kept2: Vec<Vec<u32>> = step2
-            .kept
-            .iter()
-            .map(|&n| vec![token(beam.trace.nodes[n].parent.unwrap()), token(n)])
-            .collect();
+        let kept2: Vec<Vec<u32>> =
+            step2.kept.iter().map(|&n| vec![token(beam.trace.nodes[n].parent.unwrap()), token(n)]).collect();
         assert_eq!(kept2, vec![vec![B, X], vec![A, X]]);
         assert_eq!(beam.trace.nodes[0].status, NodeStatus::Root);
         let json = serde_json::to_string(&beam.trace).unwrap();
@@ -483,10 +421,7 @@ mod tests {
 
     #[test]
     fn length_limit_finishes_live_beams() {
-        let p = BeamSearchParams {
-            max_new_tokens: 2,
-            ..params(2)
-        };
+        let p = BeamSearchParams { max_new_tokens: 2, ..params(2) };
         let result = beam_search(p, toy).unwrap();
         assert_eq!(result.hypotheses[0].tokens, vec![B, X]);
         assert_eq!(result.hypotheses[0].finish_reason, FinishReason::Length);
@@ -505,12 +440,8 @@ mod tests {
             Ok(probs.iter().map(|p| p.ln()).collect())
         };
         let run = |alpha: f64| {
-            let p = BeamSearchParams {
-                beam_width: 2,
-                length_penalty: alpha,
-                max_new_tokens: 6,
-                eos_token_ids: vec![2],
-            };
+            let p =
+                BeamSearchParams { beam_width: 2, length_penalty: alpha, max_new_tokens: 6, eos_token_ids: vec![2] };
             beam_search(p, model).unwrap().hypotheses[0].tokens.clone()
         };
         // Raw: .3 vs .7·.6·.6 = .252: the short one wins without a length penalty...
@@ -521,16 +452,10 @@ mod tests {
 
     #[test]
     fn rejects_bad_input() {
-        assert_eq!(
-            BeamSearch::new(params(0)).unwrap_err().to_string(),
-            "beams must be >= 1, got 0"
-        );
+        assert_eq!(BeamSearch::new(params(0)).unwrap_err().to_string(), "beams must be >= 1, got 0");
         let mut search = BeamSearch::new(params(2)).unwrap();
         assert!(search.step(&[vec![0.0f32; 6], vec![0.0; 6]]).is_err());
         assert!(search.step(&[vec![f32::NAN; 6]]).is_err());
-        assert!(
-            search.step(&[vec![0.0f32; 3]]).is_err(),
-            "EOS id outside the rows"
-        );
+        assert!(search.step(&[vec![0.0f32; 3]]).is_err(), "EOS id outside the rows");
     }
 }

@@ -193,13 +193,7 @@ impl OwnedCandidateSet {
                 .map(|&x| exp((f64::from(x) - max) / temperature) as f32)
                 .sum()
         };
-        Ok(Self {
-            ids,
-            adjusted_logits,
-            max,
-            sum_exp,
-            vocab_size: adjusted.len(),
-        })
+        Ok(Self { ids, adjusted_logits, max, sum_exp, vocab_size: adjusted.len() })
     }
 
     /// The borrowed view.
@@ -297,8 +291,7 @@ impl CandidateDistribution {
         if !self.is_kept(id) {
             return 0.0;
         }
-        self.compact_index(id)
-            .map_or(0.0, |index| self.dist.final_prob(index))
+        self.compact_index(id).map_or(0.0, |index| self.dist.final_prob(index))
     }
 
     /// Natural log of [`Self::final_prob`] (-inf when removed); bit-identical to the full path's
@@ -350,15 +343,8 @@ struct Compact {
 
 impl Compact {
     /// `finite`: candidates in the processed order, all finite, non-empty.
-    fn run(
-        finite: &[(f32, u32)],
-        sentinel: bool,
-        params: &SamplingParams,
-    ) -> Result<Self, SamplerError> {
-        let mut by_id: Vec<(u32, f64)> = finite
-            .iter()
-            .map(|&(value, id)| (id, f64::from(value) + 0.0))
-            .collect();
+    fn run(finite: &[(f32, u32)], sentinel: bool, params: &SamplingParams) -> Result<Self, SamplerError> {
+        let mut by_id: Vec<(u32, f64)> = finite.iter().map(|&(value, id)| (id, f64::from(value) + 0.0)).collect();
         by_id.sort_unstable_by_key(|entry| entry.0);
         let ids: Vec<u32> = by_id.iter().map(|entry| entry.0).collect();
         let values: Vec<f64> = by_id.iter().map(|entry| entry.1).collect();
@@ -374,11 +360,7 @@ impl Compact {
     /// The kept real ids, or `None` if the sentinel survived (cannot happen when the caller
     /// cut inside the candidates; checked anyway).
     fn kept(&self) -> Option<Vec<u32>> {
-        self.dist
-            .kept_ids()
-            .iter()
-            .map(|&index| self.ids.get(index as usize).copied())
-            .collect()
+        self.dist.kept_ids().iter().map(|&index| self.ids.get(index as usize).copied()).collect()
     }
 }
 
@@ -397,27 +379,17 @@ fn validate_set(set: &CandidateSet) -> Result<(Vec<(f32, u32)>, bool), SamplerEr
         });
     }
     if set.ids.len() > set.vocab_size {
-        return Err(invalid(format!(
-            "{} candidates for a vocabulary of {}",
-            set.ids.len(),
-            set.vocab_size
-        )));
+        return Err(invalid(format!("{} candidates for a vocabulary of {}", set.ids.len(), set.vocab_size)));
     }
     let mut finite = Vec::with_capacity(set.ids.len());
     let mut has_neg_inf = false;
     let mut previous: Option<(f32, u32)> = None;
     for (&id, &value) in set.ids.iter().zip(set.adjusted_logits) {
         if id as usize >= set.vocab_size {
-            return Err(SamplerError::TokenOutOfVocabulary {
-                id,
-                vocab_size: set.vocab_size,
-            });
+            return Err(SamplerError::TokenOutOfVocabulary { id, vocab_size: set.vocab_size });
         }
         if value.is_nan() || value == f32::INFINITY {
-            return Err(SamplerError::InvalidLogit {
-                id,
-                value: f64::from(value),
-            });
+            return Err(SamplerError::InvalidLogit { id, value: f64::from(value) });
         }
         if let Some((prev_value, prev_id)) = previous
             && !(prev_value > value || (prev_value == value && prev_id < id))
@@ -443,10 +415,7 @@ fn validate_set(set: &CandidateSet) -> Result<(Vec<(f32, u32)>, bool), SamplerEr
     if let Some(&(first, _)) = finite.first()
         && set.max != first
     {
-        return Err(invalid(format!(
-            "max {} is not the first candidate's logit {first}",
-            set.max
-        )));
+        return Err(invalid(format!("max {} is not the first candidate's logit {first}", set.max)));
     }
     Ok((finite, has_neg_inf))
 }
@@ -491,11 +460,7 @@ pub fn decide_from_candidates_with_tolerance(
     let (finite, has_neg_inf) = validate_set(set)?;
     let complete = has_neg_inf || set.ids.len() == set.vocab_size;
     if finite.is_empty() {
-        return if complete {
-            Err(SamplerError::AllTokensExcluded)
-        } else {
-            Ok(None)
-        };
+        return if complete { Err(SamplerError::AllTokensExcluded) } else { Ok(None) };
     }
     let base = processing(params);
     let finish = |compact: Compact, rule: CandidateRule, sum_exp: Option<f64>| {
@@ -513,18 +478,10 @@ pub fn decide_from_candidates_with_tolerance(
     };
 
     if params.is_greedy() {
-        return finish(
-            Compact::run(&finite, false, &base)?,
-            CandidateRule::Greedy,
-            None,
-        );
+        return finish(Compact::run(&finite, false, &base)?, CandidateRule::Greedy, None);
     }
     if complete {
-        return finish(
-            Compact::run(&finite, false, &base)?,
-            CandidateRule::Complete,
-            None,
-        );
+        return finish(Compact::run(&finite, false, &base)?, CandidateRule::Complete, None);
     }
 
     // Incomplete, T > 0: every candidate is finite and more tokens may be possible.
@@ -552,10 +509,8 @@ pub fn decide_from_candidates_with_tolerance(
     // top-k is off or keeps every candidate (and maybe more).
     let temperature = params.temperature;
     let max = f64::from(finite[0].0);
-    let weights: Vec<f64> = finite
-        .iter()
-        .map(|&(value, _)| exp(((f64::from(value) + 0.0) - max) / temperature))
-        .collect();
+    let weights: Vec<f64> =
+        finite.iter().map(|&(value, _)| exp(((f64::from(value) + 0.0) - max) / temperature)).collect();
 
     let mut decided: Option<(usize, SurvivorOrder, CandidateRule)> = None;
     // A lower bound on the number of survivors before min-p (they may extend past the list).
@@ -572,15 +527,9 @@ pub fn decide_from_candidates_with_tolerance(
         // Each unseen token weighs at most the last candidate's weight; top-k (if on) keeps at
         // most `top_k - c` of them, and those carry at least their share of the unseen mass.
         let unseen_count = (set.vocab_size - c) as f64;
-        let unseen_kept = if params.top_k == 0 {
-            unseen_count
-        } else {
-            (params.top_k - c) as f64
-        };
+        let unseen_kept = if params.top_k == 0 { unseen_count } else { (params.top_k - c) as f64 };
         let unseen_weight_max = weights[c - 1] * (1.0 + EXP_MONOTONICITY_SLACK);
-        let unseen_hi = (s_hi - candidate_total)
-            .min(unseen_kept * unseen_weight_max)
-            .max(0.0);
+        let unseen_hi = (s_hi - candidate_total).min(unseen_kept * unseen_weight_max).max(0.0);
         let unseen_lo = (s_lo - candidate_total).max(0.0) * (unseen_kept / unseen_count).min(1.0);
         let total_hi = (candidate_total + unseen_hi) * (1.0 + SUM_ORDER_SLACK);
         let total_lo = (candidate_total + unseen_lo) * (1.0 - SUM_ORDER_SLACK);
@@ -627,20 +576,11 @@ pub fn decide_from_candidates_with_tolerance(
         return Ok(None);
     };
     let in_processed_order = || {
-        let params = SamplingParams {
-            top_k: n,
-            top_p: 1.0,
-            ..base.clone()
-        };
+        let params = SamplingParams { top_k: n, top_p: 1.0, ..base.clone() };
         Compact::run(&finite, true, &params)
     };
     let in_id_order = || {
-        let params = SamplingParams {
-            top_k: 0,
-            top_p: 1.0,
-            min_p: 0.0,
-            ..base.clone()
-        };
+        let params = SamplingParams { top_k: 0, top_p: 1.0, min_p: 0.0, ..base.clone() };
         Compact::run(&finite[..n], false, &params)
     };
     let compact = match order {
@@ -676,22 +616,17 @@ impl Sampler {
     /// Errors with [`SamplerError::GpuPathUnavailable`] when DRY is enabled.
     pub fn gpu_adjustments(&self) -> Result<Vec<LogitAdjustment>, SamplerError> {
         if !self.gpu_path_available() {
-            return Err(SamplerError::GpuPathUnavailable {
-                reason: "DRY is enabled and has no per-token form",
-            });
+            return Err(SamplerError::GpuPathUnavailable { reason: "DRY is enabled and has no per-token form" });
         }
         let params = self.params();
         let mut entries: BTreeMap<u32, LogitAdjustment> = BTreeMap::new();
         for (&id, &bias) in &params.logit_bias {
             entries.insert(id, LogitAdjustment::new(id).with_bias(bias as f32));
         }
-        let penalised = params.repetition_penalty != 1.0
-            || params.presence_penalty != 0.0
-            || params.frequency_penalty != 0.0;
+        let penalised =
+            params.repetition_penalty != 1.0 || params.presence_penalty != 0.0 || params.frequency_penalty != 0.0;
         if penalised {
-            let window = self
-                .history()
-                .window(params.penalize_prompt, params.penalty_last_n);
+            let window = self.history().window(params.penalize_prompt, params.penalty_last_n);
             let theta = params.repetition_penalty;
             for (id, count) in token_counts(&window) {
                 let entry = entries.entry(id).or_insert_with(|| LogitAdjustment::new(id));
@@ -700,8 +635,7 @@ impl Sampler {
                 }
                 if params.presence_penalty != 0.0 || params.frequency_penalty != 0.0 {
                     // In f64, rounded once.
-                    let offset =
-                        -(f64::from(count) * params.frequency_penalty + params.presence_penalty);
+                    let offset = -(f64::from(count) * params.frequency_penalty + params.presence_penalty);
                     *entry = entry.with_offset(offset as f32);
                 }
             }
@@ -719,14 +653,9 @@ impl Sampler {
     /// `explanation` is always `None` (it needs the full logits). The candidates must come
     /// from logits adjusted with [`Sampler::gpu_adjustments`] (and the mask) of this sampler's
     /// current history. Errors with [`SamplerError::GpuPathUnavailable`] when DRY is enabled.
-    pub fn sample_candidates(
-        &mut self,
-        set: &CandidateSet,
-    ) -> Result<Option<SampleStep>, SamplerError> {
+    pub fn sample_candidates(&mut self, set: &CandidateSet) -> Result<Option<SampleStep>, SamplerError> {
         if !self.gpu_path_available() {
-            return Err(SamplerError::GpuPathUnavailable {
-                reason: "DRY is enabled and has no per-token form",
-            });
+            return Err(SamplerError::GpuPathUnavailable { reason: "DRY is enabled and has no per-token form" });
         }
         if set.vocab_size != self.vocab_size() {
             return Err(SamplerError::LengthMismatch {
@@ -740,12 +669,7 @@ impl Sampler {
         };
         let uniform = self.rng_mut().next_f64();
         let id = dist.draw(uniform);
-        Ok(Some(SampleStep {
-            id,
-            logprob: dist.final_logprob(id),
-            uniform,
-            explanation: None,
-        }))
+        Ok(Some(SampleStep { id, logprob: dist.final_logprob(id), uniform, explanation: None }))
     }
 }
 
@@ -754,50 +678,23 @@ mod tests {
     use super::*;
 
     fn params(temperature: f64) -> SamplingParams {
-        SamplingParams {
-            temperature,
-            ..SamplingParams::default()
-        }
+        SamplingParams { temperature, ..SamplingParams::default() }
     }
 
     #[test]
     fn malformed_sets_are_rejected() {
         let ok = |ids: &[u32], logits: &[f32], max: f32| {
             decide_from_candidates(
-                &CandidateSet {
-                    ids,
-                    adjusted_logits: logits,
-                    max,
-                    sum_exp: 2.0,
-                    vocab_size: 10,
-                },
+                &CandidateSet { ids, adjusted_logits: logits, max, sum_exp: 2.0, vocab_size: 10 },
                 &params(1.0),
             )
         };
-        assert!(matches!(
-            ok(&[1, 2], &[2.0, 3.0], 2.0),
-            Err(SamplerError::InvalidCandidates { .. })
-        ));
-        assert!(matches!(
-            ok(&[2, 1], &[3.0, 3.0], 3.0),
-            Err(SamplerError::InvalidCandidates { .. })
-        ));
-        assert!(matches!(
-            ok(&[1, 1], &[3.0, 2.0], 3.0),
-            Err(SamplerError::InvalidCandidates { .. })
-        ));
-        assert!(matches!(
-            ok(&[1, 2], &[3.0, 2.0], 4.0),
-            Err(SamplerError::InvalidCandidates { .. })
-        ));
-        assert!(matches!(
-            ok(&[1, 12], &[3.0, 2.0], 3.0),
-            Err(SamplerError::TokenOutOfVocabulary { id: 12, .. })
-        ));
-        assert!(matches!(
-            ok(&[1], &[3.0, 2.0], 3.0),
-            Err(SamplerError::LengthMismatch { .. })
-        ));
+        assert!(matches!(ok(&[1, 2], &[2.0, 3.0], 2.0), Err(SamplerError::InvalidCandidates { .. })));
+        assert!(matches!(ok(&[2, 1], &[3.0, 3.0], 3.0), Err(SamplerError::InvalidCandidates { .. })));
+        assert!(matches!(ok(&[1, 1], &[3.0, 2.0], 3.0), Err(SamplerError::InvalidCandidates { .. })));
+        assert!(matches!(ok(&[1, 2], &[3.0, 2.0], 4.0), Err(SamplerError::InvalidCandidates { .. })));
+        assert!(matches!(ok(&[1, 12], &[3.0, 2.0], 3.0), Err(SamplerError::TokenOutOfVocabulary { id: 12, .. })));
+        assert!(matches!(ok(&[1], &[3.0, 2.0], 3.0), Err(SamplerError::LengthMismatch { .. })));
         assert!(matches!(
             ok(&[1, 2], &[f32::NEG_INFINITY, f32::NEG_INFINITY], 0.0),
             Err(SamplerError::AllTokensExcluded)
@@ -819,23 +716,11 @@ mod tests {
         };
         let full = process(
             &AdjustedLogits::new(row.iter().map(|&x| f64::from(x)).collect(), None).unwrap(),
-            &SamplingParams {
-                top_k: 3,
-                top_p: 0.7,
-                ..params(1.0)
-            },
+            &SamplingParams { top_k: 3, top_p: 0.7, ..params(1.0) },
         )
         .unwrap();
-        let decided = decide_from_candidates(
-            &set,
-            &SamplingParams {
-                top_k: 3,
-                top_p: 0.7,
-                ..params(1.0)
-            },
-        )
-        .unwrap()
-        .unwrap();
+        let decided =
+            decide_from_candidates(&set, &SamplingParams { top_k: 3, top_p: 0.7, ..params(1.0) }).unwrap().unwrap();
         assert_eq!(decided.kept_ids(), full.kept_ids());
         assert_eq!(decided.rule(), CandidateRule::TopK);
         for i in 0..100 {

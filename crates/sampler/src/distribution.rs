@@ -101,10 +101,7 @@ pub struct Distribution {
 ///
 /// Errors when a temperature or truncation parameter is out of range, or when no token is
 /// possible (everything masked or -inf).
-pub fn process(
-    adjusted: &AdjustedLogits,
-    params: &SamplingParams,
-) -> Result<Distribution, SamplerError> {
+pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Distribution, SamplerError> {
     params.validate_processing()?;
     let values = adjusted.values();
     let vocab_size = values.len();
@@ -129,13 +126,7 @@ pub fn process(
             weights: Vec::new(),
             total_weight: 1.0,
             entropy: 0.0,
-            counts: StageCounts {
-                possible,
-                after_top_k: 1,
-                after_top_p: 1,
-                after_min_p: 1,
-                after_typical_p: 1,
-            },
+            counts: StageCounts { possible, after_top_k: 1, after_top_p: 1, after_min_p: 1, after_typical_p: 1 },
             typical_kept: None,
             kept: vec![argmax],
             kept_weight: 1.0,
@@ -178,19 +169,13 @@ pub fn process(
     let (kept, kept_weight) = if !truncating {
         // Nothing to cut: the survivors are the possible tokens, and their weight, summed in
         // id order, is the total.
-        let kept: Vec<u32> = (0..vocab_size as u32)
-            .filter(|&id| adjusted.is_possible(id))
-            .collect();
+        let kept: Vec<u32> = (0..vocab_size as u32).filter(|&id| adjusted.is_possible(id)).collect();
         (kept, total_weight)
     } else {
-        let mut order = |a: &(f64, u32), b: &(f64, u32)| -> Ordering {
-            b.0.total_cmp(&a.0).then(a.1.cmp(&b.1))
-        };
+        let mut order = |a: &(f64, u32), b: &(f64, u32)| -> Ordering { b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)) };
         let weight_of = |item: &(f64, u32)| weights[item.1 as usize];
-        let mut survivors: Vec<(f64, u32)> = (0..vocab_size as u32)
-            .filter(|&id| adjusted.is_possible(id))
-            .map(|id| (values[id as usize], id))
-            .collect();
+        let mut survivors: Vec<(f64, u32)> =
+            (0..vocab_size as u32).filter(|&id| adjusted.is_possible(id)).map(|id| (values[id as usize], id)).collect();
         let mut sorted = 0usize;
         let mut in_id_order = true;
 
@@ -205,14 +190,7 @@ pub fn process(
         // 2. top-p
         if params.top_p < 1.0 && survivors.len() > 1 {
             let total: f64 = survivors.iter().map(weight_of).sum();
-            let n = smallest_prefix_with_mass(
-                &mut survivors,
-                sorted,
-                &mut order,
-                weight_of,
-                total,
-                params.top_p,
-            );
+            let n = smallest_prefix_with_mass(&mut survivors, sorted, &mut order, weight_of, total, params.top_p);
             survivors.truncate(n);
             sorted = n;
             in_id_order = false;
@@ -243,12 +221,7 @@ pub fn process(
             // |-ln q_i - H| with ln q_i = x_i - ln(total).
             let mut by_deviation: Vec<(f64, u32)> = survivors
                 .iter()
-                .map(|item| {
-                    (
-                        ((log_total - scaled(item.1)) - survivor_entropy).abs(),
-                        item.1,
-                    )
-                })
+                .map(|item| (((log_total - scaled(item.1)) - survivor_entropy).abs(), item.1))
                 .collect();
             let n = smallest_prefix_with_mass(
                 &mut by_deviation,
@@ -271,10 +244,7 @@ pub fn process(
             survivors.sort_unstable_by_key(|item| item.1);
         }
         let kept_weight: f64 = survivors.iter().map(weight_of).sum();
-        (
-            survivors.into_iter().map(|item| item.1).collect(),
-            kept_weight,
-        )
+        (survivors.into_iter().map(|item| item.1).collect(), kept_weight)
     };
     let after_typical_p = kept.len();
 
@@ -285,13 +255,7 @@ pub fn process(
         weights,
         total_weight,
         entropy,
-        counts: StageCounts {
-            possible,
-            after_top_k,
-            after_top_p,
-            after_min_p,
-            after_typical_p,
-        },
+        counts: StageCounts { possible, after_top_k, after_top_p, after_min_p, after_typical_p },
         typical_kept,
         kept,
         kept_weight,
@@ -350,9 +314,7 @@ impl Distribution {
         if self.is_greedy() {
             return if id == self.argmax { 1.0 } else { 0.0 };
         }
-        self.weights
-            .get(id as usize)
-            .map_or(0.0, |w| w / self.total_weight)
+        self.weights.get(id as usize).map_or(0.0, |w| w / self.total_weight)
     }
 
     /// Probability of `id` in the final distribution (after truncation and renormalisation).
@@ -373,18 +335,12 @@ impl Distribution {
 
     /// The temperature-distribution mass of the final survivors.
     pub fn kept_mass(&self) -> f64 {
-        if self.is_greedy() {
-            1.0
-        } else {
-            self.kept_weight / self.total_weight
-        }
+        if self.is_greedy() { 1.0 } else { self.kept_weight / self.total_weight }
     }
 
     /// The temperature distribution as a dense vector (one probability per token).
     pub fn probs(&self) -> Vec<f64> {
-        (0..self.vocab_size as u32)
-            .map(|id| self.prob(id))
-            .collect()
+        (0..self.vocab_size as u32).map(|id| self.prob(id)).collect()
     }
 
     /// The final distribution as a dense vector (zeros for removed tokens).
@@ -403,10 +359,7 @@ impl Distribution {
         if self.is_greedy() {
             return self.argmax;
         }
-        let items = self
-            .kept
-            .iter()
-            .map(|&id| (id as usize, self.weights[id as usize]));
+        let items = self.kept.iter().map(|&id| (id as usize, self.weights[id as usize]));
         draw_with_total(items, self.kept_weight, u).map_or(self.argmax, |i| i as u32)
     }
 
@@ -428,11 +381,7 @@ impl Distribution {
             Some(RemovedBy::TopP)
         } else if rank > self.counts.after_min_p {
             Some(RemovedBy::MinP)
-        } else if self
-            .typical_kept
-            .as_ref()
-            .is_some_and(|kept| kept.binary_search(&id).is_err())
-        {
+        } else if self.typical_kept.as_ref().is_some_and(|kept| kept.binary_search(&id).is_err()) {
             Some(RemovedBy::TypicalP)
         } else {
             None
@@ -449,10 +398,7 @@ mod tests {
     }
 
     fn kept(values: &[f64], params: SamplingParams) -> Vec<u32> {
-        process(&adjusted(values), &params)
-            .unwrap()
-            .kept_ids()
-            .to_vec()
+        process(&adjusted(values), &params).unwrap().kept_ids().to_vec()
     }
 
     #[test]
@@ -467,10 +413,7 @@ mod tests {
 
     #[test]
     fn top_k_keeps_exactly_k_with_ties_to_lower_ids() {
-        let p = SamplingParams {
-            top_k: 2,
-            ..SamplingParams::default()
-        };
+        let p = SamplingParams { top_k: 2, ..SamplingParams::default() };
         assert_eq!(kept(&[1.0, 2.0, 2.0, 2.0], p), vec![1, 2]);
     }
 
@@ -479,15 +422,9 @@ mod tests {
         // After top-k 2 of [0.5, 0.3, 0.2] the survivors are [0.625, 0.375]; top-p 0.6 then
         // keeps only the first (it would keep two on the full distribution).
         let logits = [0.5f64.ln(), 0.3f64.ln(), 0.2f64.ln()];
-        let only_top_p = SamplingParams {
-            top_p: 0.6,
-            ..SamplingParams::default()
-        };
+        let only_top_p = SamplingParams { top_p: 0.6, ..SamplingParams::default() };
         assert_eq!(kept(&logits, only_top_p.clone()), vec![0, 1]);
-        let chained = SamplingParams {
-            top_k: 2,
-            ..only_top_p
-        };
+        let chained = SamplingParams { top_k: 2, ..only_top_p };
         assert_eq!(kept(&logits, chained), vec![0]);
     }
 
@@ -497,10 +434,7 @@ mod tests {
         // entropy than theirs ((1 - p0)·Δ > p0·Δ), so the typical set leaves it out.
         let mut logits = vec![0.0f64; 101];
         logits[0] = 4.0;
-        let p = SamplingParams {
-            typical_p: 0.2,
-            ..SamplingParams::default()
-        };
+        let p = SamplingParams { typical_p: 0.2, ..SamplingParams::default() };
         let d = process(&adjusted(&logits), &p).unwrap();
         assert!(!d.is_kept(0));
         assert!(d.typical_kept().is_some());
@@ -517,20 +451,13 @@ mod tests {
         assert_eq!(d.prob(2), 0.0);
         assert_eq!(d.removed_by(&a, 2, 3), Some(RemovedBy::Mask));
         assert_eq!(d.removed_by(&a, 1, 2), Some(RemovedBy::Forbidden));
-        let all_out =
-            AdjustedLogits::new(vec![0.0, 1.0], Some(crate::mask::TokenSet::empty(2))).unwrap();
-        assert_eq!(
-            process(&all_out, &SamplingParams::default()).unwrap_err(),
-            SamplerError::AllTokensExcluded
-        );
+        let all_out = AdjustedLogits::new(vec![0.0, 1.0], Some(crate::mask::TokenSet::empty(2))).unwrap();
+        assert_eq!(process(&all_out, &SamplingParams::default()).unwrap_err(), SamplerError::AllTokensExcluded);
     }
 
     #[test]
     fn tiny_temperature_does_not_overflow() {
-        let p = SamplingParams {
-            temperature: 1e-300,
-            ..SamplingParams::default()
-        };
+        let p = SamplingParams { temperature: 1e-300, ..SamplingParams::default() };
         let d = process(&adjusted(&[1.0, 2.0, 0.0]), &p).unwrap();
         assert_eq!(d.prob(1), 1.0);
         assert_eq!(d.prob(0), 0.0);

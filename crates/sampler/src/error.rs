@@ -87,9 +87,7 @@ pub enum SamplerError {
     },
 
     /// Every token was excluded by the mask, a -inf logit, bias or penalty: nothing can be drawn.
-    #[error(
-        "every token is excluded (by the mask or by -inf logits after bias and penalties); nothing can be sampled"
-    )]
+    #[error("every token is excluded (by the mask or by -inf logits after bias and penalties); nothing can be sampled")]
     AllTokensExcluded,
 
     /// A probability distribution given to the crate (beam search, speculative decoding) is not
@@ -142,14 +140,6 @@ pub enum SamplerError {
 }
 
 /// Shorthand used by the validators: an [`SamplerError::OutOfRange`].
-pub(crate) fn out_of_range(
-    name: &'static str,
-    allowed: &'static str,
-    value: impl std::fmt::Display,
-) -> SamplerError {
-    SamplerError::OutOfRange {
-        name,
-        allowed,
-        value: value.to_string(),
-    }
+pub(crate) fn out_of_range(name: &'static str, allowed: &'static str, value: impl std::fmt::Display) -> SamplerError {
+    SamplerError::OutOfRange { name, allowed, value: value.to_string() }
 }

@@ -144,18 +144,11 @@ pub fn explain(
         return Err(SamplerError::LengthMismatch {
             what: "raw logits and distribution vocabulary size",
             expected: vocab_size,
-            got: if raw_logits.len() != vocab_size {
-                raw_logits.len()
-            } else {
-                dist.vocab_size()
-            },
+            got: if raw_logits.len() != vocab_size { raw_logits.len() } else { dist.vocab_size() },
         });
     }
     if chosen as usize >= vocab_size {
-        return Err(SamplerError::TokenOutOfVocabulary {
-            id: chosen,
-            vocab_size,
-        });
+        return Err(SamplerError::TokenOutOfVocabulary { id: chosen, vocab_size });
     }
     let n = top_n.min(MAX_EXPLAIN_TOP_N).min(vocab_size);
     let mut order = processed_order(adjusted);
@@ -211,10 +204,7 @@ pub fn explain(
             final_prob: dist.final_prob(id),
         });
     }
-    let chosen_rank = candidates
-        .iter()
-        .find(|c| c.id == chosen)
-        .map_or(0, |c| c.rank);
+    let chosen_rank = candidates.iter().find(|c| c.id == chosen).map_or(0, |c| c.rank);
 
     Ok(Explanation {
         candidates,
@@ -237,11 +227,7 @@ pub fn explain(
 /// pass over the vocabulary: every other token ranked before the last candidate is counted in
 /// the gap between the candidates around it (found by binary search); tokens ranked after the
 /// last candidate cost one comparison.
-fn ranks_and_cumulative(
-    candidates: &[u32],
-    adjusted: &AdjustedLogits,
-    dist: &Distribution,
-) -> (Vec<usize>, Vec<f64>) {
+fn ranks_and_cumulative(candidates: &[u32], adjusted: &AdjustedLogits, dist: &Distribution) -> (Vec<usize>, Vec<f64>) {
     type Key = (bool, f64, u32);
     fn before(a: &Key, b: &Key) -> bool {
         if a.0 != b.0 {

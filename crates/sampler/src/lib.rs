@@ -70,12 +70,12 @@ pub mod stop;
 
 pub use adjustment::LogitAdjustment;
 pub use beam::{
-    Beam, BeamNode, BeamSearch, BeamSearchParams, BeamSearchResult, BeamStepTrace, BeamTrace,
-    Hypothesis, NodeStatus, beam_search,
+    Beam, BeamNode, BeamSearch, BeamSearchParams, BeamSearchResult, BeamStepTrace, BeamTrace, Hypothesis, NodeStatus,
+    beam_search,
 };
 pub use candidates::{
-    CandidateDistribution, CandidateRule, CandidateSet, OwnedCandidateSet,
-    SUM_EXP_RELATIVE_TOLERANCE, decide_from_candidates, decide_from_candidates_with_tolerance,
+    CandidateDistribution, CandidateRule, CandidateSet, OwnedCandidateSet, SUM_EXP_RELATIVE_TOLERANCE,
+    decide_from_candidates, decide_from_candidates_with_tolerance,
 };
 pub use distribution::{Distribution, RemovedBy, StageCounts, process};
 pub use error::SamplerError;

@@ -45,18 +45,12 @@ pub type AllowList = TokenSet;
 impl TokenSet {
     /// The empty set over a vocabulary of `vocab_size` tokens.
     pub fn empty(vocab_size: usize) -> Self {
-        Self {
-            words: vec![0; vocab_size.div_ceil(64)],
-            vocab_size,
-        }
+        Self { words: vec![0; vocab_size.div_ceil(64)], vocab_size }
     }
 
     /// The set of every token of the vocabulary.
     pub fn full(vocab_size: usize) -> Self {
-        let mut set = Self {
-            words: vec![u64::MAX; vocab_size.div_ceil(64)],
-            vocab_size,
-        };
+        let mut set = Self { words: vec![u64::MAX; vocab_size.div_ceil(64)], vocab_size };
         let spare = set.words.len() * 64 - vocab_size;
         if spare > 0
             && let Some(last) = set.words.last_mut()
@@ -67,10 +61,7 @@ impl TokenSet {
     }
 
     /// The set of `ids`; errors on an id outside the vocabulary.
-    pub fn from_ids(
-        vocab_size: usize,
-        ids: impl IntoIterator<Item = u32>,
-    ) -> Result<Self, SamplerError> {
+    pub fn from_ids(vocab_size: usize, ids: impl IntoIterator<Item = u32>) -> Result<Self, SamplerError> {
         let mut set = Self::empty(vocab_size);
         for id in ids {
             if id as usize >= vocab_size {
@@ -181,13 +172,7 @@ mod tests {
         let deny = DenyList(allow.clone());
         assert!(!deny.allows(1) && deny.allows(2));
         let even = |id: u32| id.is_multiple_of(2);
-        assert_eq!(
-            even.allowed_set(5).iter().collect::<Vec<_>>(),
-            vec![0, 2, 4]
-        );
-        assert_eq!(
-            deny.allowed_set(5).iter().collect::<Vec<_>>(),
-            vec![0, 2, 4]
-        );
+        assert_eq!(even.allowed_set(5).iter().collect::<Vec<_>>(), vec![0, 2, 4]);
+        assert_eq!(deny.allowed_set(5).iter().collect::<Vec<_>>(), vec![0, 2, 4]);
     }
 }

@@ -171,10 +171,7 @@ pub fn validate_logits(logits: &[f32]) -> Result<(), SamplerError> {
     }
     for (id, &value) in logits.iter().enumerate() {
         if value.is_nan() || value == f32::INFINITY {
-            return Err(SamplerError::InvalidLogit {
-                id: id as u32,
-                value: f64::from(value),
-            });
+            return Err(SamplerError::InvalidLogit { id: id as u32, value: f64::from(value) });
         }
     }
     Ok(())
@@ -211,23 +208,14 @@ fn shifted_and_log_norm(logits: &[f32]) -> Result<(Vec<f64>, f64), SamplerError>
 
 /// Shannon entropy in nats, `-sum p ln p` over the entries with `p > 0`, summed in index order.
 pub fn entropy(probs: &[f64]) -> f64 {
-    let h: f64 = probs
-        .iter()
-        .filter(|&&p| p > 0.0)
-        .map(|&p| -p * ln(p))
-        .sum();
+    let h: f64 = probs.iter().filter(|&&p| p > 0.0).map(|&p| -p * ln(p)).sum();
     h.max(0.0)
 }
 
 /// Makes `items[..n]` hold the `n` first items under `cmp`, in order, assuming `items[..sorted]`
 /// already do. Uses `select_nth_unstable_by` on the unsorted tail and sorts only the new part.
 /// Returns the new sorted length, `min(n, items.len())` (or `sorted` if that is larger).
-pub(crate) fn ensure_sorted_prefix<T, F>(
-    items: &mut [T],
-    sorted: usize,
-    n: usize,
-    cmp: &mut F,
-) -> usize
+pub(crate) fn ensure_sorted_prefix<T, F>(items: &mut [T], sorted: usize, n: usize, cmp: &mut F) -> usize
 where
     F: FnMut(&T, &T) -> Ordering,
 {
@@ -319,20 +307,14 @@ pub(crate) fn top_n_by_key(items: impl Iterator<Item = (f64, u32)>, n: usize) ->
             *worst = entry;
         }
     }
-    heap.into_sorted_vec()
-        .into_iter()
-        .map(|entry| (entry.key, entry.id))
-        .collect()
+    heap.into_sorted_vec().into_iter().map(|entry| (entry.key, entry.id)).collect()
 }
 
 /// The ids of the `k` largest values, largest first, ties to the lowest id, without sorting the
 /// whole slice (one pass with a bounded heap). Validate first: NaN is not expected.
 pub fn top_k_ids(values: &[f32], k: usize) -> Vec<u32> {
     let items = values.iter().zip(0u32..).map(|(&v, id)| (f64::from(v), id));
-    top_n_by_key(items, k)
-        .into_iter()
-        .map(|(_, id)| id)
-        .collect()
+    top_n_by_key(items, k).into_iter().map(|(_, id)| id).collect()
 }
 
 /// Draws an index from non-negative `weights` (not necessarily normalised) given a uniform
@@ -349,11 +331,7 @@ pub fn draw_categorical(weights: &[f64], u: f64) -> Option<usize> {
 
 /// The draw of [`draw_categorical`] over `(index, weight)` pairs whose weights sum to `total`
 /// in this order.
-pub(crate) fn draw_with_total(
-    items: impl Iterator<Item = (usize, f64)>,
-    total: f64,
-    u: f64,
-) -> Option<usize> {
+pub(crate) fn draw_with_total(items: impl Iterator<Item = (usize, f64)>, total: f64, u: f64) -> Option<usize> {
     let u = if u.is_nan() { 0.0 } else { u.clamp(0.0, 1.0) };
     let target = u * total;
     let mut cumulative = 0.0;
@@ -395,9 +373,7 @@ mod tests {
             x += 0.012_345_678_9;
         }
         assert!(worst <= 1, "exp is {worst} ulps from std");
-        for x in [
-            -1e-10, 1e-10, 0.0, 0.5, -0.5, 0.346, -0.347, 1.0, -1.0, 10.0, -10.0,
-        ] {
+        for x in [-1e-10, 1e-10, 0.0, 0.5, -0.5, 0.346, -0.347, 1.0, -1.0, 10.0, -10.0] {
             assert!(ulps_apart(exp(x), x.exp()) <= 1, "exp({x})");
         }
         assert_eq!(exp(f64::NEG_INFINITY), 0.0);
@@ -416,17 +392,7 @@ mod tests {
             worst = worst.max(ulps_apart(ln(x), x.ln()));
             x *= 1.071_234_5;
         }
-        for x in [
-            0.1,
-            0.5,
-            0.9,
-            0.99,
-            1.0 - 1e-12,
-            1.0 + 1e-12,
-            2.0,
-            3.0,
-            1e-310,
-        ] {
+        for x in [0.1, 0.5, 0.9, 0.99, 1.0 - 1e-12, 1.0 + 1e-12, 2.0, 3.0, 1e-310] {
             worst = worst.max(ulps_apart(ln(x), x.ln()));
         }
         assert!(worst <= 1, "ln is {worst} ulps from std");
@@ -452,18 +418,9 @@ mod tests {
         let ls = log_softmax(&[0.0, 0.0]).unwrap();
         assert!((ls[0] - (0.5f64).ln()).abs() < 1e-15);
         assert_eq!(softmax(&[]), Err(SamplerError::EmptyLogits));
-        assert_eq!(
-            softmax(&[f32::NEG_INFINITY]),
-            Err(SamplerError::AllTokensExcluded)
-        );
-        assert!(matches!(
-            softmax(&[0.0, f32::NAN]),
-            Err(SamplerError::InvalidLogit { id: 1, .. })
-        ));
-        assert!(matches!(
-            softmax(&[f32::INFINITY]),
-            Err(SamplerError::InvalidLogit { id: 0, .. })
-        ));
+        assert_eq!(softmax(&[f32::NEG_INFINITY]), Err(SamplerError::AllTokensExcluded));
+        assert!(matches!(softmax(&[0.0, f32::NAN]), Err(SamplerError::InvalidLogit { id: 1, .. })));
+        assert!(matches!(softmax(&[f32::INFINITY]), Err(SamplerError::InvalidLogit { id: 0, .. })));
     }
 
     #[test]

@@ -125,10 +125,7 @@ impl Default for SamplingParams {
 impl SamplingParams {
     /// Greedy decoding: temperature 0, everything else default.
     pub fn greedy() -> Self {
-        Self {
-            temperature: 0.0,
-            ..Self::default()
-        }
+        Self { temperature: 0.0, ..Self::default() }
     }
 
     /// Whether this is greedy decoding (temperature 0).
@@ -153,33 +150,17 @@ impl SamplingParams {
         }
         self.validate_processing()?;
         if !(self.repetition_penalty.is_finite() && self.repetition_penalty > 0.0) {
-            return Err(out_of_range(
-                "repetition_penalty",
-                "finite and > 0",
-                self.repetition_penalty,
-            ));
+            return Err(out_of_range("repetition_penalty", "finite and > 0", self.repetition_penalty));
         }
         if !self.presence_penalty.is_finite() {
-            return Err(out_of_range(
-                "presence_penalty",
-                "finite",
-                self.presence_penalty,
-            ));
+            return Err(out_of_range("presence_penalty", "finite", self.presence_penalty));
         }
         if !self.frequency_penalty.is_finite() {
-            return Err(out_of_range(
-                "frequency_penalty",
-                "finite",
-                self.frequency_penalty,
-            ));
+            return Err(out_of_range("frequency_penalty", "finite", self.frequency_penalty));
         }
         let dry = &self.dry;
         if !(dry.multiplier.is_finite() && dry.multiplier >= 0.0) {
-            return Err(out_of_range(
-                "dry_multiplier",
-                "finite and >= 0",
-                dry.multiplier,
-            ));
+            return Err(out_of_range("dry_multiplier", "finite and >= 0", dry.multiplier));
         }
         if !(dry.base.is_finite() && dry.base >= 1.0) {
             return Err(out_of_range("dry_base", "finite and >= 1", dry.base));
@@ -207,11 +188,7 @@ impl SamplingParams {
     /// (Part of [`Self::validate`]; [`crate::process`] calls only this.)
     pub fn validate_processing(&self) -> Result<(), SamplerError> {
         if !(self.temperature.is_finite() && self.temperature >= 0.0) {
-            return Err(out_of_range(
-                "temperature",
-                "finite and >= 0",
-                self.temperature,
-            ));
+            return Err(out_of_range("temperature", "finite and >= 0", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(out_of_range("top_p", "in (0, 1]", self.top_p));
@@ -230,9 +207,7 @@ impl SamplingParams {
 /// entry for [`SamplingParams::logit_bias`]. Range checks happen in
 /// [`SamplingParams::validate`], which knows the vocabulary size.
 pub fn parse_logit_bias(text: &str) -> Result<(u32, f64), SamplerError> {
-    let syntax = || SamplerError::BiasSyntax {
-        text: text.to_string(),
-    };
+    let syntax = || SamplerError::BiasSyntax { text: text.to_string() };
     let (id, bias) = text.split_once('=').ok_or_else(syntax)?;
     let id: u32 = id.trim().parse().map_err(|_| syntax())?;
     let bias: f64 = bias.trim().parse().map_err(|_| syntax())?;
@@ -268,177 +243,83 @@ mod tests {
     fn every_parameter_is_named_with_its_range() {
         let base = SamplingParams::default();
         let cases: Vec<(SamplingParams, &str)> = vec![
+            (SamplingParams { top_p: 1.5, ..base.clone() }, "top_p must be in (0, 1], got 1.5"),
+            (SamplingParams { top_p: 0.0, ..base.clone() }, "top_p must be in (0, 1], got 0"),
+            (SamplingParams { temperature: -1.0, ..base.clone() }, "temperature must be finite and >= 0, got -1"),
+            (SamplingParams { temperature: f64::NAN, ..base.clone() }, "temperature must be finite and >= 0, got NaN"),
             (
-                SamplingParams {
-                    top_p: 1.5,
-                    ..base.clone()
-                },
-                "top_p must be in (0, 1], got 1.5",
-            ),
-            (
-                SamplingParams {
-                    top_p: 0.0,
-                    ..base.clone()
-                },
-                "top_p must be in (0, 1], got 0",
-            ),
-            (
-                SamplingParams {
-                    temperature: -1.0,
-                    ..base.clone()
-                },
-                "temperature must be finite and >= 0, got -1",
-            ),
-            (
-                SamplingParams {
-                    temperature: f64::NAN,
-                    ..base.clone()
-                },
-                "temperature must be finite and >= 0, got NaN",
-            ),
-            (
-                SamplingParams {
-                    temperature: f64::INFINITY,
-                    ..base.clone()
-                },
+                SamplingParams { temperature: f64::INFINITY, ..base.clone() },
                 "temperature must be finite and >= 0, got inf",
             ),
+            (SamplingParams { min_p: 1.1, ..base.clone() }, "min_p must be in [0, 1], got 1.1"),
+            (SamplingParams { typical_p: 0.0, ..base.clone() }, "typical_p must be in (0, 1], got 0"),
             (
-                SamplingParams {
-                    min_p: 1.1,
-                    ..base.clone()
-                },
-                "min_p must be in [0, 1], got 1.1",
-            ),
-            (
-                SamplingParams {
-                    typical_p: 0.0,
-                    ..base.clone()
-                },
-                "typical_p must be in (0, 1], got 0",
-            ),
-            (
-                SamplingParams {
-                    repetition_penalty: 0.0,
-                    ..base.clone()
-                },
+                SamplingParams { repetition_penalty: 0.0, ..base.clone() },
                 "repetition_penalty must be finite and > 0, got 0",
             ),
+            (SamplingParams { presence_penalty: f64::NAN, ..base.clone() }, "presence_penalty must be finite, got NaN"),
             (
-                SamplingParams {
-                    presence_penalty: f64::NAN,
-                    ..base.clone()
-                },
-                "presence_penalty must be finite, got NaN",
-            ),
-            (
-                SamplingParams {
-                    frequency_penalty: f64::NEG_INFINITY,
-                    ..base.clone()
-                },
+                SamplingParams { frequency_penalty: f64::NEG_INFINITY, ..base.clone() },
                 "frequency_penalty must be finite, got -inf",
             ),
             (
-                SamplingParams {
-                    dry: DryParams {
-                        multiplier: -0.5,
-                        ..DryParams::default()
-                    },
-                    ..base.clone()
-                },
+                SamplingParams { dry: DryParams { multiplier: -0.5, ..DryParams::default() }, ..base.clone() },
                 "dry_multiplier must be finite and >= 0, got -0.5",
             ),
             (
-                SamplingParams {
-                    dry: DryParams {
-                        base: 0.5,
-                        ..DryParams::default()
-                    },
-                    ..base.clone()
-                },
+                SamplingParams { dry: DryParams { base: 0.5, ..DryParams::default() }, ..base.clone() },
                 "dry_base must be finite and >= 1, got 0.5",
             ),
             (
-                SamplingParams {
-                    dry: DryParams {
-                        allowed_length: 0,
-                        ..DryParams::default()
-                    },
-                    ..base.clone()
-                },
+                SamplingParams { dry: DryParams { allowed_length: 0, ..DryParams::default() }, ..base.clone() },
                 "dry_allowed_length must be >= 1, got 0",
             ),
             (
                 SamplingParams {
-                    dry: DryParams {
-                        sequence_breakers: [10].into(),
-                        ..DryParams::default()
-                    },
+                    dry: DryParams { sequence_breakers: [10].into(), ..DryParams::default() },
                     ..base.clone()
                 },
                 "dry_sequence_breakers token id 10 is outside the vocabulary (ids 0..10)",
             ),
             (
-                SamplingParams {
-                    logit_bias: [(10, 1.0)].into(),
-                    ..base.clone()
-                },
+                SamplingParams { logit_bias: [(10, 1.0)].into(), ..base.clone() },
                 "logit_bias token id 10 is outside the vocabulary (ids 0..10)",
             ),
             (
-                SamplingParams {
-                    logit_bias: [(3, f64::NAN)].into(),
-                    ..base.clone()
-                },
+                SamplingParams { logit_bias: [(3, f64::NAN)].into(), ..base.clone() },
                 "logit_bias for token 3 must be finite or -inf, got NaN",
             ),
             (
-                SamplingParams {
-                    logit_bias: [(3, f64::INFINITY)].into(),
-                    ..base.clone()
-                },
+                SamplingParams { logit_bias: [(3, f64::INFINITY)].into(), ..base.clone() },
                 "logit_bias for token 3 must be finite or -inf, got inf",
             ),
         ];
         for (params, expected) in cases {
             assert_eq!(message(&params), expected);
         }
-        assert_eq!(
-            base.validate(0).unwrap_err().to_string(),
-            "vocab_size must be >= 1, got 0"
-        );
+        assert_eq!(base.validate(0).unwrap_err().to_string(), "vocab_size must be >= 1, got 0");
         // -inf bias is allowed: it forbids the token.
-        SamplingParams {
-            logit_bias: [(3, f64::NEG_INFINITY)].into(),
-            ..base
-        }
-        .validate(10)
-        .unwrap();
+        SamplingParams { logit_bias: [(3, f64::NEG_INFINITY)].into(), ..base }.validate(10).unwrap();
     }
 
     #[test]
     fn params_deserialise_with_defaults_for_missing_fields() {
-        let p: SamplingParams = serde_json::from_str(
-            r#"{"temperature":0.7,"top_k":40,"logit_bias":{"5":-2.5},"dry":{"multiplier":0.8}}"#,
-        )
-        .unwrap();
+        let p: SamplingParams =
+            serde_json::from_str(r#"{"temperature":0.7,"top_k":40,"logit_bias":{"5":-2.5},"dry":{"multiplier":0.8}}"#)
+                .unwrap();
         assert_eq!(p.temperature, 0.7);
         assert_eq!(p.top_k, 40);
         assert_eq!(p.top_p, 1.0);
         assert_eq!(p.logit_bias.get(&5), Some(&-2.5));
         assert_eq!(p.dry.multiplier, 0.8);
         assert_eq!(p.dry.base, 1.75);
-        let round_trip: SamplingParams =
-            serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+        let round_trip: SamplingParams = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
         assert_eq!(round_trip, p);
     }
 
     #[test]
     fn logit_bias_parses_id_equals_bias() {
-        assert_eq!(
-            parse_logit_bias("42=-inf").unwrap(),
-            (42, f64::NEG_INFINITY)
-        );
+        assert_eq!(parse_logit_bias("42=-inf").unwrap(), (42, f64::NEG_INFINITY));
         assert_eq!(parse_logit_bias(" 7 = 2.5 ").unwrap(), (7, 2.5));
         assert!(parse_logit_bias("7").is_err());
         assert!(parse_logit_bias("x=1").is_err());

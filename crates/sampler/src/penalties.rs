@@ -28,17 +28,8 @@ impl PenaltyHistory<'_> {
     pub fn window(&self, include_prompt: bool, last_n: usize) -> Vec<u32> {
         let prompt: &[u32] = if include_prompt { self.prompt } else { &[] };
         let total = prompt.len() + self.generated.len();
-        let skip = if last_n == 0 {
-            0
-        } else {
-            total.saturating_sub(last_n)
-        };
-        prompt
-            .iter()
-            .chain(self.generated)
-            .skip(skip)
-            .copied()
-            .collect()
+        let skip = if last_n == 0 { 0 } else { total.saturating_sub(last_n) };
+        prompt.iter().chain(self.generated).skip(skip).copied().collect()
     }
 }
 
@@ -62,10 +53,7 @@ impl AdjustedLogits {
         }
         for (id, &value) in values.iter().enumerate() {
             if value.is_nan() || value == f64::INFINITY {
-                return Err(SamplerError::InvalidLogit {
-                    id: id as u32,
-                    value,
-                });
+                return Err(SamplerError::InvalidLogit { id: id as u32, value });
             }
         }
         // -0.0 becomes +0.0, so that ordering by value treats them as the tie they are.
@@ -99,10 +87,7 @@ impl AdjustedLogits {
 
     /// Whether `id` can still be sampled: inside the vocabulary, allowed by the mask, not -inf.
     pub fn is_possible(&self, id: u32) -> bool {
-        self.values
-            .get(id as usize)
-            .is_some_and(|&v| v > f64::NEG_INFINITY)
-            && self.is_allowed(id)
+        self.values.get(id as usize).is_some_and(|&v| v > f64::NEG_INFINITY) && self.is_allowed(id)
     }
 
     /// Number of tokens (the vocabulary size).
@@ -131,19 +116,13 @@ pub fn adjust_logits(
 
     apply_logit_bias(&mut values, &params.logit_bias);
 
-    let penalised = params.repetition_penalty != 1.0
-        || params.presence_penalty != 0.0
-        || params.frequency_penalty != 0.0;
+    let penalised =
+        params.repetition_penalty != 1.0 || params.presence_penalty != 0.0 || params.frequency_penalty != 0.0;
     if penalised {
         let window = history.window(params.penalize_prompt, params.penalty_last_n);
         let counts = token_counts(&window);
         apply_repetition_penalty(&mut values, &counts, params.repetition_penalty);
-        apply_presence_frequency_penalty(
-            &mut values,
-            &counts,
-            params.presence_penalty,
-            params.frequency_penalty,
-        );
+        apply_presence_frequency_penalty(&mut values, &counts, params.presence_penalty, params.frequency_penalty);
     }
     if params.dry.is_enabled() {
         let context = history.window(params.dry.include_prompt, params.dry.penalty_last_n);
@@ -192,12 +171,7 @@ pub fn apply_repetition_penalty(values: &mut [f64], counts: &[(u32, u32)], penal
 }
 
 /// OpenAI presence and frequency penalties: `z - count·frequency - [count > 0]·presence`.
-pub fn apply_presence_frequency_penalty(
-    values: &mut [f64],
-    counts: &[(u32, u32)],
-    presence: f64,
-    frequency: f64,
-) {
+pub fn apply_presence_frequency_penalty(values: &mut [f64], counts: &[(u32, u32)], presence: f64, frequency: f64) {
     if presence == 0.0 && frequency == 0.0 {
         return;
     }
@@ -283,10 +257,7 @@ mod tests {
 
     #[test]
     fn history_window_respects_prompt_flag_and_last_n() {
-        let h = PenaltyHistory {
-            prompt: &[1, 2, 3],
-            generated: &[4, 5],
-        };
+        let h = PenaltyHistory { prompt: &[1, 2, 3], generated: &[4, 5] };
         assert_eq!(h.window(false, 0), vec![4, 5]);
         assert_eq!(h.window(true, 0), vec![1, 2, 3, 4, 5]);
         assert_eq!(h.window(true, 3), vec![3, 4, 5]);
@@ -354,10 +325,7 @@ mod tests {
             repetition_penalty: 2.0,
             ..SamplingParams::default()
         };
-        let history = PenaltyHistory {
-            prompt: &[1],
-            generated: &[0],
-        };
+        let history = PenaltyHistory { prompt: &[1], generated: &[0] };
         let mask = |id: u32| id != 2;
         let adjusted = adjust_logits(&[1.0, 4.0, 2.0, 5.0], &params, history, Some(&mask)).unwrap();
         // token 0: (1 + 1) / 2; token 1 is only in the prompt (not penalised by default).
@@ -365,10 +333,7 @@ mod tests {
         assert!(!adjusted.is_allowed(2) && adjusted.is_allowed(1));
         assert!(!adjusted.is_possible(3) && !adjusted.is_possible(2) && adjusted.is_possible(0));
 
-        let with_prompt = SamplingParams {
-            penalize_prompt: true,
-            ..params
-        };
+        let with_prompt = SamplingParams { penalize_prompt: true, ..params };
         let adjusted = adjust_logits(&[1.0, 4.0, 2.0, 5.0], &with_prompt, history, None).unwrap();
         assert_eq!(adjusted.values()[1], 2.0);
     }
@@ -377,20 +342,13 @@ mod tests {
     fn adjust_rejects_bad_logits() {
         let p = SamplingParams::default();
         let h = PenaltyHistory::default();
+        assert_eq!(adjust_logits(&[], &p, h, None).unwrap_err(), SamplerError::EmptyLogits);
         assert_eq!(
-            adjust_logits(&[], &p, h, None).unwrap_err(),
-            SamplerError::EmptyLogits
-        );
-        assert_eq!(
-            adjust_logits(&[0.0, f32::NAN], &p, h, None)
-                .unwrap_err()
-                .to_string(),
+            adjust_logits(&[0.0, f32::NAN], &p, h, None).unwrap_err().to_string(),
             "logit at id 1 is NaN; logits must be finite or -inf"
         );
         assert_eq!(
-            adjust_logits(&[f32::INFINITY], &p, h, None)
-                .unwrap_err()
-                .to_string(),
+            adjust_logits(&[f32::INFINITY], &p, h, None).unwrap_err().to_string(),
             "logit at id 0 is inf; logits must be finite or -inf"
         );
         assert!(adjust_logits(&[f32::NEG_INFINITY, 0.0], &p, h, None).is_ok());

@@ -22,9 +22,7 @@ impl SamplerRng {
     pub fn from_seed(seed: u64) -> Self {
         let mut key = [0u8; 32];
         key[..8].copy_from_slice(&seed.to_le_bytes());
-        Self {
-            inner: ChaCha20Rng::from_seed(key),
-        }
+        Self { inner: ChaCha20Rng::from_seed(key) }
     }
 
     /// The next 64 random bits.
@@ -54,10 +52,7 @@ mod tests {
         assert_ne!(first, other.next_u64());
         // ChaCha20 with an all-zero key and nonce: the first keystream block starts
         // 76 b8 e0 ad a0 f1 3d 90 (RFC 7539 test vector, block counter 0).
-        assert_eq!(
-            first,
-            u64::from_le_bytes([0x76, 0xb8, 0xe0, 0xad, 0xa0, 0xf1, 0x3d, 0x90])
-        );
+        assert_eq!(first, u64::from_le_bytes([0x76, 0xb8, 0xe0, 0xad, 0xa0, 0xf1, 0x3d, 0x90]));
     }
 
     #[test]

@@ -56,13 +56,7 @@ impl Sampler {
     pub fn new(params: SamplingParams, vocab_size: usize) -> Result<Self, SamplerError> {
         params.validate(vocab_size)?;
         let rng = SamplerRng::from_seed(params.seed);
-        Ok(Self {
-            params,
-            vocab_size,
-            rng,
-            prompt: Vec::new(),
-            generated: Vec::new(),
-        })
+        Ok(Self { params, vocab_size, rng, prompt: Vec::new(), generated: Vec::new() })
     }
 
     /// The parameters.
@@ -109,10 +103,7 @@ impl Sampler {
 
     /// The history as the penalty functions see it.
     pub fn history(&self) -> PenaltyHistory<'_> {
-        PenaltyHistory {
-            prompt: &self.prompt,
-            generated: &self.generated,
-        }
+        PenaltyHistory { prompt: &self.prompt, generated: &self.generated }
     }
 
     /// Clears prompt and history and restarts the generator from the seed.
@@ -138,10 +129,7 @@ impl Sampler {
             if logits.is_empty() {
                 return Err(SamplerError::EmptyLogits);
             }
-            return Err(SamplerError::LogitsLength {
-                expected: self.vocab_size,
-                got: logits.len(),
-            });
+            return Err(SamplerError::LogitsLength { expected: self.vocab_size, got: logits.len() });
         }
         let adjusted = adjust_logits(logits, &self.params, self.history(), mask)?;
         let dist = process(&adjusted, &self.params)?;
@@ -160,25 +148,14 @@ impl Sampler {
         let (adjusted, dist) = self.distribution(logits, mask)?;
         let uniform = self.rng.next_f64();
         let id = dist.draw(uniform);
-        let explanation = if explain_top_n > 0 {
-            Some(explain(logits, &adjusted, &dist, id, explain_top_n)?)
-        } else {
-            None
-        };
-        Ok(SampleStep {
-            id,
-            logprob: dist.final_logprob(id),
-            uniform,
-            explanation,
-        })
+        let explanation =
+            if explain_top_n > 0 { Some(explain(logits, &adjusted, &dist, id, explain_top_n)?) } else { None };
+        Ok(SampleStep { id, logprob: dist.final_logprob(id), uniform, explanation })
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<(), SamplerError> {
         match ids.iter().find(|&&id| id as usize >= self.vocab_size) {
-            Some(&id) => Err(SamplerError::TokenOutOfVocabulary {
-                id,
-                vocab_size: self.vocab_size,
-            }),
+            Some(&id) => Err(SamplerError::TokenOutOfVocabulary { id, vocab_size: self.vocab_size }),
             None => Ok(()),
         }
     }

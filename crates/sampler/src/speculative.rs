@@ -94,17 +94,11 @@ fn check_distribution(probs: &[f64], vocab_size: usize, what: String) -> Result<
         });
     }
     if let Some(i) = probs.iter().position(|p| !(p.is_finite() && *p >= 0.0)) {
-        return Err(SamplerError::InvalidDistribution {
-            what,
-            reason: format!("entry {i} is {}", probs[i]),
-        });
+        return Err(SamplerError::InvalidDistribution { what, reason: format!("entry {i} is {}", probs[i]) });
     }
     let total: f64 = probs.iter().sum();
     if !(total > 0.0 && total.is_finite()) {
-        return Err(SamplerError::InvalidDistribution {
-            what,
-            reason: format!("entries sum to {total}"),
-        });
+        return Err(SamplerError::InvalidDistribution { what, reason: format!("entries sum to {total}") });
     }
     Ok(total)
 }
@@ -126,25 +120,16 @@ pub fn speculative_accept(
     let vocab_size = target[0].len();
     let mut target_totals = Vec::with_capacity(target.len());
     for (i, q) in target.iter().enumerate() {
-        target_totals.push(check_distribution(
-            q,
-            vocab_size,
-            format!("target distribution {i}"),
-        )?);
+        target_totals.push(check_distribution(q, vocab_size, format!("target distribution {i}"))?);
     }
     let mut entries = Vec::with_capacity(draft.len());
     let mut draft_totals = Vec::with_capacity(draft.len());
     for (position, token) in draft.iter().enumerate() {
         if token.id as usize >= vocab_size {
-            return Err(SamplerError::TokenOutOfVocabulary {
-                id: token.id,
-                vocab_size,
-            });
+            return Err(SamplerError::TokenOutOfVocabulary { id: token.id, vocab_size });
         }
         let draft_total = match token.probs {
-            DraftProbs::Distribution(p) => {
-                check_distribution(p, vocab_size, format!("draft distribution {position}"))?
-            }
+            DraftProbs::Distribution(p) => check_distribution(p, vocab_size, format!("draft distribution {position}"))?,
             DraftProbs::PointMass => 1.0,
         };
         draft_totals.push(draft_total);
@@ -153,10 +138,7 @@ pub fn speculative_accept(
             DraftProbs::PointMass => 1.0,
         };
         if draft_prob <= 0.0 {
-            return Err(SamplerError::ImpossibleDraft {
-                position,
-                id: token.id,
-            });
+            return Err(SamplerError::ImpossibleDraft { position, id: token.id });
         }
         let target_prob = target[position][token.id as usize] / target_totals[position];
         entries.push(LedgerEntry {
@@ -194,29 +176,15 @@ pub fn speculative_accept(
             .collect();
         let u = rng.next_f64();
         // An all-zero residual only arises through rounding (q == p would always accept).
-        let replacement = draw_categorical(&residual, u)
-            .or_else(|| draw_categorical(q, u))
-            .unwrap_or(0) as u32;
+        let replacement = draw_categorical(&residual, u).or_else(|| draw_categorical(q, u)).unwrap_or(0) as u32;
         tokens.push(replacement);
         let accepted = position;
-        return Ok(Ledger {
-            entries,
-            accepted,
-            correction: Some(replacement),
-            bonus: None,
-            tokens,
-        });
+        return Ok(Ledger { entries, accepted, correction: Some(replacement), bonus: None, tokens });
     }
     let u = rng.next_f64();
     let bonus = draw_categorical(target[draft.len()], u).unwrap_or(0) as u32;
     tokens.push(bonus);
-    Ok(Ledger {
-        accepted: draft.len(),
-        entries,
-        correction: None,
-        bonus: Some(bonus),
-        tokens,
-    })
+    Ok(Ledger { accepted: draft.len(), entries, correction: None, bonus: Some(bonus), tokens })
 }
 
 #[cfg(test)]
@@ -228,42 +196,23 @@ mod tests {
         let p = [0.2, 0.3, 0.5];
         let mut rng = SamplerRng::from_seed(3);
         let draft = [
-            DraftToken {
-                id: 1,
-                probs: DraftProbs::Distribution(&p),
-            },
-            DraftToken {
-                id: 2,
-                probs: DraftProbs::Distribution(&p),
-            },
+            DraftToken { id: 1, probs: DraftProbs::Distribution(&p) },
+            DraftToken { id: 2, probs: DraftProbs::Distribution(&p) },
         ];
         let ledger = speculative_accept(&draft, &[&p, &p, &p], &mut rng).unwrap();
         assert_eq!(ledger.accepted, 2);
         assert_eq!(ledger.tokens.len(), 3);
         assert_eq!(&ledger.tokens[..2], &[1, 2]);
         assert!(ledger.bonus.is_some() && ledger.correction.is_none());
-        assert!(
-            ledger
-                .entries
-                .iter()
-                .all(|e| e.verdict == Verdict::Accepted)
-        );
+        assert!(ledger.entries.iter().all(|e| e.verdict == Verdict::Accepted));
     }
 
     #[test]
     fn a_token_the_target_forbids_is_always_replaced() {
         let q = [0.0, 0.5, 0.5];
         let mut rng = SamplerRng::from_seed(0);
-        let draft = [
-            DraftToken {
-                id: 0,
-                probs: DraftProbs::PointMass,
-            },
-            DraftToken {
-                id: 1,
-                probs: DraftProbs::PointMass,
-            },
-        ];
+        let draft =
+            [DraftToken { id: 0, probs: DraftProbs::PointMass }, DraftToken { id: 1, probs: DraftProbs::PointMass }];
         for _ in 0..50 {
             let ledger = speculative_accept(&draft, &[&q, &q, &q], &mut rng).unwrap();
             assert_eq!(ledger.accepted, 0);
@@ -280,18 +229,12 @@ mod tests {
     fn rejects_malformed_input() {
         let q = [0.5, 0.5];
         let mut rng = SamplerRng::from_seed(0);
-        let draft = [DraftToken {
-            id: 0,
-            probs: DraftProbs::PointMass,
-        }];
+        let draft = [DraftToken { id: 0, probs: DraftProbs::PointMass }];
         assert!(speculative_accept(&draft, &[&q], &mut rng).is_err());
         let bad = [0.5, -0.5];
         assert!(speculative_accept(&draft, &[&bad, &q], &mut rng).is_err());
         let zero_draft = [0.0, 1.0];
-        let draft = [DraftToken {
-            id: 0,
-            probs: DraftProbs::Distribution(&zero_draft),
-        }];
+        let draft = [DraftToken { id: 0, probs: DraftProbs::Distribution(&zero_draft) }];
         assert_eq!(
             speculative_accept(&draft, &[&q, &q], &mut rng).unwrap_err(),
             SamplerError::ImpossibleDraft { position: 0, id: 0 }

@@ -45,11 +45,7 @@ impl StopStreamer {
             .filter(|(_, s)| !s.as_ref().is_empty())
             .map(|(i, s)| (i, s.as_ref().as_bytes().to_vec()))
             .collect();
-        Self {
-            stops,
-            pending: Vec::new(),
-            stopped: None,
-        }
+        Self { stops, pending: Vec::new(), stopped: None }
     }
 
     /// Adds a token's bytes (a byte-level token may hold part of a UTF-8 character) and
@@ -74,15 +70,10 @@ impl StopStreamer {
             let text = String::from_utf8_lossy(&self.pending[..start]).into_owned();
             self.pending.clear();
             self.stopped = Some(index);
-            return Emitted {
-                text,
-                stop: Some(index),
-            };
+            return Emitted { text, stop: Some(index) };
         }
 
-        let hold = self
-            .stop_prefix_suffix_len()
-            .max(incomplete_utf8_suffix_len(&self.pending));
+        let hold = self.stop_prefix_suffix_len().max(incomplete_utf8_suffix_len(&self.pending));
         let release = self.pending.len() - hold;
         let text = String::from_utf8_lossy(&self.pending[..release]).into_owned();
         self.pending.drain(..release);
@@ -220,12 +211,7 @@ impl StopTracker {
     pub fn new(conditions: StopConditions) -> Self {
         let streamer = StopStreamer::new(&conditions.stop_strings);
         let finished = (conditions.max_tokens == Some(0)).then_some(FinishReason::Length);
-        Self {
-            conditions,
-            streamer,
-            tokens: 0,
-            finished,
-        }
+        Self { conditions, streamer, tokens: 0, finished }
     }
 
     /// Records token `id` whose decoded bytes are `token_bytes`. Checks, in order: an
@@ -234,10 +220,7 @@ impl StopTracker {
     /// limit (held text is released). After the end, returns no text and the same reason.
     pub fn push_token(&mut self, id: u32, token_bytes: &[u8]) -> TokenOutput {
         if let Some(reason) = &self.finished {
-            return TokenOutput {
-                text: String::new(),
-                finish: Some(reason.clone()),
-            };
+            return TokenOutput { text: String::new(), finish: Some(reason.clone()) };
         }
         self.tokens += 1;
         if !self.conditions.ignore_eos && self.conditions.eos_token_ids.contains(&id) {
@@ -249,19 +232,12 @@ impl StopTracker {
             let sequence = self.conditions.stop_strings[index].clone();
             return self.end(emitted.text, FinishReason::Stop { index, sequence });
         }
-        if self
-            .conditions
-            .max_tokens
-            .is_some_and(|max| self.tokens >= max)
-        {
+        if self.conditions.max_tokens.is_some_and(|max| self.tokens >= max) {
             let mut text = emitted.text;
             text.push_str(&self.streamer.finish());
             return self.end(text, FinishReason::Length);
         }
-        TokenOutput {
-            text: emitted.text,
-            finish: None,
-        }
+        TokenOutput { text: emitted.text, finish: None }
     }
 
     /// Releases held text when the caller ends the generation for its own reason.
@@ -289,10 +265,7 @@ impl StopTracker {
 
     fn end(&mut self, text: String, reason: FinishReason) -> TokenOutput {
         self.finished = Some(reason.clone());
-        TokenOutput {
-            text,
-            finish: Some(reason),
-        }
+        TokenOutput { text, finish: Some(reason) }
     }
 }
 
@@ -382,45 +355,24 @@ mod tests {
         t.push_token(5, b"Hi\n");
         let out = t.push_token(6, b"\nmore");
         assert_eq!(out.text, "");
-        assert_eq!(
-            out.finish,
-            Some(FinishReason::Stop {
-                index: 0,
-                sequence: "\n\n".into()
-            })
-        );
+        assert_eq!(out.finish, Some(FinishReason::Stop { index: 0, sequence: "\n\n".into() }));
 
-        let mut t = StopTracker::new(StopConditions {
-            ignore_eos: true,
-            ..conditions.clone()
-        });
+        let mut t = StopTracker::new(StopConditions { ignore_eos: true, ..conditions.clone() });
         t.push_token(0, b"a");
         t.push_token(0, b"b");
         let out = t.push_token(0, b"\n");
         assert_eq!(out.text, "\n");
         assert_eq!(out.finish, Some(FinishReason::Length));
 
-        let t = StopTracker::new(StopConditions {
-            max_tokens: Some(0),
-            ..conditions
-        });
+        let t = StopTracker::new(StopConditions { max_tokens: Some(0), ..conditions });
         assert_eq!(t.finished(), Some(&FinishReason::Length));
     }
 
     #[test]
     fn finish_reason_serialises_as_a_word() {
-        assert_eq!(
-            serde_json::to_string(&FinishReason::Eos).unwrap(),
-            "\"eos\""
-        );
-        assert_eq!(
-            serde_json::to_string(&FinishReason::Length).unwrap(),
-            "\"length\""
-        );
-        let stop = FinishReason::Stop {
-            index: 1,
-            sequence: "x".into(),
-        };
+        assert_eq!(serde_json::to_string(&FinishReason::Eos).unwrap(), "\"eos\"");
+        assert_eq!(serde_json::to_string(&FinishReason::Length).unwrap(), "\"length\"");
+        let stop = FinishReason::Stop { index: 1, sequence: "x".into() };
         assert_eq!(serde_json::to_string(&stop).unwrap(), "\"stop\"");
     }
 }

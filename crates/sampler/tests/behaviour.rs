@@ -3,8 +3,8 @@
 
 use nucleus_sampler::math::draw_categorical;
 use nucleus_sampler::{
-    AllowList, DraftProbs, DraftToken, RemovedBy, SampleStep, Sampler, SamplerError, SamplerRng,
-    SamplingParams, explain, process, speculative_accept,
+    AllowList, DraftProbs, DraftToken, RemovedBy, SampleStep, Sampler, SamplerError, SamplerRng, SamplingParams,
+    explain, process, speculative_accept,
 };
 
 /// mat, sofa, floor, bed, and two unlikely tokens.
@@ -23,10 +23,7 @@ fn final_probs(logits: &[f32], params: SamplingParams, history: &[u32]) -> Vec<f
 fn assert_three_decimals(actual: &[f64], expected: &[f64]) {
     assert_eq!(actual.len(), expected.len(), "{actual:?} vs {expected:?}");
     for (i, (a, e)) in actual.iter().zip(expected).enumerate() {
-        assert!(
-            (a - e).abs() <= 0.0005,
-            "entry {i}: {a} is not {e} to three decimals ({actual:?})"
-        );
+        assert!((a - e).abs() <= 0.0005, "entry {i}: {a} is not {e} to three decimals ({actual:?})");
     }
 }
 
@@ -40,64 +37,25 @@ fn worked_example_softmax() {
 
 #[test]
 fn worked_example_temperatures() {
-    let cold = final_probs(
-        &WORKED,
-        SamplingParams {
-            temperature: 0.5,
-            ..Default::default()
-        },
-        &[],
-    );
+    let cold = final_probs(&WORKED, SamplingParams { temperature: 0.5, ..Default::default() }, &[]);
     assert_three_decimals(&cold[..4], &[0.839, 0.114, 0.042, 0.006]);
-    let hot = final_probs(
-        &WORKED,
-        SamplingParams {
-            temperature: 2.0,
-            ..Default::default()
-        },
-        &[],
-    );
+    let hot = final_probs(&WORKED, SamplingParams { temperature: 2.0, ..Default::default() }, &[]);
     assert_three_decimals(&hot, &[0.392, 0.238, 0.185, 0.112, 0.053, 0.020]);
 }
 
 #[test]
 fn worked_example_truncations() {
-    let top_k = final_probs(
-        &WORKED,
-        SamplingParams {
-            top_k: 3,
-            ..Default::default()
-        },
-        &[],
-    );
+    let top_k = final_probs(&WORKED, SamplingParams { top_k: 3, ..Default::default() }, &[]);
     // Exactly: 0.62853, 0.23122, 0.14024, i.e. .629 .231 .140 to three decimals. (The issue's
     // text says .628 .231 .141: that is renormalising the already rounded .590 .217 .132.)
     assert_three_decimals(&top_k, &[0.629, 0.231, 0.140, 0.0, 0.0, 0.0]);
     assert!((top_k[0] - 0.628_53).abs() < 1e-5 && (top_k[2] - 0.140_24).abs() < 1e-5);
 
-    let top_p = final_probs(
-        &WORKED,
-        SamplingParams {
-            top_p: 0.9,
-            ..Default::default()
-        },
-        &[],
-    );
+    let top_p = final_probs(&WORKED, SamplingParams { top_p: 0.9, ..Default::default() }, &[]);
     let kept: Vec<usize> = (0..6).filter(|&i| top_p[i] > 0.0).collect();
-    assert_eq!(
-        kept,
-        vec![0, 1, 2],
-        "cumulative .590, .807, .939 reaches 0.9 at floor"
-    );
+    assert_eq!(kept, vec![0, 1, 2], "cumulative .590, .807, .939 reaches 0.9 at floor");
 
-    let min_p = final_probs(
-        &WORKED,
-        SamplingParams {
-            min_p: 0.1,
-            ..Default::default()
-        },
-        &[],
-    );
+    let min_p = final_probs(&WORKED, SamplingParams { min_p: 0.1, ..Default::default() }, &[]);
     let kept: Vec<usize> = (0..6).filter(|&i| min_p[i] > 0.0).collect();
     assert_eq!(kept, vec![0, 1, 2], "bed .048 < 0.1 · .590 = .059");
     assert_three_decimals(&min_p[..3], &top_k[..3]);
@@ -106,14 +64,7 @@ fn worked_example_truncations() {
 #[test]
 fn worked_example_repetition_penalty() {
     // "mat" was generated before: 6.0 / 1.25 = 4.8.
-    let p = final_probs(
-        &WORKED,
-        SamplingParams {
-            repetition_penalty: 1.25,
-            ..Default::default()
-        },
-        &[0],
-    );
+    let p = final_probs(&WORKED, SamplingParams { repetition_penalty: 1.25, ..Default::default() }, &[0]);
     assert_three_decimals(&p[..2], &[0.303, 0.370]);
 }
 
@@ -123,18 +74,12 @@ fn top_p_on_a_long_flat_tail() {
     // 0.9 keeps far more than the three leading tokens.
     let mut logits = vec![10.0f32, 9.9, 9.8, 5.0, 4.0];
     logits.resize(32_000, 0.0);
-    let params = SamplingParams {
-        top_p: 0.9,
-        ..Default::default()
-    };
+    let params = SamplingParams { top_p: 0.9, ..Default::default() };
     let mut sampler = Sampler::new(params, logits.len()).unwrap();
     let (_, dist) = sampler.distribution(&logits, None).unwrap();
 
     // Independent computation: ids are already in descending-logit order (ties in id order).
-    let weights: Vec<f64> = logits
-        .iter()
-        .map(|&z| (f64::from(z) - 10.0).exp())
-        .collect();
+    let weights: Vec<f64> = logits.iter().map(|&z| (f64::from(z) - 10.0).exp()).collect();
     let total: f64 = weights.iter().sum();
     let mut cumulative = 0.0;
     let mut expected = 0;
@@ -146,19 +91,10 @@ fn top_p_on_a_long_flat_tail() {
         }
     }
     let top3_mass = weights[..3].iter().sum::<f64>() / total;
-    assert!(
-        (top3_mass - 0.6507).abs() < 1e-3,
-        "top three carry {top3_mass}"
-    );
-    assert!(
-        (22_700..22_850).contains(&expected),
-        "expected count {expected}"
-    );
+    assert!((top3_mass - 0.6507).abs() < 1e-3, "top three carry {top3_mass}");
+    assert!((22_700..22_850).contains(&expected), "expected count {expected}");
     assert_eq!(dist.kept_ids().len(), expected);
-    assert_eq!(
-        dist.kept_ids(),
-        (0..expected as u32).collect::<Vec<_>>().as_slice()
-    );
+    assert_eq!(dist.kept_ids(), (0..expected as u32).collect::<Vec<_>>().as_slice());
     assert!(dist.kept_mass() >= 0.9 && dist.kept_mass() < 0.9 + 1e-4);
 
     // And sampling with an explanation of the top 10 stays cheap and consistent.
@@ -186,10 +122,7 @@ fn fixed_seed_gives_a_fixed_sequence() {
             })
             .collect()
     };
-    let plain = run(SamplingParams {
-        seed: 42,
-        ..Default::default()
-    });
+    let plain = run(SamplingParams { seed: 42, ..Default::default() });
     assert_eq!(plain, RECORDED_PLAIN);
     let mixed = run(SamplingParams {
         seed: 7,
@@ -204,28 +137,12 @@ fn fixed_seed_gives_a_fixed_sequence() {
     });
     assert_eq!(mixed, RECORDED_MIXED);
     // Same seed, same sequence; another seed, another sequence.
-    assert_eq!(
-        run(SamplingParams {
-            seed: 42,
-            ..Default::default()
-        }),
-        plain
-    );
-    assert_ne!(
-        run(SamplingParams {
-            seed: 43,
-            ..Default::default()
-        }),
-        plain
-    );
+    assert_eq!(run(SamplingParams { seed: 42, ..Default::default() }), plain);
+    assert_ne!(run(SamplingParams { seed: 43, ..Default::default() }), plain);
 }
 
-const RECORDED_PLAIN: [u32; 24] = [
-    3, 7, 7, 0, 7, 2, 0, 7, 7, 2, 7, 7, 7, 3, 7, 7, 5, 7, 0, 0, 7, 3, 7, 0,
-];
-const RECORDED_MIXED: [u32; 24] = [
-    1, 0, 2, 1, 7, 2, 1, 7, 1, 7, 0, 0, 3, 1, 2, 1, 2, 7, 1, 7, 7, 7, 2, 2,
-];
+const RECORDED_PLAIN: [u32; 24] = [3, 7, 7, 0, 7, 2, 0, 7, 7, 2, 7, 7, 7, 3, 7, 7, 5, 7, 0, 0, 7, 3, 7, 0];
+const RECORDED_MIXED: [u32; 24] = [1, 0, 2, 1, 7, 2, 1, 7, 1, 7, 0, 0, 3, 1, 2, 1, 2, 7, 1, 7, 7, 7, 2, 2];
 
 /// Pearson's chi-square statistic of `observed` counts against `probs` (over entries with
 /// positive probability; entries with zero probability must have zero counts).
@@ -255,28 +172,10 @@ fn draw_frequencies_match_the_processed_distribution() {
     // un-renormalised or un-truncated one) fails by a wide margin.
     let logits = [1.0f32, 0.2, 2.0, -0.5, 1.5, 0.0, 0.7];
     for params in [
-        SamplingParams {
-            seed: 11,
-            ..Default::default()
-        },
-        SamplingParams {
-            seed: 12,
-            temperature: 0.7,
-            top_k: 5,
-            top_p: 0.9,
-            ..Default::default()
-        },
-        SamplingParams {
-            seed: 13,
-            temperature: 1.5,
-            min_p: 0.2,
-            ..Default::default()
-        },
-        SamplingParams {
-            seed: 14,
-            typical_p: 0.8,
-            ..Default::default()
-        },
+        SamplingParams { seed: 11, ..Default::default() },
+        SamplingParams { seed: 12, temperature: 0.7, top_k: 5, top_p: 0.9, ..Default::default() },
+        SamplingParams { seed: 13, temperature: 1.5, min_p: 0.2, ..Default::default() },
+        SamplingParams { seed: 14, typical_p: 0.8, ..Default::default() },
     ] {
         let mut sampler = Sampler::new(params.clone(), logits.len()).unwrap();
         let (_, dist) = sampler.distribution(&logits, None).unwrap();
@@ -334,14 +233,8 @@ fn speculative_output_is_distributed_as_the_target() {
             let x1 = draw_categorical(&p1, rng.next_f64()).unwrap() as u32;
             let x2 = draw_categorical(&p2, rng.next_f64()).unwrap() as u32;
             let draft = [
-                DraftToken {
-                    id: x1,
-                    probs: DraftProbs::Distribution(&p1),
-                },
-                DraftToken {
-                    id: x2,
-                    probs: DraftProbs::Distribution(&p2),
-                },
+                DraftToken { id: x1, probs: DraftProbs::Distribution(&p1) },
+                DraftToken { id: x2, probs: DraftProbs::Distribution(&p2) },
             ];
             let ledger = speculative_accept(&draft, &[&q1, &q2, &q3], &mut rng).unwrap();
             first[ledger.tokens[0] as usize] += 1;
@@ -350,10 +243,7 @@ fn speculative_output_is_distributed_as_the_target() {
                 second_draws += 1;
             }
             // A deterministic draft (always token `round`) must give q1 too.
-            let fixed = [DraftToken {
-                id: round,
-                probs: DraftProbs::PointMass,
-            }];
+            let fixed = [DraftToken { id: round, probs: DraftProbs::PointMass }];
             let ledger = speculative_accept(&fixed, &[&q1, &q2], &mut rng).unwrap();
             point_mass_first[ledger.tokens[0] as usize] += 1;
         }
@@ -363,16 +253,10 @@ fn speculative_output_is_distributed_as_the_target() {
         let (s, _) = chi_square(&second, &q2, second_draws);
         assert!(s < critical, "round {round}: second token chi-square {s}");
         let (s, _) = chi_square(&point_mass_first, &q1, trials);
-        assert!(
-            s < critical,
-            "round {round}: point-mass draft chi-square {s}"
-        );
+        assert!(s < critical, "round {round}: point-mass draft chi-square {s}");
         // Power: the draft's distribution is rejected.
         let (s, _) = chi_square(&first, &p1, trials);
-        assert!(
-            s > critical,
-            "round {round}: draft distribution not rejected ({s})"
-        );
+        assert!(s > critical, "round {round}: draft distribution not rejected ({s})");
     }
 }
 
@@ -395,11 +279,7 @@ fn greedy_is_argmax_with_ties_to_the_lowest_id() {
 #[test]
 fn the_mask_and_negative_infinite_bias_forbid_tokens() {
     let logits = [5.0f32, 4.0, 3.0, 2.0];
-    let params = SamplingParams {
-        logit_bias: [(1, f64::NEG_INFINITY)].into(),
-        seed: 5,
-        ..Default::default()
-    };
+    let params = SamplingParams { logit_bias: [(1, f64::NEG_INFINITY)].into(), seed: 5, ..Default::default() };
     let mut sampler = Sampler::new(params, 4).unwrap();
     let mask = AllowList::from_ids(4, [1, 2, 3]).unwrap();
     for _ in 0..200 {
@@ -414,31 +294,20 @@ fn the_mask_and_negative_infinite_bias_forbid_tokens() {
         assert_eq!(sofa.adjusted_logit, f64::NEG_INFINITY);
     }
     let nothing = AllowList::from_ids(4, [1]).unwrap();
-    assert_eq!(
-        sampler.sample(&logits, Some(&nothing), 0).unwrap_err(),
-        SamplerError::AllTokensExcluded
-    );
+    assert_eq!(sampler.sample(&logits, Some(&nothing), 0).unwrap_err(), SamplerError::AllTokensExcluded);
 }
 
 #[test]
 fn explanation_lists_raw_and_processed_top_with_exact_ranks() {
     // A strong repetition penalty pushes "mat" (raw top) down to rank 5.
-    let params = SamplingParams {
-        repetition_penalty: 12.0,
-        seed: 3,
-        ..Default::default()
-    };
+    let params = SamplingParams { repetition_penalty: 12.0, seed: 3, ..Default::default() };
     let mut sampler = Sampler::new(params, WORKED.len()).unwrap();
     sampler.accept(0).unwrap();
     let step: SampleStep = sampler.sample(&WORKED, None, 2).unwrap();
     let e = step.explanation.clone().unwrap();
     let ids: Vec<u32> = e.candidates.iter().map(|c| c.id).collect();
     assert!(ids.starts_with(&[1, 2]), "processed top two first: {ids:?}");
-    let mat = e
-        .candidates
-        .iter()
-        .find(|c| c.id == 0)
-        .expect("raw top is listed");
+    let mat = e.candidates.iter().find(|c| c.id == 0).expect("raw top is listed");
     assert_eq!(mat.logit, 6.0);
     assert_eq!(mat.adjusted_logit, 0.5);
     assert_eq!(mat.rank, 5, "adjusted 0.5 ranks after 5, 4.5, 3.5, 2.0");
@@ -456,11 +325,7 @@ fn explanation_lists_raw_and_processed_top_with_exact_ranks() {
 
 #[test]
 fn explanation_json_has_the_cli_shape() {
-    let params = SamplingParams {
-        top_k: 2,
-        seed: 1,
-        ..Default::default()
-    };
+    let params = SamplingParams { top_k: 2, seed: 1, ..Default::default() };
     let mut sampler = Sampler::new(params, WORKED.len()).unwrap();
     let step = sampler.sample(&WORKED, None, 3).unwrap();
     let json = serde_json::to_value(step.explanation.unwrap()).unwrap();
@@ -498,25 +363,14 @@ fn explanation_json_has_the_cli_shape() {
 
 #[test]
 fn what_if_re_runs_truncation_on_cached_adjusted_logits() {
-    let mut sampler = Sampler::new(
-        SamplingParams {
-            seed: 9,
-            ..Default::default()
-        },
-        6,
-    )
-    .unwrap();
+    let mut sampler = Sampler::new(SamplingParams { seed: 9, ..Default::default() }, 6).unwrap();
     let (adjusted, dist) = sampler.distribution(&WORKED, None).unwrap();
     let step = sampler.sample(&WORKED, None, 6).unwrap();
     let original = explain(&WORKED, &adjusted, &dist, step.id, 6).unwrap();
     assert_eq!(Some(&original), step.explanation.as_ref());
 
     // What if the temperature had been 2 and top-p 0.8?
-    let what_if = SamplingParams {
-        temperature: 2.0,
-        top_p: 0.8,
-        ..Default::default()
-    };
+    let what_if = SamplingParams { temperature: 2.0, top_p: 0.8, ..Default::default() };
     let dist2 = process(&adjusted, &what_if).unwrap();
     let e = explain(&WORKED, &adjusted, &dist2, step.id, 6).unwrap();
     let probs: Vec<f64> = e.candidates.iter().map(|c| c.prob).collect();
@@ -530,15 +384,7 @@ fn what_if_re_runs_truncation_on_cached_adjusted_logits() {
 #[test]
 fn sampler_errors_are_clear() {
     assert_eq!(
-        Sampler::new(
-            SamplingParams {
-                top_p: 1.5,
-                ..Default::default()
-            },
-            6
-        )
-        .unwrap_err()
-        .to_string(),
+        Sampler::new(SamplingParams { top_p: 1.5, ..Default::default() }, 6).unwrap_err().to_string(),
         "top_p must be in (0, 1], got 1.5"
     );
     let mut sampler = Sampler::new(SamplingParams::default(), 6).unwrap();
@@ -546,20 +392,14 @@ fn sampler_errors_are_clear() {
         sampler.sample(&[0.0; 5], None, 0).unwrap_err().to_string(),
         "expected 6 logits (one per vocabulary entry), got 5"
     );
-    assert_eq!(
-        sampler.sample(&[], None, 0).unwrap_err(),
-        SamplerError::EmptyLogits
-    );
+    assert_eq!(sampler.sample(&[], None, 0).unwrap_err(), SamplerError::EmptyLogits);
     let mut bad = WORKED;
     bad[3] = f32::NAN;
     assert_eq!(
         sampler.sample(&bad, None, 0).unwrap_err().to_string(),
         "logit at id 3 is NaN; logits must be finite or -inf"
     );
-    assert_eq!(
-        sampler.accept(6).unwrap_err().to_string(),
-        "token id 6 is outside the vocabulary (ids 0..6)"
-    );
+    assert_eq!(sampler.accept(6).unwrap_err().to_string(), "token id 6 is outside the vocabulary (ids 0..6)");
     assert!(sampler.set_prompt(&[1, 99]).is_err());
 }
 
@@ -568,27 +408,12 @@ fn one_random_number_per_step() {
     // Greedy steps consume a number too, so switching a step to greedy does not shift the
     // random numbers of the steps after it.
     let logits = [1.0f32, 1.1, 0.9, 1.05];
-    let mut a = Sampler::new(
-        SamplingParams {
-            seed: 5,
-            ..Default::default()
-        },
-        4,
-    )
-    .unwrap();
+    let mut a = Sampler::new(SamplingParams { seed: 5, ..Default::default() }, 4).unwrap();
     let mut b = a.clone();
     a.sample(&logits, None, 0).unwrap();
-    b.set_params(SamplingParams {
-        seed: 5,
-        ..SamplingParams::greedy()
-    })
-    .unwrap();
+    b.set_params(SamplingParams { seed: 5, ..SamplingParams::greedy() }).unwrap();
     b.sample(&logits, None, 0).unwrap();
-    b.set_params(SamplingParams {
-        seed: 5,
-        ..Default::default()
-    })
-    .unwrap();
+    b.set_params(SamplingParams { seed: 5, ..Default::default() }).unwrap();
     for _ in 0..10 {
         let x = a.sample(&logits, None, 0).unwrap();
         let y = b.sample(&logits, None, 0).unwrap();

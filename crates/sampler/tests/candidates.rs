@@ -23,9 +23,7 @@ fn normalish(rng: &mut SamplerRng) -> f64 {
 fn random_row(rng: &mut SamplerRng) -> Vec<f32> {
     let vocab = 50 + (rng.next_u64() % 4951) as usize;
     let scale = pick(rng, &[0.5, 1.0, 2.0, 4.0]);
-    let mut row: Vec<f32> = (0..vocab)
-        .map(|_| (normalish(rng) * scale * 2.0) as f32)
-        .collect();
+    let mut row: Vec<f32> = (0..vocab).map(|_| (normalish(rng) * scale * 2.0) as f32).collect();
     // Peaks: a few tokens well above the rest.
     let peaks = pick(rng, &[0usize, 1, 2, 3, 8]);
     for _ in 0..peaks {
@@ -64,16 +62,8 @@ fn gpu_candidates(row: &[f32], k: usize, temperature: f64, order: u64) -> OwnedC
         1.0
     } else {
         let inv_t = (1.0 / temperature) as f32;
-        let terms: Vec<f32> = row
-            .iter()
-            .map(|&x| {
-                if x == f32::NEG_INFINITY {
-                    0.0
-                } else {
-                    ((x - max) * inv_t).exp()
-                }
-            })
-            .collect();
+        let terms: Vec<f32> =
+            row.iter().map(|&x| if x == f32::NEG_INFINITY { 0.0 } else { ((x - max) * inv_t).exp() }).collect();
         match order % 3 {
             0 => terms.iter().sum(),
             1 => terms.iter().rev().sum(),
@@ -87,13 +77,7 @@ fn gpu_candidates(row: &[f32], k: usize, temperature: f64, order: u64) -> OwnedC
             }
         }
     };
-    OwnedCandidateSet {
-        ids,
-        adjusted_logits,
-        max,
-        sum_exp,
-        vocab_size: row.len(),
-    }
+    OwnedCandidateSet { ids, adjusted_logits, max, sum_exp, vocab_size: row.len() }
 }
 
 fn adjusted(row: &[f32]) -> AdjustedLogits {
@@ -174,10 +158,7 @@ fn candidates_agree_with_the_full_path_whenever_they_decide() {
             assert_eq!(dist.argmax(), argmax);
             let p = dist.temperature_prob(argmax).unwrap();
             let expected = full.prob(argmax);
-            assert!(
-                (p - expected).abs() <= 1e-4 * expected,
-                "case {case}: temperature prob {p} vs {expected}"
-            );
+            assert!((p - expected).abs() <= 1e-4 * expected, "case {case}: temperature prob {p} vs {expected}");
             *rules.entry(format!("{:?}", dist.rule())).or_default() += 1;
         }
 
@@ -210,22 +191,14 @@ fn candidates_agree_with_the_full_path_whenever_they_decide() {
             tallies.entry("min_p only").or_default().add(is);
         } else if params.typical_p < 1.0 {
             tallies.entry("typical_p only").or_default().add(is);
-            assert!(
-                !is,
-                "typical-p alone cannot be decided on an incomplete set"
-            );
+            assert!(!is, "typical-p alone cannot be decided on an incomplete set");
         } else {
             tallies.entry("no truncation").or_default().add(is);
             assert!(!is, "no truncation cannot be decided on an incomplete set");
         }
     }
     for (name, tally) in &tallies {
-        eprintln!(
-            "{name:>26}: {:>5}/{:<5} decidable ({:.1}%)",
-            tally.decided,
-            tally.cases,
-            100.0 * tally.rate()
-        );
+        eprintln!("{name:>26}: {:>5}/{:<5} decidable ({:.1}%)", tally.decided, tally.cases, 100.0 * tally.rate());
     }
     eprintln!("rules: {rules:?}; draws checked: {draws_checked}");
     // Never trivially None.
@@ -245,17 +218,12 @@ fn near_boundary_top_p_is_decided_exactly_or_not_at_all() {
     let mut decided = 0;
     for case in 0..2000 {
         let vocab = 3000;
-        let mut row: Vec<f32> = (0..vocab)
-            .map(|_| (normalish(&mut rng) - 6.0) as f32)
-            .collect();
+        let mut row: Vec<f32> = (0..vocab).map(|_| (normalish(&mut rng) - 6.0) as f32).collect();
         row[10] = 8.0;
         row[20] = 8.0 - (0.001 * f64::from(case % 100)) as f32;
         row[30] = 7.0;
-        let params = SamplingParams {
-            temperature: 1.0,
-            top_p: pick(&mut rng, &[0.5, 0.9, 0.95]),
-            ..SamplingParams::default()
-        };
+        let params =
+            SamplingParams { temperature: 1.0, top_p: pick(&mut rng, &[0.5, 0.9, 0.95]), ..SamplingParams::default() };
         let mut set = gpu_candidates(&row, 64, 1.0, rng.next_u64());
         let error = (2.0 * rng.next_f64() - 1.0) * 0.9 * SUM_EXP_RELATIVE_TOLERANCE;
         set.sum_exp = (f64::from(set.sum_exp) * (1.0 + error)) as f32;
@@ -276,9 +244,7 @@ fn near_boundary_top_p_is_decided_exactly_or_not_at_all() {
 /// every fourth row is flat (top-p then needs more than the candidates).
 fn step_logits(rng: &mut SamplerRng, vocab: usize, step: usize) -> Vec<f32> {
     let flat = step % 4 == 3;
-    let mut row: Vec<f32> = (0..vocab)
-        .map(|_| (normalish(rng) * if flat { 0.3 } else { 2.0 }) as f32)
-        .collect();
+    let mut row: Vec<f32> = (0..vocab).map(|_| (normalish(rng) * if flat { 0.3 } else { 2.0 }) as f32).collect();
     if !flat {
         for j in 0..3 {
             let id = (step * 37 + j * 101) % vocab;
@@ -291,12 +257,7 @@ fn step_logits(rng: &mut SamplerRng, vocab: usize, step: usize) -> Vec<f32> {
 #[test]
 fn a_seeded_run_is_the_same_with_and_without_candidates() {
     let vocab = 2000;
-    let params = SamplingParams {
-        temperature: 0.8,
-        top_p: 0.95,
-        seed: 99,
-        ..SamplingParams::default()
-    };
+    let params = SamplingParams { temperature: 0.8, top_p: 0.95, seed: 99, ..SamplingParams::default() };
     let mut with = Sampler::new(params.clone(), vocab).unwrap();
     let mut without = Sampler::new(params, vocab).unwrap();
     let mut rows = SamplerRng::from_seed(5);
@@ -384,9 +345,7 @@ fn gpu_adjustments_reproduce_stages_one_and_two() {
     let vocab = 300;
     let mut rng = SamplerRng::from_seed(17);
     for round in 0..20 {
-        let row: Vec<f32> = (0..vocab)
-            .map(|_| (normalish(&mut rng) * 6.0) as f32)
-            .collect();
+        let row: Vec<f32> = (0..vocab).map(|_| (normalish(&mut rng) * 6.0) as f32).collect();
         let prompt: Vec<u32> = (0..12).map(|_| (rng.next_u64() % 40) as u32).collect();
         let generated: Vec<u32> = (0..round).map(|_| (rng.next_u64() % 40) as u32).collect();
         let params = SamplingParams {
@@ -409,27 +368,17 @@ fn gpu_adjustments_reproduce_stages_one_and_two() {
         for a in &adjustments {
             // The formula written out, not `apply`: this test is its check.
             let v = gpu[a.id as usize] + a.bias;
-            let v = v * if v > 0.0 {
-                a.scale_positive
-            } else {
-                a.scale_non_positive
-            };
+            let v = v * if v > 0.0 { a.scale_positive } else { a.scale_non_positive };
             gpu[a.id as usize] = v + a.offset;
             assert_eq!(gpu[a.id as usize], a.apply(row[a.id as usize]));
         }
-        let history = PenaltyHistory {
-            prompt: &prompt,
-            generated: &generated,
-        };
+        let history = PenaltyHistory { prompt: &prompt, generated: &generated };
         let full = adjust_logits(&row, &params, history, None).unwrap();
         for (id, (&g, &f)) in gpu.iter().zip(full.values()).enumerate() {
             if f == f64::NEG_INFINITY {
                 assert_eq!(g, f32::NEG_INFINITY, "token {id}");
             } else {
-                assert!(
-                    (f64::from(g) - f).abs() <= 1e-5,
-                    "round {round}, token {id}: gpu {g} vs full {f}"
-                );
+                assert!((f64::from(g) - f).abs() <= 1e-5, "round {round}, token {id}: gpu {g} vs full {f}");
             }
         }
         // Something was actually adjusted beyond the bias.
@@ -439,38 +388,18 @@ fn gpu_adjustments_reproduce_stages_one_and_two() {
 
 #[test]
 fn dry_makes_the_gpu_path_unavailable() {
-    let params = SamplingParams {
-        dry: DryParams {
-            multiplier: 0.8,
-            ..DryParams::default()
-        },
-        ..SamplingParams::default()
-    };
+    let params =
+        SamplingParams { dry: DryParams { multiplier: 0.8, ..DryParams::default() }, ..SamplingParams::default() };
     let mut sampler = Sampler::new(params, 10).unwrap();
     assert!(!sampler.gpu_path_available());
-    assert!(matches!(
-        sampler.gpu_adjustments(),
-        Err(SamplerError::GpuPathUnavailable { .. })
-    ));
-    let set = CandidateSet {
-        ids: &[0],
-        adjusted_logits: &[1.0],
-        max: 1.0,
-        sum_exp: 1.0,
-        vocab_size: 10,
-    };
-    assert!(matches!(
-        sampler.sample_candidates(&set),
-        Err(SamplerError::GpuPathUnavailable { .. })
-    ));
+    assert!(matches!(sampler.gpu_adjustments(), Err(SamplerError::GpuPathUnavailable { .. })));
+    let set = CandidateSet { ids: &[0], adjusted_logits: &[1.0], max: 1.0, sum_exp: 1.0, vocab_size: 10 };
+    assert!(matches!(sampler.sample_candidates(&set), Err(SamplerError::GpuPathUnavailable { .. })));
 }
 
 #[test]
 fn none_consumes_no_random_number() {
-    let params = SamplingParams {
-        seed: 1,
-        ..SamplingParams::default()
-    };
+    let params = SamplingParams { seed: 1, ..SamplingParams::default() };
     let mut sampler = Sampler::new(params.clone(), 100).unwrap();
     let row: Vec<f32> = (0..100).map(|i| (i % 7) as f32).collect();
     let set = gpu_candidates(&row, 20, 1.0, 0);
@@ -479,14 +408,7 @@ fn none_consumes_no_random_number() {
     let after = sampler.rng_mut().next_u64();
     assert_eq!(after, SamplerRng::from_seed(1).next_u64());
     // Greedy: decided, and one number consumed.
-    let mut greedy = Sampler::new(
-        SamplingParams {
-            temperature: 0.0,
-            ..params
-        },
-        100,
-    )
-    .unwrap();
+    let mut greedy = Sampler::new(SamplingParams { temperature: 0.0, ..params }, 100).unwrap();
     let step = greedy.sample_candidates(&set.as_set()).unwrap().unwrap();
     assert_eq!(step.id, 6);
     assert_eq!(step.logprob, 0.0);
@@ -498,15 +420,9 @@ fn none_consumes_no_random_number() {
 #[test]
 fn complete_sets_give_exact_temperature_probs() {
     let row = [0.5f32, f32::NEG_INFINITY, 2.0, 2.0, -1.0];
-    let params = SamplingParams {
-        temperature: 0.7,
-        typical_p: 0.5,
-        ..SamplingParams::default()
-    };
+    let params = SamplingParams { temperature: 0.7, typical_p: 0.5, ..SamplingParams::default() };
     let set = gpu_candidates(&row, 256, 0.7, 0);
-    let dist = decide_from_candidates(&set.as_set(), &params)
-        .unwrap()
-        .unwrap();
+    let dist = decide_from_candidates(&set.as_set(), &params).unwrap().unwrap();
     assert_eq!(dist.rule(), CandidateRule::Complete);
     let full = process(&adjusted(&row), &params).unwrap();
     for id in 0..5u32 {
@@ -515,11 +431,7 @@ fn complete_sets_give_exact_temperature_probs() {
     }
     // K = 3 of 4 finite: the -inf is not listed, so not complete; typical-p alone: None.
     let set = gpu_candidates(&row, 3, 0.7, 0);
-    assert!(
-        decide_from_candidates(&set.as_set(), &params)
-            .unwrap()
-            .is_none()
-    );
+    assert!(decide_from_candidates(&set.as_set(), &params).unwrap().is_none());
 }
 
 #[test]
@@ -530,21 +442,12 @@ fn top_p_set_right_at_a_cumulative_mass_is_never_decided_wrongly() {
     let (mut near, mut near_decided, mut far, mut far_decided) = (0, 0, 0, 0);
     for case in 0..1500 {
         let vocab = 500 + (rng.next_u64() % 2500) as usize;
-        let mut row: Vec<f32> = (0..vocab)
-            .map(|_| (normalish(&mut rng) * 2.0 - 4.0) as f32)
-            .collect();
+        let mut row: Vec<f32> = (0..vocab).map(|_| (normalish(&mut rng) * 2.0 - 4.0) as f32).collect();
         for j in 0..6 {
             row[(j * 97 + case) % vocab] += (8.0 - j as f64) as f32;
         }
         let temperature = pick(&mut rng, &[0.5, 1.0, 1.5]);
-        let plain = process(
-            &adjusted(&row),
-            &SamplingParams {
-                temperature,
-                ..SamplingParams::default()
-            },
-        )
-        .unwrap();
+        let plain = process(&adjusted(&row), &SamplingParams { temperature, ..SamplingParams::default() }).unwrap();
         let mut set = gpu_candidates(&row, 64, temperature, rng.next_u64());
         let n = 1 + (rng.next_u64() % 40) as usize;
         let mass: f64 = set.ids[..n].iter().map(|&id| plain.prob(id)).sum();
@@ -553,18 +456,9 @@ fn top_p_set_right_at_a_cumulative_mass_is_never_decided_wrongly() {
         if !(top_p > 0.0 && mass < 0.999) {
             continue;
         }
-        let sign = if rng.next_u64().is_multiple_of(2) {
-            1.0
-        } else {
-            -1.0
-        };
-        set.sum_exp =
-            (f64::from(set.sum_exp) * (1.0 + sign * 0.9 * SUM_EXP_RELATIVE_TOLERANCE)) as f32;
-        let params = SamplingParams {
-            temperature,
-            top_p,
-            ..SamplingParams::default()
-        };
+        let sign = if rng.next_u64().is_multiple_of(2) { 1.0 } else { -1.0 };
+        set.sum_exp = (f64::from(set.sum_exp) * (1.0 + sign * 0.9 * SUM_EXP_RELATIVE_TOLERANCE)) as f32;
+        let params = SamplingParams { temperature, top_p, ..SamplingParams::default() };
         let full = process(&adjusted(&row), &params).unwrap();
         let decided = decide_from_candidates(&set.as_set(), &params).unwrap();
         if gap < 1e-4 {

@@ -21,27 +21,21 @@ fn params_strategy() -> impl Strategy<Value = SamplingParams> {
         prop_oneof![Just(1.0), 0.05f64..1.0],
         any::<u64>(),
     )
-        .prop_map(
-            |(temperature, top_k, top_p, min_p, typical_p, seed)| SamplingParams {
-                temperature,
-                top_k,
-                top_p,
-                min_p,
-                typical_p,
-                seed,
-                ..Default::default()
-            },
-        )
+        .prop_map(|(temperature, top_k, top_p, min_p, typical_p, seed)| SamplingParams {
+            temperature,
+            top_k,
+            top_p,
+            min_p,
+            typical_p,
+            seed,
+            ..Default::default()
+        })
 }
 
 /// Ids in the processed order (adjusted logit descending, ties to the lower id).
 fn processed_order(logits: &[f32]) -> Vec<u32> {
     let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-    ids.sort_by(|&a, &b| {
-        logits[b as usize]
-            .total_cmp(&logits[a as usize])
-            .then(a.cmp(&b))
-    });
+    ids.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
     ids
 }
 

@@ -79,7 +79,8 @@ mod tests {
             "<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n\
              <|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n"
         );
-        let with_system = template.render(&[ChatMessage::new("system", "Be brief."), ChatMessage::user("Hi")], false).unwrap();
+        let with_system =
+            template.render(&[ChatMessage::new("system", "Be brief."), ChatMessage::user("Hi")], false).unwrap();
         assert_eq!(with_system, "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
     }
 

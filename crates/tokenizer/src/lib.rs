@@ -160,7 +160,9 @@ impl Tokenizer {
         let chat_template = match file.get("tokenizer.chat_template") {
             None => None,
             Some(v) => {
-                let source = v.as_str().ok_or_else(|| TokenizerError::Invalid("tokenizer.chat_template is not a string".into()))?;
+                let source = v
+                    .as_str()
+                    .ok_or_else(|| TokenizerError::Invalid("tokenizer.chat_template is not a string".into()))?;
                 let token_text = |id: Option<u32>| id.map(|i| tokens[i as usize].to_string()).unwrap_or_default();
                 Some(ChatTemplate::new(source, token_text(bos_id), token_text(eos_id))?)
             }

@@ -68,7 +68,9 @@ fn engine_error(error: EngineError) -> JsValue {
     let message = error.to_string();
     match error.code() {
         // cubecl marks the device poisoned when wgpu reports it lost; reads then fail with that.
-        "device" if message.to_lowercase().contains("poisoned") || message.contains("lost") => js_error("device-lost", message),
+        "device" if message.to_lowercase().contains("poisoned") || message.contains("lost") => {
+            js_error("device-lost", message)
+        }
         code => js_error(code, message),
     }
 }
@@ -104,14 +106,23 @@ pub fn lose_device_for_testing() {
 /// positions, default the model's). `on_progress(phase, loaded, total)` is called with phase
 /// `"parse"` once, then `"upload"` per tensor, in bytes of the file.
 #[wasm_bindgen(js_name = loadEngine)]
-pub async fn load_engine(bytes: Uint8Array, context_length: Option<u32>, on_progress: Function) -> Result<WasmEngine, JsValue> {
+pub async fn load_engine(
+    bytes: Uint8Array,
+    context_length: Option<u32>,
+    on_progress: Function,
+) -> Result<WasmEngine, JsValue> {
     let device = device().await?;
     let bytes = bytes.to_vec();
     let total = bytes.len() as f64;
     let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
     let options = LoadOptions { context_length: context_length.map(|n| n as usize), path: None };
     let engine = Engine::load_with_progress(&bytes, &device, options, |p: LoadProgress| {
-        let _ = on_progress.call3(&JsValue::NULL, &"upload".into(), &(p.bytes_done as f64).into(), &(p.bytes_total as f64).into());
+        let _ = on_progress.call3(
+            &JsValue::NULL,
+            &"upload".into(),
+            &(p.bytes_done as f64).into(),
+            &(p.bytes_total as f64).into(),
+        );
     })
     .map_err(engine_error)?;
     Ok(WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) })

@@ -68,13 +68,16 @@ pub fn parse_generate_options(
     vocab_size: usize,
     breaker_tokens: impl Fn(&[&str]) -> BTreeSet<u32>,
 ) -> Result<GenerateRequest, OptionError> {
-    let value: Value =
-        serde_json::from_str(json).map_err(|e| OptionError::new("options", format!("options must be an object: {e}")))?;
+    let value: Value = serde_json::from_str(json)
+        .map_err(|e| OptionError::new("options", format!("options must be an object: {e}")))?;
     let Value::Object(options) = value else {
         return Err(OptionError::new("options", "options must be an object"));
     };
     if let Some(unknown) = options.keys().find(|key| !KNOWN_OPTIONS.contains(&key.as_str())) {
-        return Err(OptionError::new(unknown, format!("unknown option {unknown:?} (known: {})", KNOWN_OPTIONS.join(", "))));
+        return Err(OptionError::new(
+            unknown,
+            format!("unknown option {unknown:?} (known: {})", KNOWN_OPTIONS.join(", ")),
+        ));
     }
     let reader = Reader(&options);
 
@@ -120,7 +123,9 @@ fn engine_option_error(error: EngineError) -> OptionError {
         EngineError::BadOption { name, .. } => (name.to_string(), error.to_string()),
         EngineError::Sampler(SamplerError::OutOfRange { name, .. }) => (name.to_string(), error.to_string()),
         EngineError::Sampler(
-            SamplerError::BiasIdOutOfVocabulary { .. } | SamplerError::InvalidBias { .. } | SamplerError::BiasSyntax { .. },
+            SamplerError::BiasIdOutOfVocabulary { .. }
+            | SamplerError::InvalidBias { .. }
+            | SamplerError::BiasSyntax { .. },
         ) => ("logit_bias".to_string(), error.to_string()),
         _ => ("options".to_string(), error.to_string()),
     };
@@ -157,9 +162,9 @@ impl Reader<'_> {
     fn number(&self, name: &str) -> Result<Option<f64>, OptionError> {
         match self.get(name) {
             None => Ok(None),
-            Some(value) => finite_number(value).map(Some).ok_or_else(|| {
-                OptionError::new(name, format!("{name} must be a finite number, got {}", shown(value)))
-            }),
+            Some(value) => finite_number(value)
+                .map(Some)
+                .ok_or_else(|| OptionError::new(name, format!("{name} must be a finite number, got {}", shown(value)))),
         }
     }
 
@@ -171,7 +176,9 @@ impl Reader<'_> {
                 .as_f64()
                 .filter(|n| n.fract() == 0.0 && *n >= 0.0 && *n <= u32::MAX as f64)
                 .map(|n| Some(n as usize))
-                .ok_or_else(|| OptionError::new(name, format!("{name} must be a whole number >= 0, got {}", shown(value)))),
+                .ok_or_else(|| {
+                    OptionError::new(name, format!("{name} must be a whole number >= 0, got {}", shown(value)))
+                }),
         }
     }
 
@@ -203,11 +210,15 @@ impl Reader<'_> {
                 let role = item.get("role").and_then(Value::as_str);
                 let content = item.get("content").and_then(Value::as_str);
                 match (role, content) {
-                    (Some(role @ ("system" | "user" | "assistant")), Some(content)) => Ok(ChatMessage::new(role, content)),
+                    (Some(role @ ("system" | "user" | "assistant")), Some(content)) => {
+                        Ok(ChatMessage::new(role, content))
+                    }
                     (Some(role), Some(_)) => {
                         Err(invalid(format!("messages[{i}].role must be system, user or assistant, got {role:?}")))
                     }
-                    _ => Err(invalid(format!("messages[{i}] must be {{ role, content }} with string values, got {item}"))),
+                    _ => Err(invalid(format!(
+                        "messages[{i}] must be {{ role, content }} with string values, got {item}"
+                    ))),
                 }
             })
             .collect()
@@ -227,7 +238,10 @@ impl Reader<'_> {
                 })
                 .collect::<Result<_, _>>()
                 .map(Some),
-            Some(value) => Err(OptionError::new(name, format!("{name} must be a string or an array of strings, got {}", shown(value)))),
+            Some(value) => Err(OptionError::new(
+                name,
+                format!("{name} must be a string or an array of strings, got {}", shown(value)),
+            )),
         }
     }
 
@@ -270,7 +284,8 @@ impl Reader<'_> {
         entries
             .iter()
             .map(|(key, bias)| {
-                let id: u32 = key.parse().map_err(|_| invalid(format!("logitBias keys must be token ids, got {key:?}")))?;
+                let id: u32 =
+                    key.parse().map_err(|_| invalid(format!("logitBias keys must be token ids, got {key:?}")))?;
                 let bias = match bias {
                     Value::String(s) if s == "-Infinity" => f64::NEG_INFINITY,
                     other => finite_number(other).ok_or_else(|| {
@@ -335,7 +350,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(request.prompt, Prompt::Text("Hi".into()));
-        assert_eq!((request.max_tokens, request.top_logprobs, request.explain_top_n, request.ignore_eos), (7, 256, 30, true));
+        assert_eq!(
+            (request.max_tokens, request.top_logprobs, request.explain_top_n, request.ignore_eos),
+            (7, 256, 30, true)
+        );
         assert!(request.return_logits);
         assert_eq!(request.stop, vec!["\n\n".to_string(), "END".to_string()]);
         let s = &request.sampling;
@@ -347,7 +365,9 @@ mod tests {
 
     #[test]
     fn dry_reaches_the_request_with_the_default_breakers_or_given_ones() {
-        let request = parse(r#"{"prompt":"Hi","dryMultiplier":0.8,"dryBase":2,"dryAllowedLength":3,"dryPenaltyLastN":100}"#).unwrap();
+        let request =
+            parse(r#"{"prompt":"Hi","dryMultiplier":0.8,"dryBase":2,"dryAllowedLength":3,"dryPenaltyLastN":100}"#)
+                .unwrap();
         let dry = &request.sampling.dry;
         assert_eq!((dry.multiplier, dry.base, dry.allowed_length, dry.penalty_last_n), (0.8, 2.0, 3, 100));
         // The default strings are 1 byte each.
@@ -376,16 +396,36 @@ mod tests {
             (r#"{"prompt":"a","topP":1.5}"#, "topP", "topP must be in (0, 1], got 1.5"),
             (r#"{"prompt":"a","temperature":-1}"#, "temperature", "temperature must be finite and >= 0, got -1"),
             (r#"{"prompt":"a","temperature":"NaN"}"#, "temperature", "temperature must be a finite number, got NaN"),
-            (r#"{"prompt":"a","temperature":"hot"}"#, "temperature", "temperature must be a finite number, got \"hot\""),
+            (
+                r#"{"prompt":"a","temperature":"hot"}"#,
+                "temperature",
+                "temperature must be a finite number, got \"hot\"",
+            ),
             (r#"{"prompt":"a","minP":2}"#, "minP", "minP must be in [0, 1], got 2"),
             (r#"{"prompt":"a","typicalP":0}"#, "typicalP", "typicalP must be in (0, 1], got 0"),
-            (r#"{"prompt":"a","repetitionPenalty":0}"#, "repetitionPenalty", "repetitionPenalty must be finite and > 0, got 0"),
+            (
+                r#"{"prompt":"a","repetitionPenalty":0}"#,
+                "repetitionPenalty",
+                "repetitionPenalty must be finite and > 0, got 0",
+            ),
             (r#"{"prompt":"a","topK":2.5}"#, "topK", "topK must be a whole number >= 0, got 2.5"),
             (r#"{"prompt":"a","maxTokens":0}"#, "maxTokens", "invalid option maxTokens: must be >= 1, got 0"),
-            (r#"{"prompt":"a","topLogprobs":257}"#, "topLogprobs", "invalid option topLogprobs: must be 0..=256, got 257"),
+            (
+                r#"{"prompt":"a","topLogprobs":257}"#,
+                "topLogprobs",
+                "invalid option topLogprobs: must be 0..=256, got 257",
+            ),
             (r#"{"prompt":"a","seed":-1}"#, "seed", "seed must be a whole number in 0..=2^53-1, got -1"),
-            (r#"{"prompt":"a","logitBias":{"49152":1}}"#, "logitBias", "logitBias token id 49152 is outside the vocabulary (ids 0..49152)"),
-            (r#"{"prompt":"a","logitBias":{"7":"Infinity"}}"#, "logitBias", "logitBias[7] must be a finite number or -Infinity, got Infinity"),
+            (
+                r#"{"prompt":"a","logitBias":{"49152":1}}"#,
+                "logitBias",
+                "logitBias token id 49152 is outside the vocabulary (ids 0..49152)",
+            ),
+            (
+                r#"{"prompt":"a","logitBias":{"7":"Infinity"}}"#,
+                "logitBias",
+                "logitBias[7] must be a finite number or -Infinity, got Infinity",
+            ),
             (r#"{"prompt":"a","logitBias":{"x":1}}"#, "logitBias", "logitBias keys must be token ids, got \"x\""),
             (r#"{"prompt":"a","stop":[""]}"#, "stop", "invalid option stop: must be non-empty strings, got \"\""),
             (r#"{"prompt":"a","stop":3}"#, "stop", "stop must be a string or an array of strings, got 3"),
@@ -394,7 +434,11 @@ mod tests {
             (r#"{"prompt":"a","temprature":1}"#, "temprature", "unknown option \"temprature\""),
             (r#"{}"#, "prompt", "give a prompt (text) or messages (a chat)"),
             (r#"{"prompt":"a","messages":[]}"#, "prompt", "give either prompt or messages, not both"),
-            (r#"{"messages":[{"role":"robot","content":"x"}]}"#, "messages", "messages[0].role must be system, user or assistant, got \"robot\""),
+            (
+                r#"{"messages":[{"role":"robot","content":"x"}]}"#,
+                "messages",
+                "messages[0].role must be system, user or assistant, got \"robot\"",
+            ),
             (r#"{"messages":[]}"#, "messages", "invalid option messages: must be at least one message, got []"),
             (r#"[1]"#, "options", "options must be an object"),
         ];

@@ -5,7 +5,9 @@ mod step;
 
 use nucleus_sampler::{FinishReason, Sampler, StopTracker};
 
-use crate::{Engine, EngineError, GenerateRequest, GenerationResult, Step, StepExplanation, Stopwatch, Timing, Transfer, Usage};
+use crate::{
+    Engine, EngineError, GenerateRequest, GenerationResult, Step, StepExplanation, Stopwatch, Timing, Transfer, Usage,
+};
 use step::Choice;
 
 /// The state of a generation, owned by its caller; stepped by [`Engine::step`].
@@ -121,7 +123,8 @@ impl GenerationState {
     /// Whether the engine's cache still holds exactly this generation's tokens (the prompt and
     /// every generated token but the pending one): no other generation ran since the last step.
     fn owns_cache(&self, engine: &Engine) -> bool {
-        let (prompt, generated) = engine.cached_tokens.split_at(self.prompt_tokens.len().min(engine.cached_tokens.len()));
+        let (prompt, generated) =
+            engine.cached_tokens.split_at(self.prompt_tokens.len().min(engine.cached_tokens.len()));
         prompt == self.prompt_tokens && generated == &self.generated[..self.generated.len().saturating_sub(1)]
     }
 

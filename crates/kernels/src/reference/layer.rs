@@ -95,7 +95,15 @@ pub fn attn_qkv(
 /// `attention.wgsl` + `attention_combine.wgsl`: causal grouped-query attention of `q`
 /// (`[rows, heads·head_dim]`, row `s` at position `pos + s`) over `keys` and `values`
 /// (`[positions, kv_heads·head_dim]`, at least `pos + rows` positions); `[rows, heads·head_dim]`.
-pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, heads: usize, kv_heads: usize, head_dim: usize) -> Vec<f64> {
+pub fn attention(
+    q: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    pos: usize,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+) -> Vec<f64> {
     let rows = q.len() / (heads * head_dim);
     let kv_width = kv_heads * head_dim;
     let scale = 1.0 / (head_dim as f64).sqrt();

@@ -21,10 +21,7 @@ pub struct ReferenceStats {
 }
 
 /// Applies `adjustments` in place, exactly as `logit_adjust.wgsl` does. Validates them first.
-pub fn adjust_logits(
-    logits: &mut [f32],
-    adjustments: &LogitAdjustments,
-) -> Result<(), KernelError> {
+pub fn adjust_logits(logits: &mut [f32], adjustments: &LogitAdjustments) -> Result<(), KernelError> {
     adjustments.validate(logits.len())?;
     let mask = adjustments.allow_mask();
     let allowed = |id: usize| mask.is_none_or(|words| (words[id / 32] >> (id % 32)) & 1 == 1);
@@ -36,16 +33,8 @@ pub fn adjust_logits(
         // Rust's f32 operations are IEEE: -inf + finite = -inf, +inf + -inf = NaN, and a scale
         // is finite and > 0, so infinities keep their sign.
         let biased = logits[id] + entry.bias;
-        let scale = if biased > 0.0 {
-            entry.scale_positive
-        } else {
-            entry.scale_non_positive
-        };
-        let scaled = if biased.is_finite() {
-            biased * scale
-        } else {
-            biased
-        };
+        let scale = if biased > 0.0 { entry.scale_positive } else { entry.scale_non_positive };
+        let scaled = if biased.is_finite() { biased * scale } else { biased };
         logits[id] = scaled + entry.offset;
     }
     if mask.is_some() {
@@ -95,18 +84,11 @@ pub fn softmax_stats(logits: &[f32], temperature: f32) -> Result<ReferenceStats,
         .filter(|x| **x != f32::NEG_INFINITY)
         .map(|&x| f64::from(scaled_argument(x, max, inverse_temperature)).exp())
         .sum();
-    Ok(ReferenceStats {
-        max,
-        sum_exp,
-        log_sum_exp: sum_exp.ln(),
-    })
+    Ok(ReferenceStats { max, sum_exp, log_sum_exp: sum_exp.ln() })
 }
 
 /// The probabilities `exp((x - max) / T) / sum_exp`, in f64, with the statistics.
-pub fn softmax(
-    logits: &[f32],
-    temperature: f32,
-) -> Result<(ReferenceStats, Vec<f64>), KernelError> {
+pub fn softmax(logits: &[f32], temperature: f32) -> Result<(ReferenceStats, Vec<f64>), KernelError> {
     let stats = softmax_stats(logits, temperature)?;
     let inverse_temperature = crate::inverse_temperature(temperature)?;
     let probabilities = logits
@@ -125,11 +107,7 @@ pub fn softmax(
 /// The sort key of `topk.wgsl`: a u32 ordered like the float, with `-0.0` mapped to `+0.0`.
 pub fn order_key(value: f32) -> u32 {
     let bits = if value == 0.0 { 0 } else { value.to_bits() };
-    if bits & 0x8000_0000 != 0 {
-        !bits
-    } else {
-        bits | 0x8000_0000
-    }
+    if bits & 0x8000_0000 != 0 { !bits } else { bits | 0x8000_0000 }
 }
 
 /// The `min(k, len)` largest logits with their ids, descending, ties to the lower id; NaN is an
@@ -150,11 +128,7 @@ pub fn top_k(logits: &[f32], k: usize) -> Result<TopK, KernelError> {
         .iter()
         .map(|&id| logits[id as usize] + 0.0) // -0.0 + 0.0 = +0.0
         .collect();
-    Ok(TopK {
-        ids: order,
-        logits: values,
-        bytes_read: 0,
-    })
+    Ok(TopK { ids: order, logits: values, bytes_read: 0 })
 }
 
 /// The decode tail on the CPU: adjust a copy of `logits`, check it, take the softmax statistics
@@ -195,4 +169,4 @@ pub fn linear(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: Wei
 }
 
 mod layer;
-pub use layer::{attention, attn_qkv, embed, ffn_gate_up, lm_head, matvec, rope_angles, QkvRows};
+pub use layer::{QkvRows, attention, attn_qkv, embed, ffn_gate_up, lm_head, matvec, rope_angles};

@@ -25,10 +25,7 @@ impl LogitAdjustments {
 
     /// Adjustments without a mask.
     pub fn from_entries(entries: Vec<LogitAdjustment>) -> Self {
-        Self {
-            entries,
-            allow_mask: None,
-        }
+        Self { entries, allow_mask: None }
     }
 
     /// Adds one token's adjustment (each id at most once; checked by [`Self::validate`]).
@@ -45,10 +42,7 @@ impl LogitAdjustments {
 
     /// Builds the allow-mask words for `vocab` tokens from the allowed ids (ids `>= vocab` are
     /// an error naming the id).
-    pub fn allow_mask_from_ids(
-        vocab: usize,
-        allowed: impl IntoIterator<Item = u32>,
-    ) -> Result<Vec<u32>, KernelError> {
+    pub fn allow_mask_from_ids(vocab: usize, allowed: impl IntoIterator<Item = u32>) -> Result<Vec<u32>, KernelError> {
         let mut words = vec![0u32; vocab.div_ceil(32)];
         for id in allowed {
             if id as usize >= vocab {
@@ -99,21 +93,14 @@ impl LogitAdjustments {
             }
             for (field, value) in [("bias", entry.bias), ("offset", entry.offset)] {
                 if value.is_nan() || value == f32::INFINITY {
-                    return Err(KernelError::invalid(
-                        name(field),
-                        format!("must be finite or -inf, got {value}"),
-                    ));
+                    return Err(KernelError::invalid(name(field), format!("must be finite or -inf, got {value}")));
                 }
             }
-            for (field, value) in [
-                ("scale_positive", entry.scale_positive),
-                ("scale_non_positive", entry.scale_non_positive),
-            ] {
+            for (field, value) in
+                [("scale_positive", entry.scale_positive), ("scale_non_positive", entry.scale_non_positive)]
+            {
                 if !(value.is_finite() && value > 0.0) {
-                    return Err(KernelError::invalid(
-                        name(field),
-                        format!("must be finite and > 0, got {value}"),
-                    ));
+                    return Err(KernelError::invalid(name(field), format!("must be finite and > 0, got {value}")));
                 }
             }
         }
@@ -122,11 +109,7 @@ impl LogitAdjustments {
         {
             return Err(KernelError::invalid(
                 "allow_mask",
-                format!(
-                    "needs ceil({vocab} / 32) = {} words, got {}",
-                    vocab.div_ceil(32),
-                    mask.len()
-                ),
+                format!("needs ceil({vocab} / 32) = {} words, got {}", vocab.div_ceil(32), mask.len()),
             ));
         }
         Ok(())

@@ -13,8 +13,12 @@ use burn::cubecl::server::Handle;
 use burn::tensor::Shape;
 
 use super::adjust::AdjustPlan;
-use super::layout::{CHUNK_LEN, HEADER_WORDS, MAX_ADJUST_WORKGROUPS, MAX_PROBABILITY_WORKGROUPS, WORKGROUP_SIZE, packed_words};
-use crate::burn_launch::{binding, constant_buffer, empty_like, launch, readable, upload, wgsl_kernel, writable, zeroed_output};
+use super::layout::{
+    CHUNK_LEN, HEADER_WORDS, MAX_ADJUST_WORKGROUPS, MAX_PROBABILITY_WORKGROUPS, WORKGROUP_SIZE, packed_words,
+};
+use crate::burn_launch::{
+    binding, constant_buffer, empty_like, launch, readable, upload, wgsl_kernel, writable, zeroed_output,
+};
 
 /// The decode-tail kernels as backend operations. Inputs are `[1, vocab]` (or `[vocab]`) f32
 /// rows already validated by the public functions; `inverse_temperature` is `1/T` in f32.
@@ -33,10 +37,7 @@ pub trait DecodeTailOps: Backend {
         TensorSpec::new(Shape::new([HEADER_WORDS]), logits.dtype),
         logits.clone(),
     ))]
-    fn softmax(
-        logits: FloatTensor<Self>,
-        inverse_temperature: f32,
-    ) -> (FloatTensor<Self>, FloatTensor<Self>);
+    fn softmax(logits: FloatTensor<Self>, inverse_temperature: f32) -> (FloatTensor<Self>, FloatTensor<Self>);
 
     /// The packed top-k result, `4 + 2k` words (`softmax_stats.wgsl` pass 0 for the block
     /// records, then `topk.wgsl`).
@@ -98,12 +99,7 @@ impl DecodeTailOps for CubeBackend {
         packed
     }
 
-    fn decode_tail(
-        logits: CubeTensor,
-        plan: AdjustPlan,
-        inverse_temperature: f32,
-        k: usize,
-    ) -> CubeTensor {
+    fn decode_tail(logits: CubeTensor, plan: AdjustPlan, inverse_temperature: f32, k: usize) -> CubeTensor {
         let logits = if plan.is_empty() {
             readable(logits)
         } else {
@@ -139,17 +135,11 @@ fn launch_logit_adjust(logits: &CubeTensor, plan: &AdjustPlan) {
     let vocab = vocab_of(logits);
     let has_mask = plan.allow_mask.is_some();
     let params = upload(logits, &[vocab, plan.entry_count, has_mask as u32, 0]);
-    let entries = if plan.entry_words.is_empty() {
-        upload(logits, &[0; 5])
-    } else {
-        upload(logits, &plan.entry_words)
-    };
+    let entries = if plan.entry_words.is_empty() { upload(logits, &[0; 5]) } else { upload(logits, &plan.entry_words) };
     let mask = upload(logits, plan.allow_mask.as_deref().unwrap_or(&[0]));
     let mask_words = if has_mask { vocab.div_ceil(32) } else { 0 };
     let invocations = plan.entry_count.max(mask_words);
-    let workgroups = invocations
-        .div_ceil(WORKGROUP_SIZE)
-        .clamp(1, MAX_ADJUST_WORKGROUPS);
+    let workgroups = invocations.div_ceil(WORKGROUP_SIZE).clamp(1, MAX_ADJUST_WORKGROUPS);
     launch(
         logits,
         LogitAdjustKernel,
@@ -173,19 +163,7 @@ struct BlockSummaries {
 /// `softmax_stats.wgsl` parameters (binding 1).
 fn softmax_params(logits: &CubeTensor, inverse_temperature: f32, block_count: u32) -> Handle {
     let vocab = vocab_of(logits);
-    constant_buffer(
-        logits,
-        &[
-            0,
-            vocab,
-            inverse_temperature.to_bits(),
-            block_count,
-            0,
-            0,
-            0,
-            0,
-        ],
-    )
+    constant_buffer(logits, &[0, vocab, inverse_temperature.to_bits(), block_count, 0, 0, 0, 0])
 }
 
 /// Runs `softmax_stats.wgsl` pass `pass` (dispatch z = pass + 1) with its five bindings.
@@ -223,16 +201,8 @@ fn launch_softmax_pass(
 }
 
 /// `softmax_stats.wgsl` pass 0: one 4-word record per block of 16 ids.
-fn launch_block_summaries(
-    logits: &CubeTensor,
-    params: &Handle,
-    stats: &Handle,
-    block_count: u32,
-) -> BlockSummaries {
-    let blocks = BlockSummaries {
-        handle: logits.client.empty(block_count as usize * 16),
-        block_count,
-    };
+fn launch_block_summaries(logits: &CubeTensor, params: &Handle, stats: &Handle, block_count: u32) -> BlockSummaries {
+    let blocks = BlockSummaries { handle: logits.client.empty(block_count as usize * 16), block_count };
     let chunks = block_count / WORKGROUP_SIZE;
     launch_softmax_pass(logits, params, &blocks, stats, None, 0, chunks);
     blocks
@@ -251,18 +221,8 @@ fn launch_softmax_stats(
     let blocks = launch_block_summaries(logits, &params, &stats.handle, block_count);
     launch_softmax_pass(logits, &params, &blocks, &stats.handle, None, 1, 1);
     if let Some(probabilities) = probabilities {
-        let workgroups = vocab_of(logits)
-            .div_ceil(WORKGROUP_SIZE)
-            .clamp(1, MAX_PROBABILITY_WORKGROUPS);
-        launch_softmax_pass(
-            logits,
-            &params,
-            &blocks,
-            &stats.handle,
-            Some(probabilities),
-            2,
-            workgroups,
-        );
+        let workgroups = vocab_of(logits).div_ceil(WORKGROUP_SIZE).clamp(1, MAX_PROBABILITY_WORKGROUPS);
+        launch_softmax_pass(logits, &params, &blocks, &stats.handle, Some(probabilities), 2, workgroups);
     }
     blocks
 }
@@ -274,19 +234,7 @@ fn block_count(logits: &CubeTensor) -> u32 {
 
 /// `topk.wgsl` over the row and its block records, into words 0 and 3.. of `packed`.
 fn launch_top_k(logits: &CubeTensor, blocks: &BlockSummaries, k: usize, packed: &CubeTensor) {
-    let params = constant_buffer(
-        logits,
-        &[
-            vocab_of(logits),
-            k as u32,
-            blocks.block_count,
-            0,
-            0,
-            0,
-            0,
-            0,
-        ],
-    );
+    let params = constant_buffer(logits, &[vocab_of(logits), k as u32, blocks.block_count, 0, 0, 0, 0, 0]);
     launch(
         logits,
         TopKKernel,

@@ -12,9 +12,9 @@ use burn::backend::wgpu::wgpu;
 use super::adjust::{AdjustPlan, LogitAdjustments};
 use super::layout::{self, CHUNK_LEN, HEADER_WORDS, MAX_ADJUST_WORKGROUPS, MAX_K, WORKGROUP_SIZE, packed_words};
 use super::{RawRow, TailOutput, inverse_temperature, validate_k};
+use crate::KernelError;
 use crate::gpu::{BufferView, Gpu, GpuBuffer};
 use crate::kernel::{Kernel, KernelSpec, Recorder, Slot};
-use crate::KernelError;
 
 static LOGIT_ADJUST: KernelSpec = KernelSpec {
     name: "logit_adjust",
@@ -233,7 +233,14 @@ impl TailKernels {
         &self.logits
     }
 
-    fn record_stats(&mut self, recorder: &mut Recorder, which: Target, source: Source, inverse_temperature: f32, k: usize) {
+    fn record_stats(
+        &mut self,
+        recorder: &mut Recorder,
+        which: Target,
+        source: Source,
+        inverse_temperature: f32,
+        k: usize,
+    ) {
         let target = match which {
             Target::Tail => &mut self.tail,
             Target::Raw => &mut self.raw,
@@ -268,7 +275,11 @@ impl TailKernels {
                     .expect("the adjust bindings were valid at creation and only the entries grew");
             }
             let has_mask = plan.allow_mask.is_some();
-            self.gpu.write(self.adjust_params.buffer(), 0, bytemuck::cast_slice(&[self.vocab, plan.entry_count, has_mask as u32, 0]));
+            self.gpu.write(
+                self.adjust_params.buffer(),
+                0,
+                bytemuck::cast_slice(&[self.vocab, plan.entry_count, has_mask as u32, 0]),
+            );
             if !plan.entry_words.is_empty() {
                 self.gpu.write(self.entries.buffer(), 0, bytemuck::cast_slice(&plan.entry_words));
             }

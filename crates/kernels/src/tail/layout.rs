@@ -44,10 +44,7 @@ pub(crate) struct Packed {
 
 /// The little-endian u32 words of a read-back buffer.
 pub(crate) fn words_of(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks_exact(4)
-        .map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
 }
 
 /// Turns flags into the error they stand for (NaN first, then `+inf`, then no finite logit).
@@ -59,9 +56,7 @@ pub(crate) fn check_flags(flags: u32) -> Result<(), KernelError> {
     } else if flags & FLAG_NO_FINITE != 0 {
         Err(KernelError::NoFiniteLogits)
     } else if flags != 0 {
-        Err(KernelError::MalformedResult(format!(
-            "unknown flags {flags:#x}"
-        )))
+        Err(KernelError::MalformedResult(format!("unknown flags {flags:#x}")))
     } else {
         Ok(())
     }
@@ -70,40 +65,22 @@ pub(crate) fn check_flags(flags: u32) -> Result<(), KernelError> {
 /// Decodes a packed result of `4 + 2k` words (`with_top_k`: words 3.. were written by the top-k
 /// merge pass).
 pub(crate) fn unpack(words: &[u32], k: usize, with_top_k: bool) -> Result<Packed, KernelError> {
-    let expected = if with_top_k {
-        packed_words(k)
-    } else {
-        HEADER_WORDS
-    };
+    let expected = if with_top_k { packed_words(k) } else { HEADER_WORDS };
     if words.len() != expected {
-        return Err(KernelError::MalformedResult(format!(
-            "expected {expected} words, read {}",
-            words.len()
-        )));
+        return Err(KernelError::MalformedResult(format!("expected {expected} words, read {}", words.len())));
     }
     let flags = words[0];
     check_flags(flags)?;
     let (ids, logits) = if with_top_k {
         let count = words[3] as usize;
         if count == 0 || count > k {
-            return Err(KernelError::MalformedResult(format!(
-                "top-k count {count} for k = {k}"
-            )));
+            return Err(KernelError::MalformedResult(format!("top-k count {count} for k = {k}")));
         }
         let ids = words[HEADER_WORDS..HEADER_WORDS + count].to_vec();
-        let logits = words[HEADER_WORDS + k..HEADER_WORDS + k + count]
-            .iter()
-            .map(|&w| f32::from_bits(w))
-            .collect();
+        let logits = words[HEADER_WORDS + k..HEADER_WORDS + k + count].iter().map(|&w| f32::from_bits(w)).collect();
         (ids, logits)
     } else {
         (Vec::new(), Vec::new())
     };
-    Ok(Packed {
-        flags,
-        max: f32::from_bits(words[1]),
-        sum_exp: f32::from_bits(words[2]),
-        ids,
-        logits,
-    })
+    Ok(Packed { flags, max: f32::from_bits(words[1]), sum_exp: f32::from_bits(words[2]), ids, logits })
 }

@@ -20,8 +20,8 @@ use self::burn_ops::DecodeTailOps;
 use crate::{KernelError, reference};
 
 pub use self::layout::{
-    BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB, WORKGROUP_SIZE,
-    packed_words,
+    BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB,
+    WORKGROUP_SIZE, packed_words,
 };
 
 /// Softmax statistics of one row (see the crate docs).
@@ -41,13 +41,7 @@ pub struct SoftmaxStats {
 
 impl SoftmaxStats {
     pub(crate) fn new(max: f32, sum_exp: f32, temperature: f32, bytes_read: usize) -> Self {
-        Self {
-            max,
-            sum_exp,
-            log_sum_exp: f64::from(sum_exp).ln() as f32,
-            temperature,
-            bytes_read,
-        }
+        Self { max, sum_exp, log_sum_exp: f64::from(sum_exp).ln() as f32, temperature, bytes_read }
     }
 
     /// `log p(logit) = (logit − m)·(1/T) − ln S`, the argument rounded to f32 as on the device.
@@ -56,11 +50,7 @@ impl SoftmaxStats {
             return f64::NEG_INFINITY;
         }
         let inverse_temperature = 1.0 / self.temperature;
-        f64::from(reference::scaled_argument(
-            logit,
-            self.max,
-            inverse_temperature,
-        )) - f64::from(self.sum_exp).ln()
+        f64::from(reference::scaled_argument(logit, self.max, inverse_temperature)) - f64::from(self.sum_exp).ln()
     }
 
     /// The full-vocabulary probability of a logit of this row.
@@ -139,17 +129,11 @@ impl TailOutput {
 /// `1/T` in f32 for a finite `T > 0` whose reciprocal is finite.
 pub fn inverse_temperature(temperature: f32) -> Result<f32, KernelError> {
     if !(temperature.is_finite() && temperature > 0.0) {
-        return Err(KernelError::invalid(
-            "temperature",
-            format!("must be finite and > 0, got {temperature}"),
-        ));
+        return Err(KernelError::invalid("temperature", format!("must be finite and > 0, got {temperature}")));
     }
     let inverse = 1.0 / temperature;
     if !inverse.is_finite() {
-        return Err(KernelError::invalid(
-            "temperature",
-            format!("{temperature} is too small: 1/T overflows f32"),
-        ));
+        return Err(KernelError::invalid("temperature", format!("{temperature} is too small: 1/T overflows f32")));
     }
     Ok(inverse)
 }
@@ -159,10 +143,7 @@ pub fn validate_k(k: usize) -> Result<(), KernelError> {
     if (1..=MAX_K).contains(&k) {
         Ok(())
     } else {
-        Err(KernelError::invalid(
-            "k",
-            format!("must be in 1..={MAX_K}, got {k}"),
-        ))
+        Err(KernelError::invalid("k", format!("must be in 1..={MAX_K}, got {k}")))
     }
 }
 
@@ -170,76 +151,47 @@ pub fn validate_k(k: usize) -> Result<(), KernelError> {
 fn validate_row(logits: &Tensor<2>) -> Result<usize, KernelError> {
     let [rows, vocab] = logits.dims();
     if rows != 1 {
-        return Err(KernelError::invalid(
-            "logits",
-            format!("must have shape [1, vocab], got [{rows}, {vocab}]"),
-        ));
+        return Err(KernelError::invalid("logits", format!("must have shape [1, vocab], got [{rows}, {vocab}]")));
     }
     if vocab == 0 || vocab > MAX_VOCAB {
-        return Err(KernelError::invalid(
-            "logits",
-            format!("vocabulary size must be in 1..={MAX_VOCAB}, got {vocab}"),
-        ));
+        return Err(KernelError::invalid("logits", format!("vocabulary size must be in 1..={MAX_VOCAB}, got {vocab}")));
     }
     if logits.dtype() != DType::F32 {
-        return Err(KernelError::UnsupportedInput(format!(
-            "the kernels read f32 logits, got {:?}",
-            logits.dtype()
-        )));
+        return Err(KernelError::UnsupportedInput(format!("the kernels read f32 logits, got {:?}", logits.dtype())));
     }
     match logits.device().as_dispatch() {
         DispatchDevice::Cube(burn::cubecl::Device::Wgpu(_)) => Ok(vocab),
-        other => Err(KernelError::UnsupportedInput(format!(
-            "the WGSL kernels run on wgpu devices only, got {other:?}"
-        ))),
+        other => {
+            Err(KernelError::UnsupportedInput(format!("the WGSL kernels run on wgpu devices only, got {other:?}")))
+        }
     }
 }
 
 async fn read_words<const D: usize>(tensor: Tensor<D>) -> Result<(Vec<u32>, usize), KernelError> {
-    let data: TensorData = tensor
-        .into_data_async()
-        .await
-        .map_err(|e| KernelError::Device(format!("{e:?}")))?;
+    let data: TensorData = tensor.into_data_async().await.map_err(|e| KernelError::Device(format!("{e:?}")))?;
     let bytes = data.as_bytes();
     Ok((layout::words_of(bytes), bytes.len()))
 }
 
 /// Applies `adjustments` to the row on the device (in place when its buffer is not shared);
 /// nothing is read back. Validates the adjustments against the vocabulary first.
-pub fn adjust_logits(
-    logits: Tensor<2>,
-    adjustments: &LogitAdjustments,
-) -> Result<Tensor<2>, KernelError> {
+pub fn adjust_logits(logits: Tensor<2>, adjustments: &LogitAdjustments) -> Result<Tensor<2>, KernelError> {
     let vocab = validate_row(&logits)?;
     let plan = adjustments.plan(vocab)?;
     if plan.is_empty() {
         return Ok(logits);
     }
-    Ok(Tensor::from_dispatch(Dispatch::logit_adjust(
-        logits.into_dispatch(),
-        plan,
-    )))
+    Ok(Tensor::from_dispatch(Dispatch::logit_adjust(logits.into_dispatch(), plan)))
 }
 
 /// Softmax statistics of the row at temperature `T`; reads back 16 bytes.
-pub async fn softmax_stats(
-    logits: Tensor<2>,
-    temperature: f32,
-) -> Result<SoftmaxStats, KernelError> {
+pub async fn softmax_stats(logits: Tensor<2>, temperature: f32) -> Result<SoftmaxStats, KernelError> {
     validate_row(&logits)?;
     let inverse_temperature = inverse_temperature(temperature)?;
-    let stats: Tensor<1> = Tensor::from_dispatch(Dispatch::softmax_stats(
-        logits.into_dispatch(),
-        inverse_temperature,
-    ));
+    let stats: Tensor<1> = Tensor::from_dispatch(Dispatch::softmax_stats(logits.into_dispatch(), inverse_temperature));
     let (words, bytes_read) = read_words(stats).await?;
     let packed = layout::unpack(&words, 0, false)?;
-    Ok(SoftmaxStats::new(
-        packed.max,
-        packed.sum_exp,
-        temperature,
-        bytes_read,
-    ))
+    Ok(SoftmaxStats::new(packed.max, packed.sum_exp, temperature, bytes_read))
 }
 
 /// The probabilities of the row at temperature `T` and their statistics; reads back the whole
@@ -254,12 +206,7 @@ pub async fn softmax(logits: Tensor<2>, temperature: f32) -> Result<SoftmaxOutpu
     let packed = layout::unpack(&words, 0, false)?;
     let (probability_words, probability_bytes) = read_words(probabilities).await?;
     Ok(SoftmaxOutput {
-        stats: SoftmaxStats::new(
-            packed.max,
-            packed.sum_exp,
-            temperature,
-            stats_bytes + probability_bytes,
-        ),
+        stats: SoftmaxStats::new(packed.max, packed.sum_exp, temperature, stats_bytes + probability_bytes),
         probabilities: probability_words.into_iter().map(f32::from_bits).collect(),
     })
 }
@@ -271,11 +218,7 @@ pub async fn top_k(logits: Tensor<2>, k: usize) -> Result<TopK, KernelError> {
     let packed: Tensor<1> = Tensor::from_dispatch(Dispatch::top_k(logits.into_dispatch(), k));
     let (words, bytes_read) = read_words(packed).await?;
     let packed = layout::unpack(&words, k, true)?;
-    Ok(TopK {
-        ids: packed.ids,
-        logits: packed.logits,
-        bytes_read,
-    })
+    Ok(TopK { ids: packed.ids, logits: packed.logits, bytes_read })
 }
 
 /// A decode tail recorded on the device, not read yet ([`decode_tail_enqueue`]).
@@ -309,17 +252,8 @@ pub fn decode_tail_enqueue(
     let vocab = validate_row(&logits)?;
     let inverse_temperature = inverse_temperature(temperature)?;
     let plan = adjustments.plan(vocab)?;
-    let packed = Tensor::from_dispatch(Dispatch::decode_tail(
-        logits.into_dispatch(),
-        plan,
-        inverse_temperature,
-        k,
-    ));
-    Ok(PendingTail {
-        packed,
-        k,
-        temperature,
-    })
+    let packed = Tensor::from_dispatch(Dispatch::decode_tail(logits.into_dispatch(), plan, inverse_temperature, k));
+    Ok(PendingTail { packed, k, temperature })
 }
 
 /// What [`decode_tail_with_raw`] reports about the row *before* the adjustments: the model's
@@ -357,12 +291,9 @@ pub async fn decode_tail_with_raw(
     if let Some(raw_top) = raw_top {
         transaction = transaction.register(raw_top);
     }
-    let mut data = transaction
-        .execute_async()
-        .await
-        .map_err(|e| KernelError::Device(format!("{e:?}")))?
-        .into_iter();
-    let mut next = || data.next().ok_or_else(|| KernelError::MalformedResult("a read is missing from the transaction".into()));
+    let mut data = transaction.execute_async().await.map_err(|e| KernelError::Device(format!("{e:?}")))?.into_iter();
+    let mut next =
+        || data.next().ok_or_else(|| KernelError::MalformedResult("a read is missing from the transaction".into()));
     let tail = tail_output(&layout::words_of(next()?.as_bytes()), pending.k, temperature)?;
     let mut raw_words = layout::words_of(next()?.as_bytes());
     if raw_top_k > 0 {
@@ -411,7 +342,5 @@ pub async fn decode_tail(
     temperature: f32,
     k: usize,
 ) -> Result<TailOutput, KernelError> {
-    decode_tail_enqueue(logits, adjustments, temperature, k)?
-        .read()
-        .await
+    decode_tail_enqueue(logits, adjustments, temperature, k)?.read().await
 }

@@ -10,19 +10,14 @@ pub fn device() -> Device {
     static DEVICE: OnceLock<Device> = OnceLock::new();
     DEVICE
         .get_or_init(|| {
-            Device::wgpu_options()
-                .init()
-                .expect("initialise wgpu (is a Vulkan driver such as lavapipe installed?)")
+            Device::wgpu_options().init().expect("initialise wgpu (is a Vulkan driver such as lavapipe installed?)")
         })
         .clone()
 }
 
 /// A `[1, V]` row on the device.
 pub fn row(values: &[f32]) -> Tensor<2> {
-    Tensor::from_data(
-        TensorData::new(values.to_vec(), [1, values.len()]),
-        &device(),
-    )
+    Tensor::from_data(TensorData::new(values.to_vec(), [1, values.len()]), &device())
 }
 
 /// SplitMix64: small, seeded, the same everywhere.
@@ -72,19 +67,12 @@ pub fn close(a: f64, b: f64, rel: f64, abs: f64) -> bool {
 
 /// Reads a `[1, V]` row back (tests only: the decode path never reads the row).
 pub fn read_row(tensor: Tensor<2>) -> Vec<f32> {
-    block_on(tensor.into_data_async())
-        .expect("read the row")
-        .as_slice::<f32>()
-        .expect("f32 row")
-        .to_vec()
+    block_on(tensor.into_data_async()).expect("read the row").as_slice::<f32>().expect("f32 row").to_vec()
 }
 
 /// Bit patterns, with every NaN mapped to one pattern (payloads are not part of the contract).
 pub fn bits(values: &[f32]) -> Vec<u32> {
-    values
-        .iter()
-        .map(|v| if v.is_nan() { 0x7fc0_0000 } else { v.to_bits() })
-        .collect()
+    values.iter().map(|v| if v.is_nan() { 0x7fc0_0000 } else { v.to_bits() }).collect()
 }
 
 /// The sampler's stage 1–2 adjustments (what the engine sends the decode tail) for `bias` and
