@@ -140,7 +140,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
     if let Some(usage) = device.burn().memory_pool_usage() {
-        println!("Burn's device memory reserved (MiB, all paths) {:>8.1}", mib(usage.bytes_reserved as u64));
+        println!("Burn's device memory reserved (MiB, all paths) {:>8.1}", mib(usage.bytes_reserved));
     }
     Ok(())
 }
@@ -161,7 +161,8 @@ fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) 
         values.sort_by(f64::total_cmp);
         (values[values.len() / 2], values[0], values[values.len() - 1])
     };
-    let rows: [(&str, &dyn Fn(&Run) -> f64); 5] = [
+    type Row<'a> = (&'a str, &'a dyn Fn(&Run) -> f64);
+    let rows: [Row; 5] = [
         ("time to first token (ms)", &|r| r.ttft_ms),
         ("prefill (tok/s)", &|r| r.prefill_tokens_per_s),
         ("decode (tok/s)", &|r| r.decode_tokens_per_s),

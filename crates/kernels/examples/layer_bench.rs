@@ -185,11 +185,13 @@ fn main() {
                 &gpu,
                 WeightFormat::Q8_0,
                 LmHeadParams { dim: DIM as u32, vocab: VOCAB as u32, eps: 1e-5, ..Default::default() },
-                &step_view,
-                &x.view(),
-                &norm.view(),
-                &embedding.view(),
-                &logits.view(),
+                layer::LmHeadBuffers {
+                    step: &step_view,
+                    x: &x.view(),
+                    norm: &norm.view(),
+                    w: &embedding.view(),
+                    logits: &logits.view(),
+                },
             )
             .unwrap(),
         ),
@@ -221,7 +223,9 @@ fn main() {
     let prefill_step = gpu.buffer("prefill step", 256 + 4 * PREFILL_ROWS as u64, U::UNIFORM | U::STORAGE | U::COPY_DST);
     gpu.write(prefill_step.buffer(), 0, prefill.params().bytes());
     let prefill_step_view = prefill_step.range(0, 32);
-    let fused: Vec<(&str, Vec<Bound>, Vec<(&GpuBuffer, usize, usize)>)> = vec![
+    // (label, kernels, weights read: (buffer, offset, bytes))
+    type Case<'a> = (&'a str, Vec<Bound>, Vec<(&'a GpuBuffer, usize, usize)>);
+    let fused: Vec<Case> = vec![
         (
             "576 -> 576 (output projection)",
             vec![

@@ -206,9 +206,9 @@ impl Kernel {
         for (slot, view) in spec.slots.iter().zip(buffers) {
             let (max, alignment) = match slot {
                 Slot::Uniform(..) => {
-                    (u64::from(limits.max_uniform_buffer_binding_size), limits.min_uniform_buffer_offset_alignment)
+                    (limits.max_uniform_buffer_binding_size, limits.min_uniform_buffer_offset_alignment)
                 }
-                _ => (u64::from(limits.max_storage_buffer_binding_size), limits.min_storage_buffer_offset_alignment),
+                _ => (limits.max_storage_buffer_binding_size, limits.min_storage_buffer_offset_alignment),
             };
             if view.size > max {
                 return Err(KernelError::TooLarge {

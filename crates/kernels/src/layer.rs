@@ -285,7 +285,7 @@ pub fn attn_qkv(
     params: AttnQkvParams,
     b: AttnQkvBuffers,
 ) -> Result<Bound, KernelError> {
-    if params.head_dim % 2 != 0 || params.dim % 8 != 0 {
+    if !params.head_dim.is_multiple_of(2) || !params.dim.is_multiple_of(8) {
         return Err(KernelError::invalid(
             "head_dim",
             format!("needs an even head dimension and dim % 8 == 0, got {params:?}"),
@@ -352,7 +352,7 @@ static ATTENTION_COMBINE: KernelSpec = KernelSpec {
 fn check_attention(params: &AttentionParams) -> Result<(), KernelError> {
     let ok = params.heads > 0
         && params.kv_heads > 0
-        && params.heads % params.kv_heads == 0
+        && params.heads.is_multiple_of(params.kv_heads)
         && params.head_dim > 0
         && params.head_dim <= MAX_HEAD_DIM;
     if ok {
@@ -530,19 +530,20 @@ static LM_HEAD: KernelSpec = KernelSpec {
     ],
 };
 
+/// The buffers of [`lm_head`].
+#[allow(missing_docs)] // The bindings of `lm_head.wgsl`, by their names there.
+pub struct LmHeadBuffers<'a> {
+    pub step: &'a BufferView,
+    pub x: &'a BufferView,
+    pub norm: &'a BufferView,
+    pub w: &'a BufferView,
+    pub logits: &'a BufferView,
+}
+
 /// `lm_head.wgsl`: the final RMSNorm and the output layer, into `logits` `[logit_rows, vocab]`.
-pub fn lm_head(
-    gpu: &Gpu,
-    format: WeightFormat,
-    params: LmHeadParams,
-    step: &BufferView,
-    x: &BufferView,
-    norm: &BufferView,
-    w: &BufferView,
-    logits: &BufferView,
-) -> Result<Bound, KernelError> {
+pub fn lm_head(gpu: &Gpu, format: WeightFormat, params: LmHeadParams, b: LmHeadBuffers) -> Result<Bound, KernelError> {
     let grid = Grid::Matrix { outputs: params.vocab, logit_rows: true };
-    bind(gpu, &LM_HEAD, &[format], params, &[step, x, norm, w, logits], grid, params.dim)
+    bind(gpu, &LM_HEAD, &[format], params, &[b.step, b.x, b.norm, b.w, b.logits], grid, params.dim)
 }
 
 /// Every layer kernel's module for every weight format (each weight binding in each format,

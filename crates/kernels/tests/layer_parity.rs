@@ -191,11 +191,13 @@ fn lm_head_last_row_and_all_rows() {
                     &gpu,
                     format,
                     params,
-                    &step.view(),
-                    &x_buf.view(),
-                    &norm.view(),
-                    &weight.view(),
-                    &logits.view(),
+                    layer::LmHeadBuffers {
+                        step: &step.view(),
+                        x: &x_buf.view(),
+                        norm: &norm.view(),
+                        w: &weight.view(),
+                        logits: &logits.view(),
+                    },
                 )
                 .unwrap();
                 let got = run(&gpu, &[&bound], &step.shape, &logits);
@@ -451,7 +453,7 @@ fn every_format_reader_dequantizes_like_gguf() {
 #[test]
 fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
     let gpu = gpu();
-    let limit = u64::from(gpu.limits().max_storage_buffer_binding_size);
+    let limit = gpu.limits().max_storage_buffer_binding_size;
     let step = Step::new(gpu, StepShape::new(0, 1, 1, 1, 4096), &[1]);
     let x = gpu.storage("x", 4096);
     // A view claiming more than one binding may hold (never bound: the check comes first).

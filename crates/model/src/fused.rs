@@ -15,7 +15,7 @@ use burn::backend::wgpu::wgpu;
 use burn::tensor::Device;
 use nucleus_gguf::{GgufFile, TensorInfo};
 use nucleus_kernels::layer::{
-    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadParams,
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadBuffers, LmHeadParams,
     MatvecParams, StepShape,
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailRequest};
@@ -109,7 +109,7 @@ impl FusedLlama {
         // The kernels implement exactly these; a new variant must be implemented here first.
         let (Norm::Rms, Rope::AdjacentPairs, FeedForward::SwiGlu) = (spec.norm, spec.rope, spec.feed_forward);
         check_dims(config)?;
-        let limit = gpu.limits().max_storage_buffer_binding_size as u64;
+        let limit = gpu.limits().max_storage_buffer_binding_size;
         let weights = weights::load(file, architecture, config, progress, |info| upload(file, info, device, limit))?;
         let weight_bytes = all_weights(&weights).map(|w| w.tensor.bytes()).sum();
 
@@ -211,11 +211,13 @@ impl FusedLlama {
             gpu,
             weights.output().format,
             LmHeadParams { dim: u(d), vocab: u(c.vocab_size), eps: c.rms_norm_eps as f32, ..Default::default() },
-            &step_view,
-            &x.view(),
-            weights.output_norm.view(),
-            weights.output().view(),
-            &logits.view(),
+            LmHeadBuffers {
+                step: &step_view,
+                x: &x.view(),
+                norm: weights.output_norm.view(),
+                w: weights.output().view(),
+                logits: &logits.view(),
+            },
         )?;
         let tail = TailKernels::new(gpu, &logits.range(0, f32s(c.vocab_size)), c.vocab_size)?;
         Ok(Self {
@@ -338,10 +340,10 @@ fn attention_params(c: &LlamaConfig) -> AttentionParams {
 
 /// Shapes the kernels read in whole units of 8 values.
 pub(crate) fn check_dims(c: &LlamaConfig) -> Result<(), ModelError> {
-    let ok = c.embedding_length % 8 == 0
-        && c.feed_forward_length % 8 == 0
-        && (c.head_count * c.head_dim) % 8 == 0
-        && c.head_dim % 2 == 0
+    let ok = c.embedding_length.is_multiple_of(8)
+        && c.feed_forward_length.is_multiple_of(8)
+        && (c.head_count * c.head_dim).is_multiple_of(8)
+        && c.head_dim.is_multiple_of(2)
         && c.head_dim as u32 <= nucleus_kernels::MAX_HEAD_DIM;
     if ok {
         Ok(())
@@ -441,7 +443,7 @@ impl FusedCache {
     fn allocate(&mut self, positions: usize, copy: Option<&mut Recorder>) -> Result<(), ModelError> {
         let shared = &self.shared;
         let c = &shared.config;
-        let limit = shared.gpu.limits().max_storage_buffer_binding_size as u64;
+        let limit = shared.gpu.limits().max_storage_buffer_binding_size;
         let bytes = positions as u64 * self.position_bytes();
         if bytes > limit {
             return Err(KernelError::TooLarge {

@@ -114,7 +114,8 @@ pub struct LoadProgress {
 }
 
 enum Route {
-    Burn(BurnLlama),
+    /// Boxed: the Burn module tree is large and this is the fallback path.
+    Burn(Box<BurnLlama>),
     Fused(FusedLlama),
 }
 
@@ -185,8 +186,8 @@ impl KvCache {
 
 /// Logits on the device, as [`Llama::forward`] leaves them.
 pub enum DeviceLogits {
-    /// A Burn tensor `[rows, vocab]` (the Burn-op path).
-    Tensor(Tensor<2>),
+    /// A Burn tensor `[rows, vocab]` (the Burn-op path; boxed, a Burn tensor is large).
+    Tensor(Box<Tensor<2>>),
     /// Rows of the fused path's logits buffer.
     Fused(FusedLogits),
 }
@@ -203,7 +204,7 @@ impl DeviceLogits {
     /// Every row, read back whole.
     pub async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
         match self {
-            DeviceLogits::Tensor(tensor) => read_tensor(tensor.clone()).await,
+            DeviceLogits::Tensor(tensor) => read_tensor((**tensor).clone()).await,
             DeviceLogits::Fused(logits) => logits.read().await,
         }
     }
@@ -217,7 +218,7 @@ impl DeviceLogits {
             DeviceLogits::Tensor(tensor) => Ok(match request.raw_top_k {
                 None => {
                     let tail = nucleus_kernels::decode_tail(
-                        tensor.clone(),
+                        (**tensor).clone(),
                         request.adjustments,
                         request.temperature,
                         request.k,
@@ -227,7 +228,7 @@ impl DeviceLogits {
                 }
                 Some(raw_top_k) => {
                     let (tail, raw) = nucleus_kernels::decode_tail_with_raw(
-                        tensor.clone(),
+                        (**tensor).clone(),
                         request.adjustments,
                         request.temperature,
                         request.k,
@@ -289,7 +290,7 @@ impl Llama {
                 Route::Fused(FusedLlama::load(file, &config, architecture, device.burn(), gpu, progress)?)
             }
             Path::BurnOps(kernel) => {
-                Route::Burn(BurnLlama::load(file, &config, architecture, device.burn(), kernel, progress)?)
+                Route::Burn(Box::new(BurnLlama::load(file, &config, architecture, device.burn(), kernel, progress)?))
             }
         };
         Ok(Self { config, device: device.clone(), tied_output, route })
@@ -357,7 +358,7 @@ impl Llama {
         }
         let output = match (&self.route, &mut cache.inner) {
             (Route::Burn(model), CacheKind::Burn(inner)) => {
-                DeviceLogits::Tensor(model.forward(tokens, inner, start, logits)?)
+                DeviceLogits::Tensor(Box::new(model.forward(tokens, inner, start, logits)?))
             }
             (Route::Fused(model), CacheKind::Fused(inner)) => {
                 if logits == Logits::All && tokens.len() > MAX_LOGIT_ROWS {
