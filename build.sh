@@ -2,7 +2,8 @@
 # Nucleus build script. Each command installs what it needs when it is missing, and is quiet when
 # everything is already there.
 #
-#   ./build.sh test     set up, then run every test (what CI runs)
+#   ./build.sh test     set up, then lint (fmt, clippy) and run every test (what CI runs)
+#   ./build.sh lint     cargo fmt --check and clippy with warnings as errors, native and wasm32
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
 #   ./build.sh web      build the wasm engine into www/pkg/ (wasm-bindgen, wasm-opt)
 #   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`
@@ -60,6 +61,28 @@ ensure_rust() {
     [ -x "$HOME/.cargo/bin/cargo" ] || die "no Rust toolchain: install rustup (https://rustup.rs) first"
     export PATH="$HOME/.cargo/bin:$PATH"
   fi
+}
+
+# The formatter and the linter the test command gates on (rustup's minimal profile lacks them).
+ensure_lint_tools() {
+  if ! cargo fmt --version >/dev/null 2>&1 || ! cargo clippy --version >/dev/null 2>&1; then
+    command -v rustup >/dev/null || die "cargo fmt and cargo clippy are missing and there is no rustup to add them"
+    log "rustup component add rustfmt clippy"
+    rustup component add rustfmt clippy
+  fi
+}
+
+# Formatting (rustfmt.toml) and clippy with warnings as errors, natively and for the crates that
+# go to wasm32 (the engine's wasm glue exists only there).
+cmd_lint() {
+  ensure_rust
+  ensure_wasm_target
+  ensure_lint_tools
+  log "cargo fmt --check"
+  cargo fmt --all --check
+  log "cargo clippy (native, then wasm32), warnings as errors"
+  cargo clippy --workspace --all-targets --locked -- -D warnings
+  cargo clippy --locked --target wasm32-unknown-unknown -p nucleus-web -p nucleus-sampler --all-targets -- -D warnings
 }
 
 # lavapipe: a Vulkan device on the CPU, so Burn's wgpu backend runs without a GPU.
@@ -154,6 +177,7 @@ cmd_setup() {
 
 cmd_test() {
   cmd_setup
+  cmd_lint
   ensure_model
   export NUCLEUS_MODEL="$(model_path)"
   log "cargo test --release --workspace (build directory $CARGO_TARGET_DIR)"
@@ -233,5 +257,6 @@ case "${1:-}" in
   bench) shift; cmd_bench "$@" ;;
   model) ensure_model; echo "$(model_path)" ;;
   setup) cmd_setup ;;
+  lint) cmd_lint ;;
   *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -194,14 +194,44 @@ export class Generation {
 /** OpenAI's finish reasons: end-of-generation and stop strings are both 'stop'. */
 const OPENAI_FINISH = { eos: 'stop', stop: 'stop', length: 'length', abort: 'abort' };
 
-const OPENAI_OPTIONS = {
-  // OpenAI name -> Nucleus name (null: accepted and ignored).
-  messages: 'messages', temperature: 'temperature', top_p: 'topP', max_tokens: 'maxTokens',
-  max_completion_tokens: 'maxTokens', stop: 'stop', seed: 'seed', frequency_penalty: 'frequencyPenalty',
-  presence_penalty: 'presencePenalty', logit_bias: 'logitBias', top_k: 'topK', min_p: 'minP',
-  repetition_penalty: 'repetitionPenalty', model: null, user: null, n: null, stream: null,
-  stream_options: null, logprobs: null, top_logprobs: null, signal: 'signal',
+// The OpenAI names the facade handles itself (null: accepted and ignored). Every other name is
+// an engine option in snake_case (top_p -> topP, dry_multiplier -> dryMultiplier): the engine's
+// list of options is the facade's, and the engine rejects an unknown one by name.
+const OPENAI_OWN_OPTIONS = {
+  max_completion_tokens: 'maxTokens', model: null, user: null, n: null, stream: null, stream_options: null,
+  logprobs: null, top_logprobs: null,
 };
+// Engine options that are not OpenAI's: a chat completion has messages, not a raw prompt.
+const NOT_OPENAI_OPTIONS = ['prompt'];
+
+const camelCase = (snake) => snake.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
+
+/** The engine's options from an OpenAI request, and the OpenAI name of each. */
+function engineOptions(request) {
+  const options = {};
+  const openAiName = new Map();
+  for (const [key, value] of Object.entries(request)) {
+    if (NOT_OPENAI_OPTIONS.includes(key) || key !== key.toLowerCase()) {
+      throw badOption(key, `unknown option ${JSON.stringify(key)}`);
+    }
+    const name = key in OPENAI_OWN_OPTIONS ? OPENAI_OWN_OPTIONS[key] : camelCase(key);
+    if (name && value !== undefined) {
+      options[name] = value;
+      openAiName.set(name, key);
+    }
+  }
+  return { options, openAiName };
+}
+
+/** An engine error about an option, in the OpenAI spelling the caller used (topP -> top_p). */
+function inOpenAiNames(error, openAiName) {
+  const name = openAiName.get(error?.option);
+  if (name && name !== error.option) {
+    error.message = error.message.replaceAll(error.option, name);
+    error.option = name;
+  }
+  return error;
+}
 
 const utf8 = new TextEncoder();
 
@@ -217,11 +247,7 @@ function openAiLogprobs(step, topLogprobs) {
 /** `lm.chat.completions.create(...)`, shaped like OpenAI's (and WebLLM's) API. */
 function createChatCompletion(lm, request) {
   checkOptionsObject(request, 'chat.completions.create');
-  const options = {};
-  for (const [key, value] of Object.entries(request)) {
-    if (!(key in OPENAI_OPTIONS)) throw badOption(key, `unknown option ${JSON.stringify(key)}`);
-    if (OPENAI_OPTIONS[key] && value !== undefined) options[OPENAI_OPTIONS[key]] = value;
-  }
+  const { options, openAiName } = engineOptions(request);
   if (request.n !== undefined && request.n !== 1) throw badOption('n', 'n must be 1');
   const logprobs = Boolean(request.logprobs);
   const topLogprobs = request.top_logprobs ?? 0;
@@ -242,8 +268,13 @@ function createChatCompletion(lm, request) {
   if (!request.stream) {
     return (async () => {
       const content = [];
-      for await (const step of generation) if (logprobs) content.push(openAiLogprobs(step, topLogprobs));
-      const result = await generation.result;
+      let result;
+      try {
+        for await (const step of generation) if (logprobs) content.push(openAiLogprobs(step, topLogprobs));
+        result = await generation.result;
+      } catch (error) {
+        throw inOpenAiNames(error, openAiName);
+      }
       return {
         id, object: 'chat.completion', created, model,
         choices: [{ index: 0, message: { role: 'assistant', content: result.text },
@@ -258,12 +289,17 @@ function createChatCompletion(lm, request) {
   return Promise.resolve({
     async *[Symbol.asyncIterator]() {
       let first = true;
-      for await (const step of generation) {
-        yield chunk({ ...(first && { role: 'assistant' }), content: step.text },
-          logprobs ? { logprobs: { content: [openAiLogprobs(step, topLogprobs)] } } : {});
-        first = false;
+      let result;
+      try {
+        for await (const step of generation) {
+          yield chunk({ ...(first && { role: 'assistant' }), content: step.text },
+            logprobs ? { logprobs: { content: [openAiLogprobs(step, topLogprobs)] } } : {});
+          first = false;
+        }
+        result = await generation.result;
+      } catch (error) {
+        throw inOpenAiNames(error, openAiName);
       }
-      const result = await generation.result;
       yield chunk({}, { finish_reason: OPENAI_FINISH[result.finishReason] });
       if (request.stream_options?.include_usage) {
         yield { id, object: 'chat.completion.chunk', created, model, choices: [], usage: usageOf(result) };

@@ -13,16 +13,9 @@ const BARS = 24;
 /** Rows of the softmax walkthrough. */
 const WALK_ROWS = 8;
 
-const KNOBS = [
-  { key: 'temperature', label: 'Temperature', min: 0, max: 2, step: 0.05, value: 0.7, off: null, hint: '0 = greedy' },
-  { key: 'topK', label: 'Top-k', min: 0, max: 100, step: 1, value: 0, off: 0, hint: '0 = off' },
-  { key: 'topP', label: 'Top-p', min: 0.05, max: 1, step: 0.01, value: 0.9, off: 1, hint: '1 = off' },
-  { key: 'minP', label: 'Min-p', min: 0, max: 0.5, step: 0.01, value: 0, off: 0, hint: '0 = off' },
-  { key: 'typicalP', label: 'Typical-p', min: 0.05, max: 1, step: 0.01, value: 1, off: 1, hint: '1 = off' },
-  { key: 'repetitionPenalty', label: 'Repetition penalty', min: 1, max: 2, step: 0.05, value: 1, off: 1, hint: '1 = off' },
-  { key: 'presencePenalty', label: 'Presence penalty', min: -2, max: 2, step: 0.1, value: 0, off: 0, hint: '0 = off' },
-  { key: 'frequencyPenalty', label: 'Frequency penalty', min: -2, max: 2, step: 0.1, value: 0, off: 0, hint: '0 = off' },
-];
+// The sliders and the sampling defaults, written from the Rust sampler (crates/sampler/src/knobs.rs
+// and SamplingParams::default) by its test, which keeps the file current.
+const { knobs: KNOBS, defaults: DEFAULTS } = await (await fetch(new URL('sampling-knobs.json', import.meta.url))).json();
 const TRUNCATION_KEYS = ['temperature', 'topK', 'topP', 'minP', 'typicalP'];
 const PRESETS = {
   greedy: { temperature: 0, topK: 0, topP: 1, minP: 0, typicalP: 1 },
@@ -51,7 +44,7 @@ function buildKnobs() {
     wrap.className = 'knob';
     const id = `knob-${knob.key}`;
     wrap.innerHTML = `<label for="${id}">${knob.label} <span class="hint">${knob.hint}</span></label>
-      <input type="range" id="${id}" name="${knob.key}" min="${knob.min}" max="${knob.max}" step="${knob.step}" value="${knob.value}">
+      <input type="range" id="${id}" name="${knob.key}" min="${knob.min}" max="${knob.max}" step="${knob.step}" value="${PRESETS.balanced[knob.key] ?? DEFAULTS[knob.key]}">
       <output for="${id}" id="${id}-value"></output>`;
     container.append(wrap);
     const input = wrap.querySelector('input');

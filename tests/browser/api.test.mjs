@@ -221,6 +221,23 @@ test('invalid options are rejected with bad-options naming the option, and the e
   assert.equal(overflow?.code, 'context-overflow', overflow?.message);
 });
 
+test('the OpenAI facade takes every engine option in snake_case and names a bad one as OpenAI spells it', async () => {
+  const messages = [{ role: 'user', content: 'Hi' }];
+  const cases = [
+    [{ messages, top_p: 1.5 }, 'top_p', /^top_p must be in \(0, 1\]/],
+    [{ messages, dry_base: 0.5, dry_multiplier: 1 }, 'dry_base', /^dry_base must be/],
+    [{ messages, topP: 0.5 }, 'topP', /^unknown option "topP"/],
+    [{ messages, temprature: 1 }, 'temprature', /^unknown option "temprature"/],
+    [{ prompt: 'x' }, 'prompt', /^unknown option "prompt"/],
+  ];
+  for (const [request, option, message] of cases) {
+    const error = await pageError((lm, r) => lm.chat.completions.create(r), request);
+    assert.equal(error?.code, 'bad-options', JSON.stringify(request));
+    assert.equal(error.option, option, error.message);
+    assert.match(error.message, message);
+  }
+});
+
 test('a second generate while one runs is refused with busy', async () => {
   const codes = await inPage(async (lm) => {
     const first = lm.generate({ prompt: 'Once upon a time', maxTokens: 3, temperature: 0 });

@@ -15,9 +15,12 @@ use nucleus_engine::{
     BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, Stopwatch, Timing,
     Transfer, Usage,
 };
-use nucleus_sampler::{DryParams, SamplingParams, parse_logit_bias};
+use nucleus_sampler::{SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
 use serde::Serialize;
+
+/// The sampling options' defaults, owned by [`SamplingParams::default`]; the flags show them.
+static DEFAULTS: std::sync::LazyLock<SamplingParams> = std::sync::LazyLock::new(SamplingParams::default);
 
 #[derive(Parser)]
 #[command(name = "nucleus", version, about = "A small language model, and what happens at the last step of generation")]
@@ -152,45 +155,45 @@ struct GenerateArgs {
     #[arg(long, default_value_t = nucleus_engine::DEFAULT_MAX_TOKENS)]
     max_tokens: usize,
     /// 0 is greedy.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = DEFAULTS.temperature)]
     temperature: f64,
     /// 0 = off.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DEFAULTS.top_k)]
     top_k: usize,
     /// In (0, 1]; 1 = off.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = DEFAULTS.top_p)]
     top_p: f64,
     /// In [0, 1]; 0 = off.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = DEFAULTS.min_p)]
     min_p: f64,
     /// In (0, 1]; 1 = off.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = DEFAULTS.typical_p)]
     typical_p: f64,
     /// > 0; 1 = off.
-    #[arg(long, default_value_t = 1.0)]
+    #[arg(long, default_value_t = DEFAULTS.repetition_penalty)]
     repetition_penalty: f64,
-    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = DEFAULTS.presence_penalty, allow_hyphen_values = true)]
     presence_penalty: f64,
-    #[arg(long, default_value_t = 0.0, allow_hyphen_values = true)]
+    #[arg(long, default_value_t = DEFAULTS.frequency_penalty, allow_hyphen_values = true)]
     frequency_penalty: f64,
     /// Penalties look at the last N tokens only; 0 = all.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DEFAULTS.penalty_last_n)]
     penalty_last_n: usize,
     /// The prompt counts as history for the repetition/presence/frequency penalties.
     #[arg(long)]
     penalize_prompt: bool,
     /// DRY multiplier; 0 = off.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = DEFAULTS.dry_multiplier)]
     dry_multiplier: f64,
-    #[arg(long, default_value_t = 1.75)]
+    #[arg(long, default_value_t = DEFAULTS.dry_base)]
     dry_base: f64,
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = DEFAULTS.dry_allowed_length)]
     dry_allowed_length: usize,
     /// DRY looks at the last N tokens; 0 = all.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = DEFAULTS.dry_penalty_last_n)]
     dry_penalty_last_n: usize,
     /// Strings that break DRY's repeated sequences (tokens containing one).
-    #[arg(long = "dry-sequence-breaker", value_name = "STR", default_values_t = DryParams::DEFAULT_SEQUENCE_BREAKERS.map(String::from))]
+    #[arg(long = "dry-sequence-breaker", value_name = "STR", default_values_t = DEFAULTS.dry_sequence_breakers.clone())]
     dry_sequence_breakers: Vec<String>,
     /// Additive bias for a token, ID=BIAS (BIAS may be -inf). Repeatable.
     #[arg(long = "logit-bias", value_name = "ID=BIAS", allow_hyphen_values = true)]
@@ -235,13 +238,12 @@ impl GenerateArgs {
         }
     }
 
-    fn sampling(&self, engine: &Engine, seed: u64) -> Result<SamplingParams, String> {
+    fn sampling(&self, seed: u64) -> Result<SamplingParams, String> {
         let mut logit_bias = std::collections::BTreeMap::new();
         for entry in &self.logit_bias {
             let (id, bias) = parse_logit_bias(entry).map_err(|e| e.to_string())?;
             logit_bias.insert(id, bias);
         }
-        let breakers: Vec<&str> = self.dry_sequence_breakers.iter().map(String::as_str).collect();
         Ok(SamplingParams {
             temperature: self.temperature,
             top_k: self.top_k,
@@ -253,20 +255,14 @@ impl GenerateArgs {
             frequency_penalty: self.frequency_penalty,
             penalty_last_n: self.penalty_last_n,
             penalize_prompt: self.penalize_prompt,
-            dry: DryParams {
-                multiplier: self.dry_multiplier,
-                base: self.dry_base,
-                allowed_length: self.dry_allowed_length,
-                penalty_last_n: self.dry_penalty_last_n,
-                sequence_breakers: if self.dry_multiplier > 0.0 {
-                    engine.tokenizer().tokens_containing(&breakers).into_iter().collect()
-                } else {
-                    Default::default()
-                },
-                ..DryParams::default()
-            },
+            dry_multiplier: self.dry_multiplier,
+            dry_base: self.dry_base,
+            dry_allowed_length: self.dry_allowed_length,
+            dry_penalty_last_n: self.dry_penalty_last_n,
+            dry_sequence_breakers: self.dry_sequence_breakers.clone(),
             logit_bias,
             seed,
+            ..SamplingParams::default()
         })
     }
 }
@@ -325,7 +321,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     let request = GenerateRequest {
         prompt: args.prompt(),
         max_tokens: args.max_tokens,
-        sampling: args.sampling(&engine, seed)?,
+        sampling: args.sampling(seed)?,
         stop: args.stop.clone(),
         ignore_eos: args.ignore_eos,
         top_logprobs: args.top_logprobs,

@@ -20,6 +20,7 @@ mod generation;
 mod report;
 mod request;
 mod timing;
+mod wire;
 
 use nucleus_gguf::GgufFile;
 use nucleus_model::{DeviceLogits, KvCache, Llama, LlamaConfig, LoadProgress, Logits};
@@ -36,6 +37,7 @@ pub use request::{
     DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
 };
 pub use timing::Stopwatch;
+pub use wire::{OptionError, camel_case, js_name};
 
 /// Facts about the loaded model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -185,7 +187,12 @@ impl Engine {
                 context_length: self.cache.capacity(),
             });
         }
-        let mut sampler = Sampler::new(request.sampling.clone(), self.info.vocab_size)?;
+        let mut sampling = request.sampling.clone();
+        if sampling.dry_enabled() {
+            let breakers: Vec<&str> = sampling.dry_sequence_breakers.iter().map(String::as_str).collect();
+            sampling.dry_breaker_ids = self.tokenizer.tokens_containing(&breakers).into_iter().collect();
+        }
+        let mut sampler = Sampler::new(sampling, self.info.vocab_size)?;
         sampler.set_prompt(&prompt_tokens)?;
         let stops = StopTracker::new(StopConditions {
             eos_token_ids: self.tokenizer.end_of_generation_ids().to_vec(),

@@ -82,6 +82,15 @@ impl GenerateRequest {
             Prompt::Chat(messages) if messages.is_empty() => {
                 return Err(EngineError::bad_option("messages", "at least one message", "[]"));
             }
+            Prompt::Chat(messages) => {
+                if let Some(message) = messages.iter().find(|m| !ChatMessage::ROLES.contains(&m.role.as_str())) {
+                    return Err(EngineError::bad_option(
+                        "messages",
+                        "roles system, user or assistant",
+                        format!("{:?}", message.role),
+                    ));
+                }
+            }
             _ => {}
         }
         self.sampling.validate(vocab_size)?;

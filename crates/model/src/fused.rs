@@ -15,8 +15,8 @@ use burn::backend::wgpu::wgpu;
 use burn::tensor::Device;
 use nucleus_gguf::{GgufFile, TensorInfo};
 use nucleus_kernels::layer::{
-    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadBuffers, LmHeadParams,
-    MatvecParams, StepShape,
+    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadBuffers,
+    LmHeadParams, MatvecParams, StepShape,
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailRequest};
 use nucleus_kernels::{

@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use nucleus_sampler::{DryParams, Sampler, SamplingParams};
+use nucleus_sampler::{Sampler, SamplingParams};
 
 const VOCAB: usize = 4096;
 const STEPS: usize = 48;
@@ -42,7 +42,8 @@ fn parameter_sets() -> Vec<SamplingParams> {
         SamplingParams {
             seed: 5,
             temperature: 1.0,
-            dry: DryParams { multiplier: 0.8, sequence_breakers: BTreeSet::from([7, 8]), ..DryParams::default() },
+            dry_multiplier: 0.8,
+            dry_breaker_ids: BTreeSet::from([7, 8]),
             logit_bias: BTreeMap::from([(10, 5.0), (11, f64::NEG_INFINITY)]),
             ..base
         },

@@ -604,7 +604,7 @@ impl Sampler {
     /// Whether the GPU decode tail can reproduce stages 1–2 of these parameters: false when DRY
     /// is enabled (its penalty depends on n-gram matches, not on a per-token formula).
     pub fn gpu_path_available(&self) -> bool {
-        !self.params().dry.is_enabled()
+        !self.params().dry_enabled()
     }
 
     /// The sparse stage 1–2 adjustments of the next step, ascending by id, one entry per token

@@ -15,7 +15,8 @@
 //!    - repetition penalty θ (CTRL / Hugging Face): a seen token's logit is divided by θ if
 //!      positive, multiplied by θ otherwise;
 //!    - presence and frequency penalties (OpenAI): `z - count·frequency - [count>0]·presence`;
-//!    - DRY ([`DryParams`], with its own context window): penalises a token that would extend
+//!    - DRY ([`SamplingParams::dry_multiplier`] and the `dry_*` fields, with its own context
+//!      window and sequence breakers): penalises a token that would extend
 //!      a repeated n-gram by `multiplier · base^(match_length - allowed_length)`.
 //! 3. **Mask** from a constraint ([`TokenMask`]): disallowed tokens are removed.
 //! 4. **Temperature**: softmax of `adjusted / T` over the whole vocabulary, in f64, computed
@@ -59,6 +60,7 @@ pub mod candidates;
 pub mod distribution;
 pub mod error;
 pub mod explain;
+pub mod knobs;
 pub mod mask;
 pub mod math;
 pub mod params;
@@ -82,7 +84,7 @@ pub use error::SamplerError;
 pub use explain::{Candidate, Chosen, Explanation, MAX_EXPLAIN_TOP_N, explain};
 pub use mask::{AllowList, DenyList, TokenMask, TokenSet};
 pub use math::{entropy, log_softmax, softmax, top_k_ids};
-pub use params::{DryParams, SamplingParams, parse_logit_bias};
+pub use params::{SamplingParams, parse_logit_bias};
 pub use penalties::{AdjustedLogits, PenaltyHistory, adjust_logits};
 pub use rng::SamplerRng;
 pub use sampler::{SampleStep, Sampler};

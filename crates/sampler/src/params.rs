@@ -6,67 +6,17 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{SamplerError, out_of_range};
 
-/// DRY ("don't repeat yourself") parameters.
-///
-/// DRY penalises a token that would extend a sequence that already occurred in the context:
-/// if the last `n` tokens also occurred earlier followed by token `t`, and `n >= allowed_length`,
-/// then `t`'s logit is reduced by `multiplier · base^(n - allowed_length)`. The match is extended
-/// backwards at most 50 tokens and never across a sequence breaker. This follows the reference
-/// description of DRY (p-e-w's pull request #5677 to text-generation-webui); see
-/// [`crate::penalties::dry_penalties`].
-///
-/// Sequence breakers are **token ids**: the sampler has no tokenizer, so the caller maps
-/// breaker strings (the reference default is `"\n"`, `":"`, `"\""`, `"*"`) to the ids of the
-/// tokens that encode them.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct DryParams {
-    /// Strength; 0 turns DRY off. Finite, >= 0.
-    pub multiplier: f64,
-    /// Growth of the penalty per token of match beyond `allowed_length`. Finite, >= 1.
-    pub base: f64,
-    /// The longest repetition that goes unpenalised. >= 1.
-    pub allowed_length: usize,
-    /// Look only at the last this many tokens of the context; 0 = the whole context.
-    pub penalty_last_n: usize,
-    /// Token ids that break a match (the match never extends across them).
-    pub sequence_breakers: BTreeSet<u32>,
-    /// Whether the prompt is part of the context DRY searches (true, as in the reference).
-    pub include_prompt: bool,
-}
-
-impl Default for DryParams {
-    fn default() -> Self {
-        Self {
-            multiplier: 0.0,
-            base: 1.75,
-            allowed_length: 2,
-            penalty_last_n: 0,
-            sequence_breakers: BTreeSet::new(),
-            include_prompt: true,
-        }
-    }
-}
-
-impl DryParams {
-    /// The strings whose tokens break a repeated sequence unless the caller names others (the
-    /// reference implementation's defaults): newline, colon, double quote, asterisk. The CLI's
-    /// `--dry-sequence-breaker` and the JS API's `drySequenceBreakers` default to them; the
-    /// tokenizer turns them into [`DryParams::sequence_breakers`].
-    pub const DEFAULT_SEQUENCE_BREAKERS: [&'static str; 4] = ["\n", ":", "\"", "*"];
-
-    /// Whether DRY does anything (`multiplier > 0`).
-    pub fn is_enabled(&self) -> bool {
-        self.multiplier > 0.0
-    }
-}
-
 /// Everything that decides how a token is chosen from logits.
 ///
 /// The defaults change nothing: temperature 1, no truncation, no penalties, no bias, seed 0.
 /// See the crate documentation for the order in which these are applied.
+///
+/// This struct is the one list of sampling options. Its serde form is the JS API's spelling
+/// (`topP`, `dryMultiplier`, …; missing fields take their defaults), which the engine's request
+/// parser reads (`nucleus_engine::GenerateRequest::from_json`); the CLI's flags take their defaults
+/// from [`SamplingParams::default`]; the page's sliders are described by [`crate::knobs::KNOBS`].
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
+#[serde(default, rename_all = "camelCase")]
 pub struct SamplingParams {
     /// Softmax temperature; 0 means greedy (argmax, ties to the lowest id). Finite, >= 0.
     pub temperature: f64,
@@ -93,10 +43,34 @@ pub struct SamplingParams {
     /// Whether the prompt counts as history for the repetition, presence and frequency
     /// penalties (false: only generated tokens do).
     pub penalize_prompt: bool,
-    /// DRY parameters (off by default).
-    pub dry: DryParams,
+    /// DRY ("don't repeat yourself") strength; 0 turns DRY off. Finite, >= 0.
+    ///
+    /// DRY penalises a token that would extend a sequence that already occurred in the context:
+    /// if the last `n` tokens also occurred earlier followed by token `t`, and
+    /// `n >= dry_allowed_length`, then `t`'s logit is reduced by
+    /// `dry_multiplier · dry_base^(n - dry_allowed_length)`. The match is extended backwards at
+    /// most 50 tokens and never across a sequence breaker. This follows the reference description
+    /// of DRY (p-e-w's pull request #5677 to text-generation-webui); see
+    /// [`crate::penalties::dry_penalties`].
+    pub dry_multiplier: f64,
+    /// Growth of DRY's penalty per token of match beyond `dry_allowed_length`. Finite, >= 1.
+    pub dry_base: f64,
+    /// The longest repetition DRY leaves unpenalised. >= 1.
+    pub dry_allowed_length: usize,
+    /// DRY looks only at the last this many tokens of the context; 0 = the whole context.
+    pub dry_penalty_last_n: usize,
+    /// Whether the prompt is part of the context DRY searches (true, as in the reference).
+    pub dry_include_prompt: bool,
+    /// Strings that break a DRY match: every token containing one of them is a breaker. The
+    /// sampler has no tokenizer: whoever has one resolves these into
+    /// [`SamplingParams::dry_breaker_ids`] (the engine does, when a generation starts).
+    pub dry_sequence_breakers: Vec<String>,
+    /// Token ids that break a DRY match (the match never extends across them).
+    #[serde(skip)]
+    pub dry_breaker_ids: BTreeSet<u32>,
     /// Additive bias per token id; -inf forbids the token. Ids must be in the vocabulary;
-    /// values finite or -inf. (In JSON, -inf has no representation: serde_json writes `null`.)
+    /// values finite or -inf (in JSON, the string `"-Infinity"`).
+    #[serde(with = "bias_json")]
     pub logit_bias: BTreeMap<u32, f64>,
     /// Seed of the ChaCha20 generator (see [`crate::rng`]).
     pub seed: u64,
@@ -115,7 +89,13 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             penalty_last_n: 0,
             penalize_prompt: false,
-            dry: DryParams::default(),
+            dry_multiplier: 0.0,
+            dry_base: 1.75,
+            dry_allowed_length: 2,
+            dry_penalty_last_n: 0,
+            dry_include_prompt: true,
+            dry_sequence_breakers: Self::DEFAULT_DRY_SEQUENCE_BREAKERS.map(String::from).to_vec(),
+            dry_breaker_ids: BTreeSet::new(),
             logit_bias: BTreeMap::new(),
             seed: 0,
         }
@@ -123,6 +103,10 @@ impl Default for SamplingParams {
 }
 
 impl SamplingParams {
+    /// The strings whose tokens break a repeated sequence unless the caller names others (the
+    /// reference implementation's defaults): newline, colon, double quote, asterisk.
+    pub const DEFAULT_DRY_SEQUENCE_BREAKERS: [&'static str; 4] = ["\n", ":", "\"", "*"];
+
     /// Greedy decoding: temperature 0, everything else default.
     pub fn greedy() -> Self {
         Self { temperature: 0.0, ..Self::default() }
@@ -138,7 +122,12 @@ impl SamplingParams {
         self.repetition_penalty != 1.0
             || self.presence_penalty != 0.0
             || self.frequency_penalty != 0.0
-            || self.dry.is_enabled()
+            || self.dry_enabled()
+    }
+
+    /// Whether DRY does anything (`dry_multiplier > 0`).
+    pub fn dry_enabled(&self) -> bool {
+        self.dry_multiplier > 0.0
     }
 
     /// Checks every parameter against its allowed range and the vocabulary size.
@@ -158,17 +147,19 @@ impl SamplingParams {
         if !self.frequency_penalty.is_finite() {
             return Err(out_of_range("frequency_penalty", "finite", self.frequency_penalty));
         }
-        let dry = &self.dry;
-        if !(dry.multiplier.is_finite() && dry.multiplier >= 0.0) {
-            return Err(out_of_range("dry_multiplier", "finite and >= 0", dry.multiplier));
+        if !(self.dry_multiplier.is_finite() && self.dry_multiplier >= 0.0) {
+            return Err(out_of_range("dry_multiplier", "finite and >= 0", self.dry_multiplier));
         }
-        if !(dry.base.is_finite() && dry.base >= 1.0) {
-            return Err(out_of_range("dry_base", "finite and >= 1", dry.base));
+        if !(self.dry_base.is_finite() && self.dry_base >= 1.0) {
+            return Err(out_of_range("dry_base", "finite and >= 1", self.dry_base));
         }
-        if dry.allowed_length == 0 {
+        if self.dry_allowed_length == 0 {
             return Err(out_of_range("dry_allowed_length", ">= 1", 0));
         }
-        for &id in &dry.sequence_breakers {
+        if self.dry_sequence_breakers.iter().any(String::is_empty) {
+            return Err(out_of_range("dry_sequence_breakers", "non-empty strings", "\"\""));
+        }
+        for &id in &self.dry_breaker_ids {
             if id as usize >= vocab_size {
                 return Err(SamplerError::BreakerIdOutOfVocabulary { id, vocab_size });
             }
@@ -214,6 +205,68 @@ pub fn parse_logit_bias(text: &str) -> Result<(u32, f64), SamplerError> {
     Ok((id, bias))
 }
 
+/// `logit_bias` in JSON: `{ "<token id>": bias }`, where a bias is a number or the string
+/// `"-Infinity"` (forbid the token; JSON has no infinite numbers). Range checks are
+/// [`SamplingParams::validate`]'s.
+mod bias_json {
+    use std::collections::BTreeMap;
+    use std::fmt;
+
+    use serde::de::{self, Visitor};
+    use serde::ser::SerializeMap;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    const NEG_INFINITY: &str = "-Infinity";
+
+    struct Bias(f64);
+
+    impl<'de> Deserialize<'de> for Bias {
+        fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+            struct BiasVisitor;
+            impl Visitor<'_> for BiasVisitor {
+                type Value = Bias;
+                fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                    write!(f, "a finite number or \"{NEG_INFINITY}\"")
+                }
+                fn visit_f64<E: de::Error>(self, v: f64) -> Result<Bias, E> {
+                    Ok(Bias(v))
+                }
+                fn visit_i64<E: de::Error>(self, v: i64) -> Result<Bias, E> {
+                    Ok(Bias(v as f64))
+                }
+                fn visit_u64<E: de::Error>(self, v: u64) -> Result<Bias, E> {
+                    Ok(Bias(v as f64))
+                }
+                fn visit_str<E: de::Error>(self, v: &str) -> Result<Bias, E> {
+                    if v == NEG_INFINITY {
+                        Ok(Bias(f64::NEG_INFINITY))
+                    } else {
+                        Err(E::invalid_value(de::Unexpected::Str(v), &self))
+                    }
+                }
+            }
+            deserializer.deserialize_any(BiasVisitor)
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<BTreeMap<u32, f64>, D::Error> {
+        let entries = BTreeMap::<u32, Bias>::deserialize(deserializer)?;
+        Ok(entries.into_iter().map(|(id, Bias(bias))| (id, bias)).collect())
+    }
+
+    pub fn serialize<S: Serializer>(bias: &BTreeMap<u32, f64>, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(bias.len()))?;
+        for (id, &value) in bias {
+            if value == f64::NEG_INFINITY {
+                map.serialize_entry(id, NEG_INFINITY)?;
+            } else {
+                map.serialize_entry(id, &value)?;
+            }
+        }
+        map.end()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,9 +285,10 @@ mod tests {
         assert_eq!(p.min_p, 0.0);
         assert_eq!(p.typical_p, 1.0);
         assert_eq!(p.repetition_penalty, 1.0);
-        assert_eq!(p.dry.base, 1.75);
-        assert_eq!(p.dry.allowed_length, 2);
-        assert!(!p.dry.is_enabled());
+        assert_eq!(p.dry_base, 1.75);
+        assert_eq!(p.dry_allowed_length, 2);
+        assert_eq!(p.dry_sequence_breakers, ["\n", ":", "\"", "*"]);
+        assert!(!p.dry_enabled());
         assert!(!p.has_penalties());
         assert!(SamplingParams::greedy().is_greedy());
     }
@@ -263,22 +317,13 @@ mod tests {
                 "frequency_penalty must be finite, got -inf",
             ),
             (
-                SamplingParams { dry: DryParams { multiplier: -0.5, ..DryParams::default() }, ..base.clone() },
+                SamplingParams { dry_multiplier: -0.5, ..base.clone() },
                 "dry_multiplier must be finite and >= 0, got -0.5",
             ),
+            (SamplingParams { dry_base: 0.5, ..base.clone() }, "dry_base must be finite and >= 1, got 0.5"),
+            (SamplingParams { dry_allowed_length: 0, ..base.clone() }, "dry_allowed_length must be >= 1, got 0"),
             (
-                SamplingParams { dry: DryParams { base: 0.5, ..DryParams::default() }, ..base.clone() },
-                "dry_base must be finite and >= 1, got 0.5",
-            ),
-            (
-                SamplingParams { dry: DryParams { allowed_length: 0, ..DryParams::default() }, ..base.clone() },
-                "dry_allowed_length must be >= 1, got 0",
-            ),
-            (
-                SamplingParams {
-                    dry: DryParams { sequence_breakers: [10].into(), ..DryParams::default() },
-                    ..base.clone()
-                },
+                SamplingParams { dry_breaker_ids: [10].into(), ..base.clone() },
                 "dry_sequence_breakers token id 10 is outside the vocabulary (ids 0..10)",
             ),
             (
@@ -303,18 +348,21 @@ mod tests {
     }
 
     #[test]
-    fn params_deserialise_with_defaults_for_missing_fields() {
-        let p: SamplingParams =
-            serde_json::from_str(r#"{"temperature":0.7,"top_k":40,"logit_bias":{"5":-2.5},"dry":{"multiplier":0.8}}"#)
-                .unwrap();
-        assert_eq!(p.temperature, 0.7);
-        assert_eq!(p.top_k, 40);
-        assert_eq!(p.top_p, 1.0);
-        assert_eq!(p.logit_bias.get(&5), Some(&-2.5));
-        assert_eq!(p.dry.multiplier, 0.8);
-        assert_eq!(p.dry.base, 1.75);
-        let round_trip: SamplingParams = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
+    fn params_deserialise_from_the_js_spelling_with_defaults_for_missing_fields() {
+        let p: SamplingParams = serde_json::from_str(
+            r#"{"temperature":0.7,"topK":40,"logitBias":{"5":-2.5,"6":"-Infinity"},"dryMultiplier":0.8}"#,
+        )
+        .unwrap();
+        assert_eq!((p.temperature, p.top_k, p.top_p), (0.7, 40, 1.0));
+        assert_eq!(p.logit_bias, BTreeMap::from([(5, -2.5), (6, f64::NEG_INFINITY)]));
+        assert_eq!((p.dry_multiplier, p.dry_base), (0.8, 1.75));
+        // -inf survives the round trip (as "-Infinity"; JSON has no infinite numbers).
+        let json = serde_json::to_string(&p).unwrap();
+        assert!(json.contains(r#""6":"-Infinity""#), "{json}");
+        let round_trip: SamplingParams = serde_json::from_str(&json).unwrap();
         assert_eq!(round_trip, p);
+        let error = serde_json::from_str::<SamplingParams>(r#"{"logitBias":{"5":"Infinity"}}"#).unwrap_err();
+        assert!(error.to_string().contains(r#"expected a finite number or "-Infinity""#), "{error}");
     }
 
     #[test]

@@ -6,7 +6,7 @@
 use crate::error::SamplerError;
 use crate::mask::{TokenMask, TokenSet};
 use crate::math::{powi_portable, validate_logits};
-use crate::params::{DryParams, SamplingParams};
+use crate::params::SamplingParams;
 use std::collections::BTreeMap;
 
 /// The longest match DRY extends backwards (as in the reference implementation; it also bounds
@@ -124,9 +124,9 @@ pub fn adjust_logits(
         apply_repetition_penalty(&mut values, &counts, params.repetition_penalty);
         apply_presence_frequency_penalty(&mut values, &counts, params.presence_penalty, params.frequency_penalty);
     }
-    if params.dry.is_enabled() {
-        let context = history.window(params.dry.include_prompt, params.dry.penalty_last_n);
-        apply_dry(&mut values, &context, &params.dry);
+    if params.dry_enabled() {
+        let context = history.window(params.dry_include_prompt, params.dry_penalty_last_n);
+        apply_dry(&mut values, &context, params);
     }
 
     let allowed = mask.map(|m| m.allowed_set(values.len()));
@@ -191,16 +191,18 @@ pub fn apply_presence_frequency_penalty(values: &mut [f64], counts: &[(u32, u32)
 ///    breaker, extend the match backwards while `context[i-n] == context[len-1-n]`, the token is
 ///    not a breaker, and the match is shorter than [`DRY_MAX_MATCH_LENGTH`]; the follower gets
 ///    the longest match length found for it;
-/// 3. a follower whose match length `n >= allowed_length` is penalised by
-///    `multiplier · base^(n - allowed_length)`.
-pub fn dry_penalties(context: &[u32], dry: &DryParams) -> Vec<(u32, f64)> {
+/// 3. a follower whose match length `n >= dry_allowed_length` is penalised by
+///    `dry_multiplier · dry_base^(n - dry_allowed_length)`.
+///
+/// Breakers are `dry.dry_breaker_ids`; the other fields of `dry` play no part.
+pub fn dry_penalties(context: &[u32], dry: &SamplingParams) -> Vec<(u32, f64)> {
     let Some((&last, earlier)) = context.split_last() else {
         return Vec::new();
     };
-    if !dry.is_enabled() || dry.sequence_breakers.contains(&last) {
+    if !dry.dry_enabled() || dry.dry_breaker_ids.contains(&last) {
         return Vec::new();
     }
-    let is_breaker = |id: u32| dry.sequence_breakers.contains(&id);
+    let is_breaker = |id: u32| dry.dry_breaker_ids.contains(&id);
     let n = context.len();
     let mut longest: BTreeMap<u32, usize> = BTreeMap::new();
     for (i, _) in earlier.iter().enumerate().filter(|&(_, &t)| t == last) {
@@ -224,16 +226,16 @@ pub fn dry_penalties(context: &[u32], dry: &DryParams) -> Vec<(u32, f64)> {
     }
     longest
         .into_iter()
-        .filter(|&(_, length)| length >= dry.allowed_length)
+        .filter(|&(_, length)| length >= dry.dry_allowed_length)
         .map(|(id, length)| {
-            let exponent = (length - dry.allowed_length) as u32;
-            (id, dry.multiplier * powi_portable(dry.base, exponent))
+            let exponent = (length - dry.dry_allowed_length) as u32;
+            (id, dry.dry_multiplier * powi_portable(dry.dry_base, exponent))
         })
         .collect()
 }
 
 /// Subtracts the [`dry_penalties`] of `context` from `values`.
-pub fn apply_dry(values: &mut [f64], context: &[u32], dry: &DryParams) {
+pub fn apply_dry(values: &mut [f64], context: &[u32], dry: &SamplingParams) {
     for (id, penalty) in dry_penalties(context, dry) {
         if let Some(v) = values.get_mut(id as usize) {
             *v -= penalty;
@@ -245,13 +247,13 @@ pub fn apply_dry(values: &mut [f64], context: &[u32], dry: &DryParams) {
 mod tests {
     use super::*;
 
-    fn dry(multiplier: f64, base: f64, allowed_length: usize, breakers: &[u32]) -> DryParams {
-        DryParams {
-            multiplier,
-            base,
-            allowed_length,
-            sequence_breakers: breakers.iter().copied().collect(),
-            ..DryParams::default()
+    fn dry(multiplier: f64, base: f64, allowed_length: usize, breakers: &[u32]) -> SamplingParams {
+        SamplingParams {
+            dry_multiplier: multiplier,
+            dry_base: base,
+            dry_allowed_length: allowed_length,
+            dry_breaker_ids: breakers.iter().copied().collect(),
+            ..SamplingParams::default()
         }
     }
 

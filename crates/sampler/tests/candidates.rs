@@ -4,9 +4,8 @@
 use std::collections::BTreeMap;
 
 use nucleus_sampler::{
-    AdjustedLogits, CandidateRule, CandidateSet, DryParams, OwnedCandidateSet, PenaltyHistory,
-    SUM_EXP_RELATIVE_TOLERANCE, Sampler, SamplerError, SamplerRng, SamplingParams, adjust_logits,
-    decide_from_candidates, process,
+    AdjustedLogits, CandidateRule, CandidateSet, OwnedCandidateSet, PenaltyHistory, SUM_EXP_RELATIVE_TOLERANCE,
+    Sampler, SamplerError, SamplerRng, SamplingParams, adjust_logits, decide_from_candidates, process,
 };
 
 fn pick<T: Copy>(rng: &mut SamplerRng, items: &[T]) -> T {
@@ -388,8 +387,7 @@ fn gpu_adjustments_reproduce_stages_one_and_two() {
 
 #[test]
 fn dry_makes_the_gpu_path_unavailable() {
-    let params =
-        SamplingParams { dry: DryParams { multiplier: 0.8, ..DryParams::default() }, ..SamplingParams::default() };
+    let params = SamplingParams { dry_multiplier: 0.8, ..SamplingParams::default() };
     let mut sampler = Sampler::new(params, 10).unwrap();
     assert!(!sampler.gpu_path_available());
     assert!(matches!(sampler.gpu_adjustments(), Err(SamplerError::GpuPathUnavailable { .. })));

@@ -13,6 +13,9 @@ pub struct ChatMessage {
 }
 
 impl ChatMessage {
+    /// The roles a message may have.
+    pub const ROLES: [&'static str; 3] = ["system", "user", "assistant"];
+
     pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
         Self { role: role.into(), content: content.into() }
     }

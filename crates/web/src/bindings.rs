@@ -7,12 +7,11 @@ use std::fmt::Display;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
-use nucleus_engine::{Engine, EngineError, GenerationState, LoadOptions, ModelDevice};
+use nucleus_engine::{Engine, EngineError, GenerateRequest, GenerationState, LoadOptions, ModelDevice, OptionError};
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
-use crate::options::{OptionError, parse_generate_options};
 use crate::shapes;
 
 thread_local! {
@@ -164,11 +163,7 @@ impl WasmEngine {
         if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
             return Err(busy());
         }
-        let tokenizer = inner.engine.tokenizer();
-        let request = parse_generate_options(options_json, inner.engine.info().vocab_size, |breakers| {
-            tokenizer.tokens_containing(breakers).into_iter().collect()
-        })
-        .map_err(option_error)?;
+        let request = GenerateRequest::from_json(options_json, inner.engine.info().vocab_size).map_err(option_error)?;
         let generation = inner.engine.start(request).map_err(engine_error)?;
         inner.generation = Some(generation);
         Ok(())
@@ -177,6 +172,9 @@ impl WasmEngine {
     /// Runs the next step of the current generation. Resolves to the step as JSON, or `null`
     /// once the generation has finished.
     #[wasm_bindgen(js_name = nextStep)]
+    // The borrow is held across the step's awaits on purpose: it is the lock that makes any other
+    // call during a step fail with `busy` (try_borrow*), never a panic.
+    #[allow(clippy::await_holding_refcell_ref)]
     pub fn next_step(&self) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {

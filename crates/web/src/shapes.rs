@@ -5,7 +5,7 @@ use nucleus_sampler::FinishReason;
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-use crate::options::camel_case;
+use nucleus_engine::camel_case;
 
 /// A step: `{ index, id, token, text, logprob, top: [{ id, text, logit, logprob }], explain?, finishReason? }`.
 pub fn step(step: &Step) -> Value {

@@ -1,0 +1,334 @@
+//! A request in JSON, the JS API's spelling (`lm.generate({ prompt, topP, … })`), read with serde.
+//!
+//! The object is flat: the request's own options ([`RequestOptions`] here) and the sampling
+//! options ([`SamplingParams`]' serde form, camelCase) side by side. Each is deserialised from the
+//! whole object; a key neither of them reads is unknown. Every error names the option in the JS
+//! spelling: serde's errors through the path of the value that failed (`serde_path_to_error`),
+//! range errors from [`GenerateRequest::validate`] renamed from the Rust field names.
+//!
+//! JSON has no NaN or infinities: the page-side client writes them as the strings `"NaN"`,
+//! `"Infinity"`, `"-Infinity"`, so that a number field rejects them by name instead of silently
+//! taking `null`; `"-Infinity"` is a valid logit bias. `null` means "not given", as in OpenAI's API.
+
+use std::collections::BTreeSet;
+
+use nucleus_sampler::{SamplerError, SamplingParams};
+use nucleus_tokenizer::ChatMessage;
+use serde::Deserialize;
+use serde::de::{self, DeserializeOwned, Deserializer, SeqAccess, Visitor};
+use serde_json::Value;
+
+use crate::{EngineError, GenerateRequest, Prompt};
+
+/// A rejected option: its name in the JS spelling and why.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message}")]
+pub struct OptionError {
+    pub option: String,
+    pub message: String,
+}
+
+impl OptionError {
+    fn new(option: &str, message: impl Into<String>) -> Self {
+        Self { option: option.to_string(), message: message.into() }
+    }
+}
+
+/// The request's options other than sampling, as JSON spells them; defaults from
+/// [`GenerateRequest::new`].
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct RequestOptions {
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    max_tokens: usize,
+    #[serde(deserialize_with = "one_or_many")]
+    stop: Vec<String>,
+    ignore_eos: bool,
+    top_logprobs: usize,
+    #[serde(rename = "explain")]
+    explain_top_n: usize,
+    return_logits: bool,
+}
+
+impl Default for RequestOptions {
+    fn default() -> Self {
+        let defaults = GenerateRequest::new(Prompt::Text(String::new()));
+        Self {
+            prompt: None,
+            messages: None,
+            max_tokens: defaults.max_tokens,
+            stop: defaults.stop,
+            ignore_eos: defaults.ignore_eos,
+            top_logprobs: defaults.top_logprobs,
+            explain_top_n: defaults.explain_top_n,
+            return_logits: defaults.return_logits,
+        }
+    }
+}
+
+impl GenerateRequest {
+    /// Reads and checks a request from its JSON form (the options of the JS API's
+    /// `lm.generate`). `vocab_size` bounds `logitBias` ids.
+    pub fn from_json(json: &str, vocab_size: usize) -> Result<Self, OptionError> {
+        let value: Value = serde_json::from_str(json)
+            .map_err(|e| OptionError::new("options", format!("options must be an object: {e}")))?;
+        let Value::Object(mut options) = value else {
+            return Err(OptionError::new("options", "options must be an object"));
+        };
+        options.retain(|_, value| !value.is_null());
+        let options = Value::Object(options);
+
+        let mut not_request = BTreeSet::new();
+        let fields: RequestOptions = read(&options, &mut not_request)?;
+        let mut not_sampling = BTreeSet::new();
+        let sampling: SamplingParams = read(&options, &mut not_sampling)?;
+        if let Some(unknown) = not_request.intersection(&not_sampling).next() {
+            return Err(OptionError::new(unknown, format!("unknown option {unknown:?}")));
+        }
+
+        let prompt = match (fields.prompt, fields.messages) {
+            (Some(_), Some(_)) => return Err(OptionError::new("prompt", "give either prompt or messages, not both")),
+            (None, None) => return Err(OptionError::new("prompt", "give a prompt (text) or messages (a chat)")),
+            (Some(text), None) => Prompt::Text(text),
+            (None, Some(messages)) => Prompt::Chat(messages),
+        };
+        let request = GenerateRequest {
+            prompt,
+            max_tokens: fields.max_tokens,
+            sampling,
+            stop: fields.stop,
+            ignore_eos: fields.ignore_eos,
+            top_logprobs: fields.top_logprobs,
+            explain_top_n: fields.explain_top_n,
+            return_logits: fields.return_logits,
+        };
+        request.validate(vocab_size).map_err(renamed)?;
+        Ok(request)
+    }
+}
+
+/// Deserialises `T` from the whole object, collecting the top-level keys it does not read.
+fn read<T: DeserializeOwned>(options: &Value, ignored: &mut BTreeSet<String>) -> Result<T, OptionError> {
+    let mut note = |path: serde_ignored::Path| {
+        if let serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } = path {
+            ignored.insert(key);
+        }
+    };
+    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(options, &mut note)).map_err(|error| {
+        let path = error.path().to_string();
+        let option = path.split(['.', '[']).next().unwrap_or_default();
+        OptionError::new(option, format!("invalid option {path}: {}", error.inner()))
+    })
+}
+
+/// A validation error, renamed from the Rust field to the JS option (`top_p` -> `topP`).
+fn renamed(error: EngineError) -> OptionError {
+    let field = match &error {
+        EngineError::BadOption { name, .. } => name.to_string(),
+        EngineError::Sampler(SamplerError::OutOfRange { name, .. }) => name.to_string(),
+        EngineError::Sampler(
+            SamplerError::BiasIdOutOfVocabulary { .. }
+            | SamplerError::InvalidBias { .. }
+            | SamplerError::BiasSyntax { .. },
+        ) => "logit_bias".to_string(),
+        _ => "options".to_string(),
+    };
+    let option = js_name(&field);
+    OptionError { message: error.to_string().replace(&field, &option), option }
+}
+
+/// The JS name of a request or sampling field: its serde name.
+pub fn js_name(field: &str) -> String {
+    if field == "explain_top_n" {
+        return "explain".to_string();
+    }
+    camel_case(field)
+}
+
+/// `top_p` -> `topP`.
+pub fn camel_case(snake: &str) -> String {
+    let mut out = String::with_capacity(snake.len());
+    let mut upper = false;
+    for c in snake.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// A string or an array of strings.
+fn one_or_many<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<String>, D::Error> {
+    struct OneOrMany;
+    impl<'de> Visitor<'de> for OneOrMany {
+        type Value = Vec<String>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a string or an array of strings")
+        }
+        fn visit_str<E: de::Error>(self, v: &str) -> Result<Self::Value, E> {
+            Ok(vec![v.to_string()])
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::new();
+            while let Some(item) = seq.next_element()? {
+                out.push(item);
+            }
+            Ok(out)
+        }
+    }
+    deserializer.deserialize_any(OneOrMany)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::DEFAULT_MAX_TOKENS;
+
+    const VOCAB: usize = 49_152;
+
+    fn parse(json: &str) -> Result<GenerateRequest, OptionError> {
+        GenerateRequest::from_json(json, VOCAB)
+    }
+
+    #[test]
+    fn every_option_reaches_the_request() {
+        let request = parse(
+            r#"{"prompt":"Hi","maxTokens":7,"temperature":0.7,"topK":40,"topP":0.9,"minP":0.05,"typicalP":0.95,
+                "repetitionPenalty":1.1,"presencePenalty":0.5,"frequencyPenalty":0.25,"penaltyLastN":64,
+                "penalizePrompt":true,"logitBias":{"2":"-Infinity","42":1.5},"stop":["\n\n","END"],"seed":9007199254740991,
+                "ignoreEos":true,"topLogprobs":256,"explain":30,"returnLogits":true}"#,
+        )
+        .unwrap();
+        assert_eq!(request.prompt, Prompt::Text("Hi".into()));
+        assert_eq!(
+            (request.max_tokens, request.top_logprobs, request.explain_top_n, request.ignore_eos),
+            (7, 256, 30, true)
+        );
+        assert!(request.return_logits);
+        assert_eq!(request.stop, vec!["\n\n".to_string(), "END".to_string()]);
+        let s = &request.sampling;
+        assert_eq!((s.temperature, s.top_k, s.top_p, s.min_p, s.typical_p), (0.7, 40, 0.9, 0.05, 0.95));
+        assert_eq!((s.repetition_penalty, s.presence_penalty, s.frequency_penalty), (1.1, 0.5, 0.25));
+        assert_eq!((s.penalty_last_n, s.penalize_prompt, s.seed), (64, true, 9_007_199_254_740_991));
+        assert_eq!(s.logit_bias, BTreeMap::from([(2, f64::NEG_INFINITY), (42, 1.5)]));
+    }
+
+    #[test]
+    fn dry_reaches_the_request_with_the_default_breakers_or_given_ones() {
+        let request =
+            parse(r#"{"prompt":"Hi","dryMultiplier":0.8,"dryBase":2,"dryAllowedLength":3,"dryPenaltyLastN":100}"#)
+                .unwrap();
+        let s = &request.sampling;
+        assert_eq!((s.dry_multiplier, s.dry_base, s.dry_allowed_length, s.dry_penalty_last_n), (0.8, 2.0, 3, 100));
+        assert_eq!(s.dry_sequence_breakers, SamplingParams::default().dry_sequence_breakers);
+        let given = parse(r#"{"prompt":"Hi","dryMultiplier":0.8,"drySequenceBreakers":["ab","xyz"]}"#).unwrap();
+        assert_eq!(given.sampling.dry_sequence_breakers, ["ab", "xyz"]);
+        let error = parse(r#"{"prompt":"a","dryBase":0.5,"dryMultiplier":1}"#).unwrap_err();
+        assert_eq!(
+            (error.option.as_str(), error.message.as_str()),
+            ("dryBase", "dryBase must be finite and >= 1, got 0.5")
+        );
+    }
+
+    #[test]
+    fn defaults_and_null_mean_not_given() {
+        let request = parse(r#"{"messages":[{"role":"user","content":"Hi"}],"temperature":null,"stop":"x"}"#).unwrap();
+        assert_eq!(request.prompt, Prompt::Chat(vec![ChatMessage::user("Hi")]));
+        assert_eq!((request.max_tokens, request.top_logprobs, request.explain_top_n), (DEFAULT_MAX_TOKENS, 20, 0));
+        assert_eq!(request.sampling, SamplingParams::default());
+        assert_eq!(request.stop, vec!["x".to_string()]);
+    }
+
+    #[test]
+    fn each_bad_option_is_named_in_js_spelling() {
+        let cases = [
+            (r#"{"prompt":"a","topP":1.5}"#, "topP", "topP must be in (0, 1], got 1.5"),
+            (r#"{"prompt":"a","temperature":-1}"#, "temperature", "temperature must be finite and >= 0, got -1"),
+            (
+                r#"{"prompt":"a","temperature":"NaN"}"#,
+                "temperature",
+                r#"invalid option temperature: invalid type: string "NaN", expected f64"#,
+            ),
+            (
+                r#"{"prompt":"a","temperature":"hot"}"#,
+                "temperature",
+                r#"invalid option temperature: invalid type: string "hot", expected f64"#,
+            ),
+            (r#"{"prompt":"a","minP":2}"#, "minP", "minP must be in [0, 1], got 2"),
+            (r#"{"prompt":"a","typicalP":0}"#, "typicalP", "typicalP must be in (0, 1], got 0"),
+            (
+                r#"{"prompt":"a","repetitionPenalty":0}"#,
+                "repetitionPenalty",
+                "repetitionPenalty must be finite and > 0, got 0",
+            ),
+            (
+                r#"{"prompt":"a","topK":2.5}"#,
+                "topK",
+                "invalid option topK: invalid type: floating point `2.5`, expected usize",
+            ),
+            (r#"{"prompt":"a","maxTokens":0}"#, "maxTokens", "invalid option maxTokens: must be >= 1, got 0"),
+            (
+                r#"{"prompt":"a","topLogprobs":257}"#,
+                "topLogprobs",
+                "invalid option topLogprobs: must be 0..=256, got 257",
+            ),
+            (r#"{"prompt":"a","explain":300}"#, "explain", "invalid option explain: must be 0..=256, got 300"),
+            (r#"{"prompt":"a","seed":-1}"#, "seed", "invalid option seed: invalid value: integer `-1`, expected u64"),
+            (
+                r#"{"prompt":"a","logitBias":{"49152":1}}"#,
+                "logitBias",
+                "logitBias token id 49152 is outside the vocabulary (ids 0..49152)",
+            ),
+            (
+                r#"{"prompt":"a","logitBias":{"7":"Infinity"}}"#,
+                "logitBias",
+                r#"invalid option logitBias.7: invalid value: string "Infinity", expected a finite number or "-Infinity""#,
+            ),
+            (r#"{"prompt":"a","logitBias":{"x":1}}"#, "logitBias", "invalid option logitBias"),
+            (r#"{"prompt":"a","stop":[""]}"#, "stop", "invalid option stop: must be non-empty strings, got \"\""),
+            (
+                r#"{"prompt":"a","stop":3}"#,
+                "stop",
+                "invalid option stop: invalid type: integer `3`, expected a string or an array of strings",
+            ),
+            (
+                r#"{"prompt":"a","ignoreEos":1}"#,
+                "ignoreEos",
+                "invalid option ignoreEos: invalid type: integer `1`, expected a boolean",
+            ),
+            (r#"{"prompt":""}"#, "prompt", "invalid option prompt: must be non-empty text, got \"\""),
+            (r#"{"prompt":"a","temprature":1}"#, "temprature", "unknown option \"temprature\""),
+            (r#"{}"#, "prompt", "give a prompt (text) or messages (a chat)"),
+            (r#"{"prompt":"a","messages":[]}"#, "prompt", "give either prompt or messages, not both"),
+            (
+                r#"{"messages":[{"role":"robot","content":"x"}]}"#,
+                "messages",
+                "invalid option messages: must be roles system, user or assistant, got \"robot\"",
+            ),
+            (r#"{"messages":[{"role":"user"}]}"#, "messages", "invalid option messages[0]: missing field `content`"),
+            (r#"{"messages":[]}"#, "messages", "invalid option messages: must be at least one message, got []"),
+            (r#"[1]"#, "options", "options must be an object"),
+        ];
+        for (json, option, message) in cases {
+            let error = parse(json).expect_err(json);
+            assert_eq!(error.option, option, "{json}");
+            assert!(error.message.starts_with(message), "{json}: {:?} does not start with {message:?}", error.message);
+        }
+    }
+
+    #[test]
+    fn camel_case_renames_snake_names() {
+        assert_eq!(camel_case("top_p"), "topP");
+        assert_eq!(camel_case("repetition_penalty"), "repetitionPenalty");
+        assert_eq!(camel_case("seed"), "seed");
+        assert_eq!(js_name("explain_top_n"), "explain");
+    }
+}
