@@ -144,7 +144,7 @@ const handlers = {
       await cache.put(url, stored).catch((error) => console.warn(`nucleus: the model was not cached: ${error}`));
     }
     loadMs = performance.now() - started;
-    return { ...JSON.parse(engine.info()), ...facts, loadMs, fromCache };
+    return { ...JSON.parse(engine.info(String(url))), ...facts, loadMs, fromCache };
   },
 
   async [REQUEST.tokenize]({ text }) {

@@ -138,7 +138,10 @@ export class Generation {
     return this.#result;
   }
 
-  /** Stops the generation after the step in flight; `result` resolves with finishReason 'abort'. */
+  /**
+   * Stops the generation after the step in flight (which the iterator still yields); `result`
+   * resolves with finishReason 'abort', counting exactly the steps yielded.
+   */
   async abort() {
     if (this.#aborted || this.#finished) return;
     this.#aborted = true;
@@ -157,7 +160,9 @@ export class Generation {
     try {
       while (!this.#aborted) {
         const step = await this.#client.call(REQUEST.next, { gen });
-        if (step === null || this.#aborted) break;
+        if (step === null) break;
+        // A step that was in flight when an abort came is yielded too: the result counts it, so
+        // the steps' text is the result's text.
         yield step;
         if (step.finishReason) break;
       }

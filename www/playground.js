@@ -33,6 +33,9 @@ const state = {
   selected: null,
   walkTemperature: 1,
   generateCalls: 0,
+  busy: false,
+  /** Boxes whose text is not valid: element id -> what it must be. */
+  formProblems: new Map(),
 };
 
 // ---- controls ---------------------------------------------------------------------------------
@@ -43,35 +46,200 @@ function buildKnobs() {
     const wrap = document.createElement('div');
     wrap.className = 'knob';
     const id = `knob-${knob.key}`;
+    const value = PRESETS.balanced[knob.key] ?? DEFAULTS[knob.key];
+    const range = `min="${knob.min}" max="${knob.max}" value="${value}"`;
     wrap.innerHTML = `<label for="${id}">${knob.label} <span class="hint">${knob.hint}</span></label>
-      <input type="range" id="${id}" name="${knob.key}" min="${knob.min}" max="${knob.max}" step="${knob.step}" value="${PRESETS.balanced[knob.key] ?? DEFAULTS[knob.key]}">
-      <output for="${id}" id="${id}-value"></output>`;
+      <input type="range" id="${id}" name="${knob.key}" step="${knob.step}" ${range}>
+      <input type="number" id="${id}-number" aria-label="${knob.label}, exact value" step="any" ${range}>
+      <output for="${id}" id="${id}-value" class="off"></output>
+      <span class="field-error" id="${id}-number-error" hidden></span>`;
     container.append(wrap);
-    const input = wrap.querySelector('input');
-    input.addEventListener('input', () => {
+    const slider = wrap.querySelector('input[type="range"]');
+    const box = wrap.querySelector('input[type="number"]');
+    // The box holds the exact value (the slider moves in steps); each follows the other.
+    slider.addEventListener('input', () => {
+      box.value = slider.value;
       showKnobValue(knob);
       renderInspector();
     });
-    showKnobValue(knob);
+    box.addEventListener('input', () => {
+      if (checkForm().has(box.id)) return;
+      slider.value = box.value;
+      showKnobValue(knob);
+      renderInspector();
+    });
   }
+  for (const knob of KNOBS) showKnobValue(knob);
+}
+
+/** A knob's value: its box's, or its slider's while the box holds no valid number. */
+function knobValue(knob) {
+  const exact = numberIn($(`knob-${knob.key}-number`).value, knob.min, knob.max);
+  return exact ?? Number($(`knob-${knob.key}`).value);
 }
 
 function showKnobValue(knob) {
-  const value = Number($(`knob-${knob.key}`).value);
-  $(`knob-${knob.key}-value`).textContent = knob.off !== null && value === knob.off ? 'off' : String(value);
+  const value = knobValue(knob);
+  $(`knob-${knob.key}-value`).textContent = knob.off !== null && value === knob.off ? 'off' : '';
+  markPreset();
 }
 
 function knobValues() {
-  return Object.fromEntries(KNOBS.map((k) => [k.key, Number($(`knob-${k.key}`).value)]));
+  return Object.fromEntries(KNOBS.map((knob) => [knob.key, knobValue(knob)]));
+}
+
+/** Sets a knob's slider and box. */
+function setKnob(knob, value) {
+  $(`knob-${knob.key}`).value = value;
+  $(`knob-${knob.key}-number`).value = value;
+  showKnobValue(knob);
 }
 
 function setKnobs(values) {
   for (const knob of KNOBS) {
-    if (values[knob.key] === undefined) continue;
-    $(`knob-${knob.key}`).value = values[knob.key];
-    showKnobValue(knob);
+    if (values[knob.key] !== undefined) setKnob(knob, values[knob.key]);
   }
+  checkForm();
+  saveSettings();
   renderInspector();
+}
+
+/** Marks the preset the knobs match, if any. */
+function markPreset() {
+  const values = knobValues();
+  for (const button of document.querySelectorAll('[data-preset]')) {
+    const preset = PRESETS[button.dataset.preset];
+    const active = Object.entries(preset).every(([key, value]) => values[key] === value);
+    button.setAttribute('aria-pressed', String(active));
+  }
+}
+
+// ---- checks: every box says inline what is wrong, and Generate waits until it is fixed ----------
+
+/** A number in [min, max] (whole when `whole`), from a box's text; null when it is not one. */
+function numberIn(text, min, max, whole = false) {
+  const n = Number(text);
+  if (text.trim() === '' || !Number.isFinite(n) || n < min || n > max || (whole && !Number.isInteger(n))) return null;
+  return n;
+}
+
+/** The boxes that are checked: element id -> [what it must be, a check of its text]. */
+function checkedFields() {
+  const fields = new Map(KNOBS.map((knob) => [`knob-${knob.key}-number`,
+    [`a number from ${knob.min} to ${knob.max}`, (text) => numberIn(text, knob.min, knob.max) !== null]]));
+  fields.set('seed', ['a whole number from 0 to 2^53 - 1', (text) => $('seed-random').checked || numberIn(text, 0, Number.MAX_SAFE_INTEGER, true) !== null]);
+  fields.set('max-tokens', ['a whole number from 1 to 2048', (text) => numberIn(text, 1, 2048, true) !== null]);
+  return fields;
+}
+
+/** Marks every bad box with its reason and disables Generate while there is one; returns them. */
+function checkForm() {
+  const problems = new Map();
+  for (const [id, [expected, ok]] of checkedFields()) {
+    const box = $(id);
+    const bad = !ok(box.value);
+    box.setAttribute('aria-invalid', String(bad));
+    const note = $(`${id}-error`);
+    note.textContent = bad ? `Must be ${expected}.` : '';
+    note.hidden = !bad;
+    if (bad) {
+      problems.set(id, expected);
+      box.setAttribute('aria-describedby', note.id);
+    } else {
+      box.removeAttribute('aria-describedby');
+    }
+  }
+  state.formProblems = problems;
+  updateButtons();
+  return problems;
+}
+
+// ---- settings: in the page's URL and in localStorage --------------------------------------------
+// Under the JS API's option names (prompt, temperature, topP, …, seed, maxTokens, stop) plus mode
+// (chat or raw), so a link reproduces what its sender saw. On load the URL wins over what is stored.
+
+const SETTINGS_KEY = 'nucleus-playground-settings';
+
+/** Every setting: key -> { read(), write(text) -> true when the text was valid, expected }. */
+function settings() {
+  const box = (id) => ({ read: () => $(id).value, write: (text) => { $(id).value = text; return true; } });
+  const checked = (id, min, max, whole) => ({
+    read: () => $(id).value,
+    write: (text) => numberIn(text, min, max, whole) !== null && (($(id).value = text), true),
+  });
+  const entries = [
+    ['mode', {
+      read: () => document.querySelector('input[name="mode"]:checked').value,
+      write: (text) => {
+        const radio = document.querySelector(`input[name="mode"][value="${CSS.escape(text)}"]`);
+        if (radio) radio.checked = true;
+        return Boolean(radio);
+      },
+      expected: 'chat or raw',
+    }],
+    ['prompt', box('prompt')],
+    ...KNOBS.map((knob) => [knob.key, {
+      read: () => String(knobValue(knob)),
+      write: (text) => {
+        if (numberIn(text, knob.min, knob.max) === null) return false;
+        setKnob(knob, text);
+        return true;
+      },
+      expected: `a number from ${knob.min} to ${knob.max}`,
+    }]),
+    ['seed', { ...checked('seed', 0, Number.MAX_SAFE_INTEGER, true), expected: 'a whole number >= 0' }],
+    ['maxTokens', { ...checked('max-tokens', 1, 2048, true), expected: 'a whole number from 1 to 2048' }],
+    ['stop', box('stop-strings')],
+  ];
+  return new Map(entries);
+}
+
+/** Applies stored settings, then the URL's; reports what the URL had that could not be used. */
+function loadSettings() {
+  const all = settings();
+  const apply = (params, report) => {
+    for (const [key, text] of params) {
+      const setting = all.get(key);
+      if (!setting) report.push(`${key} (not a setting)`);
+      else if (!setting.write(text)) report.push(`${key}=${text} (must be ${setting.expected})`);
+    }
+  };
+  let stored = new URLSearchParams();
+  try {
+    stored = new URLSearchParams(localStorage.getItem(SETTINGS_KEY) ?? '');
+  } catch {
+    // Storage can be off (some private windows): settings then live in the URL only.
+  }
+  apply(stored, []);
+  const problems = [];
+  apply(new URLSearchParams(location.search), problems);
+  $('settings-error').hidden = problems.length === 0;
+  $('settings-error').textContent = problems.length ? `Not used from the link: ${problems.join('; ')}.` : '';
+  checkForm();
+  saveSettings();
+}
+
+/** Writes the settings to the URL (replacing the history entry) and to localStorage. */
+function saveSettings() {
+  const params = new URLSearchParams();
+  for (const [key, setting] of settings()) params.set(key, setting.read());
+  const query = params.toString();
+  history.replaceState(null, '', `${location.pathname}?${query}${location.hash}`);
+  try {
+    localStorage.setItem(SETTINGS_KEY, query);
+  } catch {
+    // See loadSettings.
+  }
+}
+
+async function copyLink() {
+  saveSettings();
+  try {
+    await navigator.clipboard.writeText(location.href);
+    $('copy-link-status').textContent = 'Link copied.';
+  } catch {
+    $('copy-link-status').textContent = `Copy this link: ${location.href}`;
+  }
 }
 
 function parseStops(text) {
@@ -102,16 +270,24 @@ function generateOptions() {
 // ---- generation --------------------------------------------------------------------------------
 
 function setBusy(busy) {
-  $('generate').disabled = busy || !state.lm;
-  $('stop').disabled = !busy;
+  state.busy = busy;
+  updateButtons();
   document.body.dataset.state = busy ? 'generating' : 'ready';
+}
+
+function updateButtons() {
+  $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0;
+  $('stop').disabled = !state.busy;
 }
 
 async function generate(event) {
   event?.preventDefault();
   if (!state.lm || state.generation) return;
+  // A bad box leaves everything on the page as it is (checkForm marks it and disables Generate).
+  if (checkForm().size) return;
   $('form-error').hidden = true;
   const options = generateOptions();
+  saveSettings();
   state.steps = [];
   state.selected = null;
   state.runSettings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, options[k]]));
@@ -134,7 +310,8 @@ async function generate(event) {
     const result = await generation.result;
     showStats({ result });
   } catch (error) {
-    $('form-error').textContent = error.option ? `${error.option}: ${error.message}` : error.message;
+    // The message names the option already.
+    $('form-error').textContent = error.message;
     $('form-error').hidden = false;
   } finally {
     state.generation = null;
@@ -217,7 +394,8 @@ function showStats({ tokens, elapsedMs, result }) {
     ? [
       ['time to first token', `${result.timing.ttftMs.toFixed(0)} ms`],
       ['prefill', `${result.timing.prefillTokensPerS.toFixed(2)} tok/s (${result.usage.promptTokens} prompt tokens${result.usage.cachedPromptTokens ? `, ${result.usage.cachedPromptTokens} cached` : ''})`],
-      ['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`],
+      // The first token comes out of prefill: a decode rate needs a second one.
+      ...(result.usage.completionTokens > 1 ? [['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`]] : []),
       ['tokens generated', String(result.usage.completionTokens)],
       ['finish reason', result.finishReason],
       ['read back', `${result.transfer.bytesPerToken.toFixed(0)} bytes/token`],
@@ -393,6 +571,21 @@ function showNoWebGpu(detail) {
 
 async function start() {
   buildKnobs();
+  for (const id of checkedFields().keys()) {
+    if ($(`${id}-error`)) continue;
+    const note = document.createElement('span');
+    Object.assign(note, { id: `${id}-error`, className: 'field-error', hidden: true });
+    $(id).after(note);
+  }
+  loadSettings();
+  $('form').noValidate = true; // checkForm says what is wrong, beside the box
+  $('form').addEventListener('input', () => {
+    checkForm();
+    saveSettings();
+  });
+  $('form').addEventListener('change', saveSettings);
+  $('seed-random').addEventListener('change', checkForm);
+  $('copy-link').addEventListener('click', copyLink);
   $('form').addEventListener('submit', generate);
   $('stop').addEventListener('click', stop);
   $('show-boundaries').addEventListener('change', (e) => $('tokens').classList.toggle('boundaries', e.target.checked));
@@ -443,7 +636,7 @@ async function start() {
   }
   const { info } = state.lm;
   const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
-  $('status').textContent = `${info.name} (${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens) `
+  $('status').textContent = `${info.title} (${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens) `
     + `on WebGPU: ${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}, ${info.f16 ? 'f16 available' : 'f32'}, `
     + `${(info.weightBytes / 2 ** 20).toFixed(0)} MiB of weights on the GPU; `
     + `loaded in ${(info.loadMs / 1000).toFixed(1)} s${info.fromCache ? ' from the browser cache' : ''}.`;

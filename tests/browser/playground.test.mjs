@@ -98,6 +98,50 @@ test('at phone width the page has no horizontal scroll', async () => {
   await page.screenshot({ path: path.join(OUTPUT, 'playground-phone.png'), fullPage: true });
 });
 
+test('the settings live in the URL and in localStorage, and a bad box or link value is reported, not used', async () => {
+  // The settings are read before the model loads: a browser without WebGPU shows them as fast.
+  const plain = await launch({ webgpu: false });
+  try {
+    const linked = await open(plain, `${server.url}?mode=raw&prompt=${encodeURIComponent('Hello there')}&temperature=0.35&seed=77&maxTokens=12`);
+    await linked.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    const fields = () => linked.evaluate(() => ({
+      mode: document.querySelector('input[name="mode"]:checked').value,
+      prompt: document.querySelector('#prompt').value,
+      temperature: document.querySelector('#knob-temperature-number').value,
+      topP: document.querySelector('#knob-topP-number').value,
+      seed: document.querySelector('#seed').value,
+      maxTokens: document.querySelector('#max-tokens').value,
+    }));
+    assert.deepEqual(await fields(), { mode: 'raw', prompt: 'Hello there', temperature: '0.35', topP: '0.9', seed: '77', maxTokens: '12' });
+    assert.equal(await linked.isVisible('#settings-error'), false);
+
+    // An exact value typed in a knob's box stays exact, and a reload without the query keeps it.
+    await linked.fill('#knob-topP-number', '0.83');
+    await linked.goto(server.url);
+    await linked.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    assert.deepEqual(await fields(), { mode: 'raw', prompt: 'Hello there', temperature: '0.35', topP: '0.83', seed: '77', maxTokens: '12' });
+    assert.match(linked.url(), /topP=0\.83/);
+
+    // A bad box is marked beside it with the reason; nothing else changes.
+    await linked.fill('#max-tokens', '');
+    assert.equal(await linked.getAttribute('#max-tokens', 'aria-invalid'), 'true');
+    assert.match(await linked.textContent('#max-tokens-error'), /whole number from 1 to 2048/);
+    await linked.fill('#max-tokens', '20');
+    assert.equal(await linked.isVisible('#max-tokens-error'), false);
+
+    // A link with an unknown key and a bad value: both reported; the bad one keeps its value.
+    await linked.goto(`${server.url}?temperature=hot&bogus=1`);
+    await linked.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    const report = await linked.textContent('#settings-error');
+    assert.match(report, /temperature=hot \(must be a number from 0 to 2/);
+    assert.match(report, /bogus \(not a setting\)/);
+    assert.equal((await fields()).temperature, '0.35');
+    await linked.screenshot({ path: path.join(OUTPUT, 'playground-bad-link.png') });
+  } finally {
+    await plain.close();
+  }
+});
+
 test('without WebGPU the page says so, and which browsers work', async () => {
   const plain = await launch({ webgpu: false });
   try {

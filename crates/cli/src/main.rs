@@ -328,6 +328,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
         explain_top_n: if args.explain { args.top_logprobs.max(1) } else { 0 },
         return_logits: false,
     };
+    let title = engine.info().title(Some(&args.model.path().to_string_lossy()));
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -343,6 +344,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     let finish_reason = result.finish_reason.as_ref().map_or("stopped", |r| r.as_str());
     if args.json {
         let summary = Summary {
+            model: title,
             finish_reason,
             text: &result.text,
             seed,
@@ -354,7 +356,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     } else {
         writeln!(out).map_err(|e| e.to_string())?;
         eprintln!(
-            "[{} | {} prompt + {} generated tokens | load {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s | seed {seed}]",
+            "[{title} | {} | {} prompt + {} generated tokens | load {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s | seed {seed}]",
             finish_reason,
             result.usage.prompt_tokens,
             result.usage.completion_tokens,
@@ -369,6 +371,8 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
 /// The last `--json` line.
 #[derive(Serialize)]
 struct Summary<'a> {
+    /// The model as a person names it ([`nucleus_engine::ModelInfo::title`]).
+    model: String,
     finish_reason: &'a str,
     text: &'a str,
     seed: u64,

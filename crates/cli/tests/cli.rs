@@ -106,6 +106,8 @@ fn generate_json_greedy_chat_matches_reference() {
         text.push_str(line["text"].as_str().unwrap());
     }
     let summary = &lines[6];
+    // Named from the file (SmolLM2-135M-Instruct.Q4_1.gguf by default), not general.name.
+    assert!(summary["model"].as_str().unwrap().ends_with(" · Q4_1 · 98 MB"), "{}", summary["model"]);
     assert_eq!(summary["finish_reason"], "length");
     assert_eq!(summary["text"].as_str().unwrap(), text);
     assert_eq!(summary["usage"]["prompt_tokens"], 37);

@@ -42,7 +42,14 @@ pub use wire::{OptionError, camel_case, js_name};
 /// Facts about the loaded model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModelInfo {
+    /// `general.name`: often a training-run label ("Smollm2 135M 8k Lc100K Mix1 Ep2"); people are
+    /// shown [`ModelInfo::title`].
     pub name: String,
+    /// `general.basename` and `general.size_label` ("SmolLM2", "135M"), when the file has them.
+    pub basename: Option<String>,
+    pub size_label: Option<String>,
+    /// The type that holds most of the weights' bytes (`Q4_1`, `Q8_0`, `F16`, …).
+    pub quantization: String,
     pub architecture: String,
     pub vocab_size: usize,
     pub context_length: usize,
@@ -52,6 +59,46 @@ pub struct ModelInfo {
     pub path: &'static str,
     /// Bytes of the weights on the device.
     pub weight_bytes: u64,
+}
+
+impl ModelInfo {
+    /// The model as a person names it: "SmolLM2-135M-Instruct · Q4_1 · 98 MB". The name is the
+    /// file's (`file_name`: a path or URL; its last segment without `.gguf` and without a suffix
+    /// naming the quantization), else `general.basename` and `general.size_label`, else
+    /// `general.name`.
+    pub fn title(&self, file_name: Option<&str>) -> String {
+        let from_file = file_name.and_then(|name| {
+            let last = name.split(['?', '#']).next()?.rsplit(['/', '\\']).next()?;
+            let stem = last.strip_suffix(".gguf").or_else(|| last.strip_suffix(".GGUF")).unwrap_or(last);
+            let quant = self.quantization.to_ascii_lowercase();
+            let cut = stem.len().checked_sub(quant.len() + 1).filter(|&at| {
+                stem.is_char_boundary(at)
+                    && matches!(stem.as_bytes()[at], b'.' | b'-' | b'_')
+                    && stem[at + 1..].to_ascii_lowercase() == quant
+            });
+            let stem = cut.map_or(stem, |at| &stem[..at]);
+            (!stem.is_empty()).then(|| stem.to_string())
+        });
+        let from_metadata = || match (&self.basename, &self.size_label) {
+            (Some(base), Some(size)) => format!("{base}-{size}"),
+            (Some(base), None) => base.clone(),
+            _ => self.name.clone(),
+        };
+        let name = from_file.unwrap_or_else(from_metadata);
+        format!("{name} · {} · {:.0} MB", self.quantization, self.file_bytes as f64 / 1e6)
+    }
+}
+
+/// The type of the largest share of the tensor bytes.
+fn main_weight_type(file: &GgufFile<'_>) -> String {
+    let mut bytes: Vec<(nucleus_gguf::GgmlType, u64)> = Vec::new();
+    for tensor in &file.tensors {
+        match bytes.iter_mut().find(|(kind, _)| *kind == tensor.ggml_type) {
+            Some((_, total)) => *total += tensor.byte_len(),
+            None => bytes.push((tensor.ggml_type, tensor.byte_len())),
+        }
+    }
+    bytes.into_iter().max_by_key(|&(_, total)| total).map_or_else(|| "none".to_string(), |(kind, _)| kind.to_string())
 }
 
 /// How to load a model.
@@ -111,6 +158,9 @@ impl Engine {
         let config = model.config();
         let info = ModelInfo {
             name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
+            basename: file.get_str("general.basename").ok().map(str::to_string),
+            size_label: file.get_str("general.size_label").ok().map(str::to_string),
+            quantization: main_weight_type(&file),
             architecture: config.architecture.clone(),
             vocab_size: config.vocab_size,
             context_length: capacity,
@@ -267,5 +317,41 @@ impl Engine {
     /// ([`EngineError::Interleaved`]).
     pub async fn step(&mut self, state: &mut GenerationState) -> Result<Option<Step>, EngineError> {
         state.next_step(self).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info(basename: Option<&str>, size_label: Option<&str>) -> ModelInfo {
+        ModelInfo {
+            name: "Smollm2 135M 8k Lc100K Mix1 Ep2".into(),
+            basename: basename.map(Into::into),
+            size_label: size_label.map(Into::into),
+            quantization: "Q4_1".into(),
+            architecture: "llama".into(),
+            vocab_size: 49_152,
+            context_length: 8192,
+            parameters: 134_515_008,
+            file_bytes: 98_160_000,
+            path: "fused",
+            weight_bytes: 0,
+        }
+    }
+
+    #[test]
+    fn a_model_is_titled_by_its_file_name_else_its_basename_else_its_name() {
+        let with_basename = info(Some("SmolLM2"), Some("135M"));
+        for file in [
+            "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "models/SmolLM2-135M-Instruct-q4_1.gguf",
+            "https://example.org/m/SmolLM2-135M-Instruct.Q4_1.gguf?download=1",
+            "C:\\models\\SmolLM2-135M-Instruct.gguf",
+        ] {
+            assert_eq!(with_basename.title(Some(file)), "SmolLM2-135M-Instruct · Q4_1 · 98 MB", "{file}");
+        }
+        assert_eq!(with_basename.title(None), "SmolLM2-135M · Q4_1 · 98 MB");
+        assert_eq!(info(None, None).title(Some("")), "Smollm2 135M 8k Lc100K Mix1 Ep2 · Q4_1 · 98 MB");
     }
 }

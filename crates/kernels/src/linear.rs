@@ -33,11 +33,7 @@ impl LinearKernel {
 
     /// The kernel for a wgpu adapter: [`LinearKernel::Wgsl`] on an adapter that runs on the CPU
     /// (SwiftShader, lavapipe, WARP; in a browser, the fallback adapter), Burn's matmul on GPUs.
-    ///
-    /// Per decode token, summing `examples/linear_bench.rs`'s per-layer medians over every linear
-    /// layer of SmolLM2-135M at one row: about 3.8 s with Burn's matmul against 0.57 s with
-    /// `linear.wgsl` on SwiftShader, 0.6 s against 0.37 s on lavapipe. A real GPU was not
-    /// available to measure; there Burn's kernels are kept.
+    /// Why, with the measurements: ARCHITECTURE.md, "Linear layers on CPU adapters".
     pub fn for_adapter(adapter: &wgpu::AdapterInfo) -> Self {
         if adapter.device_type == wgpu::DeviceType::Cpu { LinearKernel::Wgsl } else { LinearKernel::BurnMatmul }
     }

@@ -1,11 +1,14 @@
 //! Finishing a step from the GPU's top-K candidates: whenever `decide_from_candidates` answers,
 //! it must answer exactly what the full path would.
 
+mod common;
+
 use std::collections::BTreeMap;
 
+use common::{adjusted, processed_order};
 use nucleus_sampler::{
-    AdjustedLogits, CandidateRule, CandidateSet, OwnedCandidateSet, PenaltyHistory, SUM_EXP_RELATIVE_TOLERANCE,
-    Sampler, SamplerError, SamplerRng, SamplingParams, adjust_logits, decide_from_candidates, process,
+    CandidateRule, CandidateSet, OwnedCandidateSet, PenaltyHistory, SUM_EXP_RELATIVE_TOLERANCE, Sampler, SamplerError,
+    SamplerRng, SamplingParams, adjust_logits, decide_from_candidates, process,
 };
 
 fn pick<T: Copy>(rng: &mut SamplerRng, items: &[T]) -> T {
@@ -51,9 +54,7 @@ fn random_row(rng: &mut SamplerRng) -> Vec<f32> {
 /// The candidate set as the GPU builds it: processed order, first K, max, and S in f32 (std
 /// `exp` of `(x - max) * (1/T)` in f32, summed in one of several orders).
 fn gpu_candidates(row: &[f32], k: usize, temperature: f64, order: u64) -> OwnedCandidateSet {
-    let mut ids: Vec<u32> = (0..row.len() as u32).collect();
-    let key = |id: u32| f64::from(row[id as usize]) + 0.0;
-    ids.sort_by(|&a, &b| key(b).total_cmp(&key(a)).then(a.cmp(&b)));
+    let mut ids = processed_order(row);
     ids.truncate(k.min(row.len()));
     let adjusted_logits: Vec<f32> = ids.iter().map(|&id| row[id as usize] + 0.0).collect();
     let max = adjusted_logits[0];
@@ -77,10 +78,6 @@ fn gpu_candidates(row: &[f32], k: usize, temperature: f64, order: u64) -> OwnedC
         }
     };
     OwnedCandidateSet { ids, adjusted_logits, max, sum_exp, vocab_size: row.len() }
-}
-
-fn adjusted(row: &[f32]) -> AdjustedLogits {
-    AdjustedLogits::new(row.iter().map(|&x| f64::from(x)).collect(), None).unwrap()
 }
 
 #[derive(Default, Debug)]

@@ -1,6 +1,9 @@
 //! Property tests: invariants that must hold for any logits and parameters.
 
-use nucleus_sampler::{AdjustedLogits, Sampler, SamplingParams, StopStreamer, explain, process};
+mod common;
+
+use common::{adjusted, processed_order};
+use nucleus_sampler::{Sampler, SamplingParams, StopStreamer, explain, process};
 use proptest::prelude::*;
 
 fn logits_strategy() -> impl Strategy<Value = Vec<f32>> {
@@ -30,17 +33,6 @@ fn params_strategy() -> impl Strategy<Value = SamplingParams> {
             seed,
             ..Default::default()
         })
-}
-
-/// Ids in the processed order (adjusted logit descending, ties to the lower id).
-fn processed_order(logits: &[f32]) -> Vec<u32> {
-    let mut ids: Vec<u32> = (0..logits.len() as u32).collect();
-    ids.sort_by(|&a, &b| logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b)));
-    ids
-}
-
-fn adjusted(logits: &[f32]) -> AdjustedLogits {
-    AdjustedLogits::new(logits.iter().map(|&z| f64::from(z)).collect(), None).unwrap()
 }
 
 proptest! {

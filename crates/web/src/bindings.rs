@@ -143,11 +143,12 @@ pub struct WasmEngine {
 
 #[wasm_bindgen]
 impl WasmEngine {
-    /// `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, path, weightBytes }`
-    /// as JSON.
-    pub fn info(&self) -> Result<String, JsValue> {
+    /// `{ title, name, basename, sizeLabel, quantization, architecture, vocabSize, contextLength,
+    /// parameters, fileBytes, path, weightBytes }` as JSON; `title` is named from `file_name` (the
+    /// model's URL) when given.
+    pub fn info(&self, file_name: Option<String>) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;
-        Ok(shapes::info(inner.engine.info()).to_string())
+        Ok(shapes::info(inner.engine.info(), file_name.as_deref()).to_string())
     }
 
     /// The token ids of `text` (control tokens written in it are parsed as special tokens).

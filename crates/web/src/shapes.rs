@@ -30,9 +30,12 @@ pub fn result(result: &GenerationResult) -> Value {
 }
 
 /// `lm.info` without the adapter (the worker adds what WebGPU says about it); `path` is how the
-/// forward pass runs (`"fused"` on WebGPU).
-pub fn info(info: &ModelInfo) -> Value {
-    camel_keys(to_value(info))
+/// forward pass runs (`"fused"` on WebGPU); `title` names the model for people, from `file_name`
+/// (the model's URL) when given.
+pub fn info(info: &ModelInfo, file_name: Option<&str>) -> Value {
+    let mut value = camel_keys(to_value(info));
+    value["title"] = Value::String(info.title(file_name));
+    value
 }
 
 fn insert_finish_reason(map: &mut Map<String, Value>, reason: Option<&FinishReason>) {
@@ -110,6 +113,9 @@ mod tests {
     fn info_is_camel_case_and_names_the_path() {
         let info = ModelInfo {
             name: "m".into(),
+            basename: None,
+            size_label: Some("1M".into()),
+            quantization: "Q8_0".into(),
             architecture: "llama".into(),
             vocab_size: 7,
             context_length: 16,
@@ -118,7 +124,9 @@ mod tests {
             path: "fused",
             weight_bytes: 360,
         };
-        let value = super::info(&info);
+        let value = super::info(&info, Some("https://example.org/tiny-q8_0.gguf"));
+        assert_eq!(value["title"], "tiny · Q8_0 · 0 MB");
+        assert_eq!(value["sizeLabel"], "1M");
         assert_eq!(value["vocabSize"], 7);
         assert_eq!(value["fileBytes"], 400);
         assert_eq!(value["path"], "fused");
