@@ -202,7 +202,7 @@ cmd_test() {
 }
 
 # Builds the engine for the browser: cargo (wasm32, the size-optimised `wasm-release` profile) ->
-# wasm-bindgen (--target web) -> wasm-opt -Os, into www/pkg/ (ignored by git). Prints the .wasm
+# wasm-bindgen (--target web) -> wasm-opt -Oz, into www/pkg/ (ignored by git). Prints the .wasm
 # size raw and gzipped.
 cmd_web() {
   ensure_rust
@@ -215,7 +215,7 @@ cmd_web() {
   local out="www/pkg/nucleus_web_bg.wasm"
   if [ ! -f "$out" ] || [ "$built" -nt "$out" ]; then
     wasm-bindgen --target web --no-typescript --out-dir www/pkg "$built"
-    node_modules/.bin/wasm-opt -Os --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
+    node_modules/.bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
       --enable-mutable-globals --enable-reference-types --enable-multivalue "$out" -o "$out.opt"
     mv "$out.opt" "$out"
   fi

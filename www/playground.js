@@ -389,7 +389,31 @@ function select(index) {
   renderInspector();
 }
 
+/** Fills a <dl> with [name, value] rows; each value is findable by `[data-stat="name"]`. */
+function fillList(list, rows) {
+  list.replaceChildren(...rows.flatMap(([name, value]) => {
+    const dt = document.createElement('dt');
+    dt.textContent = name;
+    const dd = document.createElement('dd');
+    dd.textContent = value;
+    dd.dataset.stat = name;
+    return [dt, dd];
+  }));
+}
+
+/** What a person wants to know about a run; what an engineer wants goes under "Details". */
 function showStats({ tokens, elapsedMs, result }) {
+  fillList($('run-facts'), result
+    ? [
+      ['read back', `${result.transfer.bytesPerToken.toFixed(0)} bytes/token`],
+      ...(result.transfer.gpuQueue.perDecodeToken
+        ? [
+          ['kernels', `${result.transfer.gpuQueue.perDecodeToken.dispatches.toFixed(0)}/decode token`],
+          ['GPU submits', `${result.transfer.gpuQueue.perDecodeToken.submits.toFixed(1)}/decode token`],
+        ]
+        : []),
+    ]
+    : []);
   const rows = result
     ? [
       ['time to first token', `${result.timing.ttftMs.toFixed(0)} ms`],
@@ -398,20 +422,9 @@ function showStats({ tokens, elapsedMs, result }) {
       ...(result.usage.completionTokens > 1 ? [['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`]] : []),
       ['tokens generated', String(result.usage.completionTokens)],
       ['finish reason', result.finishReason],
-      ['read back', `${result.transfer.bytesPerToken.toFixed(0)} bytes/token`],
-      ...(result.transfer.gpuQueue.perDecodeToken
-        ? [['GPU submits', `${result.transfer.gpuQueue.perDecodeToken.submits.toFixed(1)}/decode token`]]
-        : []),
     ]
     : [['tokens generated', String(tokens)], ['elapsed', `${(elapsedMs / 1000).toFixed(1)} s`]];
-  $('stats').replaceChildren(...rows.flatMap(([name, value]) => {
-    const dt = document.createElement('dt');
-    dt.textContent = name;
-    const dd = document.createElement('dd');
-    dd.textContent = value;
-    dd.dataset.stat = name;
-    return [dt, dd];
-  }));
+  fillList($('stats'), rows);
 }
 
 // ---- inspector ---------------------------------------------------------------------------------
@@ -601,13 +614,19 @@ async function start() {
       renderInspector();
     });
   }
-  // Keyboard: arrows move the selected step when a token has focus.
+  // Keyboard, from the focused chip: arrows to the previous or next, Home and End to the first or
+  // last, each inspected as it is reached (Enter and Space inspect too: chips are buttons).
   $('tokens').addEventListener('keydown', (event) => {
-    if (!['ArrowLeft', 'ArrowRight'].includes(event.key) || !state.steps.length) return;
-    const current = state.selected ?? state.steps.length - 1;
-    const next = Math.max(0, Math.min(state.steps.length - 1, current + (event.key === 'ArrowRight' ? 1 : -1)));
+    const chips = $('tokens').children;
+    const focused = event.target.closest?.('.token');
+    if (!focused || !chips.length) return;
+    const current = Number(focused.dataset.index);
+    const last = chips.length - 1;
+    const moves = { ArrowLeft: current - 1, ArrowRight: current + 1, Home: 0, End: last };
+    if (!(event.key in moves)) return;
+    const next = Math.max(0, Math.min(last, moves[event.key]));
     select(next);
-    $('tokens').children[next]?.focus();
+    chips[next]?.focus();
     event.preventDefault();
   });
 
@@ -636,10 +655,15 @@ async function start() {
   }
   const { info } = state.lm;
   const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
-  $('status').textContent = `${info.title} (${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens) `
-    + `on WebGPU: ${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}, ${info.f16 ? 'f16 available' : 'f32'}, `
-    + `${(info.weightBytes / 2 ** 20).toFixed(0)} MiB of weights on the GPU; `
-    + `loaded in ${(info.loadMs / 1000).toFixed(1)} s${info.fromCache ? ' from the browser cache' : ''}.`;
+  $('status').textContent = `${info.title}, loaded in ${(info.loadMs / 1000).toFixed(1)} s`
+    + `${info.fromCache ? ' from the browser cache' : ''}.`
+    + (info.adapter.isFallback ? ' This browser runs WebGPU in software: expect a few seconds per token.' : '');
+  fillList($('model-facts'), [
+    ['adapter', `${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}`],
+    ['model', `${info.name}: ${info.architecture}, ${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens`],
+    ['forward pass', `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
+    ['weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
+  ]);
   $('load').hidden = true;
   setBusy(false);
 }

@@ -34,8 +34,8 @@ after(async () => {
 });
 
 test('the page loads the model and shows the adapter', async () => {
-  const status = await page.textContent('#status');
-  assert.match(status, /swiftshader/i);
+  assert.match(await page.textContent('#status'), /^SmolLM2-135M-Instruct · Q4_1 · 98 MB, loaded in/);
+  assert.match(await page.textContent('[data-stat="adapter"]'), /swiftshader/i);
   assert.equal(await page.isVisible('#no-webgpu'), false);
   assert.equal(await page.isEnabled('#generate'), true);
 });
@@ -61,6 +61,18 @@ test('greedy tokens of a reference prompt stream as chips, and the inspector sho
   assert.equal(first.label, '1. ␣Paris', 'the space shown as ␣');
   assert.match(await page.textContent('#inspector-step'), /step 1 of 3/);
   await page.screenshot({ path: path.join(OUTPUT, 'playground-inspector.png'), fullPage: true });
+
+  // Keys move from the focused chip: End to the last, ← back one, Home to the first.
+  const focusedIndex = () => page.evaluate(() => document.activeElement.dataset.index);
+  await page.focus('#tokens .token >> nth=1');
+  await page.keyboard.press('End');
+  assert.equal(await focusedIndex(), '2');
+  assert.match(await page.textContent('#inspector-step'), /step 3 of 3/);
+  await page.keyboard.press('ArrowLeft');
+  assert.equal(await focusedIndex(), '1');
+  await page.keyboard.press('Home');
+  assert.equal(await focusedIndex(), '0');
+  assert.match(await page.textContent('#inspector-step'), /step 1 of 3/);
 });
 
 test('moving the temperature and top-p sliders redraws the chart without a new generation', async () => {
