@@ -142,12 +142,13 @@ ensure_node() {
   command -v npm >/dev/null || ensure_apt npm
 }
 
-# wasm-opt (npm binaryen; Debian's binaryen 108 writes modules that fail to load) and
-# playwright-core (it drives Debian's chromium; it never downloads a browser).
+# wasm-opt (npm binaryen; Debian's binaryen 108 writes modules that fail to load),
+# playwright-core (it drives Debian's chromium; it never downloads a browser) and axe-core (the
+# accessibility audit of the playground's tests).
 ensure_npm_packages() {
   ensure_node
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    log "npm ci (binaryen, playwright-core)"
+    log "npm ci (binaryen, playwright-core, axe-core)"
     npm ci --no-audit --no-fund --loglevel=error >/dev/null
   fi
 }

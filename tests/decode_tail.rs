@@ -178,3 +178,41 @@ fn seeded_sampling_on_the_fused_path_gives_the_cpu_backends_tokens() {
     );
     assert_eq!(fused_result.text, cpu_result.text);
 }
+
+#[test]
+fn a_prefill_reported_in_chunks_rises_to_the_prompt_length_and_gives_the_reference_tokens() {
+    let mut engine = engine(true);
+    let case = &reference().logit_cases["chat"];
+    let total = case.ids.len();
+    let mut request = GenerateRequest::new(Prompt::Text(case.text.clone()));
+    request.sampling = SamplingParams::greedy();
+    request.max_tokens = 4;
+    let run_reported = |engine: &mut Engine| {
+        let mut progress = Vec::new();
+        let mut generation = engine.generate(request.clone()).unwrap();
+        let mut steps = Vec::new();
+        while let Some(step) =
+            pollster::block_on(generation.next_step_reporting(&mut |p| progress.push((p.done, p.total, p.cached))))
+                .unwrap()
+        {
+            steps.push(step);
+        }
+        (steps, progress)
+    };
+    engine.clear_cache();
+    let (steps, progress) = run_reported(&mut engine);
+    let chunk = nucleus_engine::prefill_chunk_len(total);
+    let expected: Vec<_> = (1..).map(|i| (i * chunk).min(total)).take(total.div_ceil(chunk)).collect();
+    assert_eq!(progress.iter().map(|p| p.0).collect::<Vec<_>>(), expected, "one report per chunk, the last at the end");
+    assert!(progress.iter().all(|&(_, t, cached)| t == total && cached == 0), "{progress:?}");
+    let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
+    assert_eq!(ids, case.greedy32[..ids.len()]);
+    let top: Vec<u32> = steps[0].top.iter().map(|t| t.id).collect();
+    assert_eq!(top, case.top20.iter().map(|t| t.id).collect::<Vec<_>>());
+    let worst = steps[0].top.iter().zip(&case.top20).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);
+    assert!(worst < 1e-3, "chunked prefill: top-20 logits differ by {worst}");
+    // Again: the cache holds all but the last prompt token, so one report, of the cached run.
+    let (again, progress) = run_reported(&mut engine);
+    assert_eq!(progress, vec![(total, total, total - 1)]);
+    assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), ids);
+}

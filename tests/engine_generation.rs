@@ -164,3 +164,56 @@ fn an_owned_generation_state_steps_like_a_borrowed_one_and_refuses_an_interleave
     let err = pollster::block_on(engine.step(&mut first)).unwrap_err();
     assert_eq!(err.code(), "busy");
 }
+
+#[test]
+fn a_prefill_reported_in_chunks_gives_the_same_tokens_as_one_pass() {
+    let mut engine = engine();
+    let case = &reference().logit_cases["chat"];
+    let request = greedy_request(&case.text, 3);
+    let mut progress = Vec::new();
+    let mut generation = engine.generate(request.clone()).unwrap();
+    let mut reported = Vec::new();
+    while let Some(step) = pollster::block_on(generation.next_step_reporting(&mut |p| progress.push(p.done))).unwrap() {
+        reported.push(step);
+    }
+    assert_eq!(progress, [16, 32, case.ids.len()]);
+    engine.clear_cache();
+    let (plain, _) = run(&mut engine, request);
+    assert_eq!(reported.iter().map(|s| s.id).collect::<Vec<_>>(), plain.iter().map(|s| s.id).collect::<Vec<_>>());
+    let worst = reported[0].top.iter().zip(&plain[0].top).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);
+    assert!(worst < 1e-4, "chunked and one-pass prefill differ by {worst}");
+}
+
+#[test]
+fn a_second_chat_turn_prefills_only_its_new_tokens_and_gives_a_cold_runs_logits() {
+    use nucleus_tokenizer::ChatMessage;
+    let message = |role: &str, content: &str| ChatMessage { role: role.into(), content: content.into() };
+    let chat = |messages: Vec<ChatMessage>| {
+        let mut request = GenerateRequest::new(Prompt::Chat(messages));
+        request.sampling = SamplingParams::greedy();
+        request.max_tokens = 12;
+        request
+    };
+    let mut engine = engine();
+    let mut turns =
+        vec![message("system", "You answer in one short sentence."), message("user", "What is the capital of France?")];
+    let (_, first) = run(&mut engine, chat(turns.clone()));
+    turns.push(message("assistant", &first.text));
+    turns.push(message("user", "And of Italy?"));
+    let second_prompt = engine.prompt_tokens(&Prompt::Chat(turns.clone())).unwrap();
+    let (warm, second) = run(&mut engine, chat(turns.clone()));
+    // The first turn's prompt and answer are in the cache: only the new message is prefilled.
+    assert!(
+        second.usage.cached_prompt_tokens > first.usage.prompt_tokens,
+        "{:?} after {:?}",
+        second.usage,
+        first.usage
+    );
+    assert!(second.usage.cached_prompt_tokens < second_prompt.len());
+    engine.clear_cache();
+    let (cold, cold_result) = run(&mut engine, chat(turns));
+    assert_eq!(cold_result.usage.cached_prompt_tokens, 0);
+    assert_eq!(warm.iter().map(|s| s.id).collect::<Vec<_>>(), cold.iter().map(|s| s.id).collect::<Vec<_>>());
+    let worst = warm[0].top.iter().zip(&cold[0].top).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);
+    assert!(worst < 1e-4, "the cached turn's logits differ from a cold run's by {worst}");
+}

@@ -161,10 +161,12 @@ const handlers = {
     return generation.id;
   },
 
-  async [REQUEST.next]({ gen }) {
+  async [REQUEST.next]({ gen, reportPrefill }, progress) {
     const current = currentGeneration(gen);
     if (current.done || current.aborted) return null;
-    current.inFlight = engine.nextStep();
+    current.inFlight = engine.nextStep(reportPrefill
+      ? (done, total, cached) => progress('prefill', done, total, cached)
+      : undefined);
     let json;
     try {
       json = await current.inFlight;

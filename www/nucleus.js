@@ -107,6 +107,7 @@ export class Generation {
   #iterating = false;
   #result;
   #settle;
+  #onPrefill;
 
   constructor(client, options) {
     this.#client = client;
@@ -116,11 +117,15 @@ export class Generation {
     let signal;
     try {
       checkOptionsObject(options, 'generate');
-      const { signal: given, ...engineOptions } = options;
+      const { signal: given, onPrefill, ...engineOptions } = options;
       if (given !== undefined && !(given instanceof AbortSignal)) {
         throw badOption('signal', 'signal must be an AbortSignal');
       }
+      if (onPrefill !== undefined && typeof onPrefill !== 'function') {
+        throw badOption('onPrefill', 'onPrefill must be a function');
+      }
       signal = given;
+      this.#onPrefill = onPrefill;
       this.#started = client.call(REQUEST.generate, { options: encodeOptions(engineOptions) });
     } catch (error) {
       this.#started = Promise.reject(error);
@@ -159,7 +164,9 @@ export class Generation {
     const gen = await this.#started;
     try {
       while (!this.#aborted) {
-        const step = await this.#client.call(REQUEST.next, { gen });
+        const onPrefill = this.#onPrefill;
+        const step = await this.#client.call(REQUEST.next, { gen, reportPrefill: Boolean(onPrefill) },
+          onPrefill && (({ loaded, total, cached }) => onPrefill({ done: loaded, total, cached })));
         if (step === null) break;
         // A step that was in flight when an abort came is yielded too: the result counts it, so
         // the steps' text is the result's text.

@@ -36,7 +36,18 @@ const state = {
   busy: false,
   /** Boxes whose text is not valid: element id -> what it must be. */
   formProblems: new Map(),
+  /** The prompt's progress reports of the current run ({ done, total, cached }). */
+  prefillReports: [],
+  /**
+   * The conversation (chat mode): { role, content } in order; an assistant turn also keeps its
+   * run ({ steps, runSettings, result }) for the inspector.
+   */
+  turns: [],
+  /** The run whose chips are shown. */
+  shownRun: null,
 };
+
+const isChat = () => document.querySelector('input[name="mode"]:checked').value === 'chat';
 
 // ---- controls ---------------------------------------------------------------------------------
 
@@ -156,7 +167,8 @@ function checkForm() {
 
 // ---- settings: in the page's URL and in localStorage --------------------------------------------
 // Under the JS API's option names (prompt, temperature, topP, …, seed, maxTokens, stop) plus mode
-// (chat or raw), so a link reproduces what its sender saw. On load the URL wins over what is stored.
+// (chat or raw) and system (the chat's system prompt), so a link reproduces what its sender saw. On
+// load the URL wins over what is stored.
 
 const SETTINGS_KEY = 'nucleus-playground-settings';
 
@@ -178,6 +190,7 @@ function settings() {
       expected: 'chat or raw',
     }],
     ['prompt', box('prompt')],
+    ['system', box('system-prompt')],
     ...KNOBS.map((knob) => [knob.key, {
       read: () => String(knobValue(knob)),
       write: (text) => {
@@ -250,21 +263,34 @@ function parseStops(text) {
 function generateOptions() {
   const knobs = knobValues();
   const prompt = $('prompt').value;
-  const chat = document.querySelector('input[name="mode"]:checked').value === 'chat';
+  const chat = isChat();
   let seed = Number($('seed').value);
   if ($('seed-random').checked) {
     seed = Math.floor(Math.random() * 2 ** 32);
     $('seed').value = seed;
   }
   return {
-    ...(chat ? { messages: [{ role: 'user', content: prompt }] } : { prompt }),
+    ...(chat ? { messages: chatMessages(prompt) } : { prompt }),
     ...knobs,
     maxTokens: Number($('max-tokens').value),
     seed,
     stop: parseStops($('stop-strings').value),
     topLogprobs: CANDIDATES,
     returnLogits: $('exact').checked,
+    // The sampler's own account of each step, for the chart to show beside its own numbers; it
+    // needs the whole row, which an exact what-if reads anyway.
+    explain: $('exact').checked ? BARS : 0,
   };
+}
+
+/** The conversation so far, then `message`: the engine renders it with the model's template. */
+function chatMessages(message) {
+  const system = $('system-prompt').value.trim();
+  return [
+    ...(system ? [{ role: 'system', content: system }] : []),
+    ...state.turns.map(({ role, content }) => ({ role, content })),
+    { role: 'user', content: message },
+  ];
 }
 
 // ---- generation --------------------------------------------------------------------------------
@@ -276,7 +302,8 @@ function setBusy(busy) {
 }
 
 function updateButtons() {
-  $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0;
+  const noMessage = isChat() && $('prompt').value.trim() === '';
+  $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
   $('stop').disabled = !state.busy;
 }
 
@@ -287,6 +314,7 @@ async function generate(event) {
   if (checkForm().size) return;
   $('form-error').hidden = true;
   const options = generateOptions();
+  const message = $('prompt').value;
   saveSettings();
   state.steps = [];
   state.selected = null;
@@ -296,12 +324,15 @@ async function generate(event) {
   renderInspector();
   state.generateCalls += 1;
   document.body.dataset.generateCalls = String(state.generateCalls);
-  const generation = state.lm.generate(options);
+  const generation = state.lm.generate({ ...options, onPrefill: showPrefill });
   state.generation = generation;
+  state.prefillReports = [];
+  showPrefill(null);
   setBusy(true);
   const started = performance.now();
   try {
     for await (const step of generation) {
+      $('prefill').hidden = true;
       state.steps.push(step);
       appendChip(step);
       showStats({ tokens: state.steps.length, elapsedMs: performance.now() - started });
@@ -309,14 +340,106 @@ async function generate(event) {
     }
     const result = await generation.result;
     showStats({ result });
+    const run = { steps: state.steps, runSettings: state.runSettings, result };
+    state.shownRun = run;
+    if (isChat()) {
+      state.turns.push({ role: 'user', content: message }, { role: 'assistant', content: result.text, run });
+      $('prompt').value = '';
+      saveSettings();
+    }
   } catch (error) {
     // The message names the option already.
     $('form-error').textContent = error.message;
     $('form-error').hidden = false;
   } finally {
     state.generation = null;
+    $('prefill').hidden = true;
+    markStopChips(await generation.result.catch(() => null));
     setBusy(false);
+    renderConversation();
     renderInspector();
+  }
+}
+
+/** Chat mode: the turns so far, each answer with a button that shows its chips and inspector. */
+function renderConversation() {
+  const chat = isChat();
+  $('chat-setup').hidden = !chat;
+  $('new-chat').hidden = !chat;
+  $('conversation').hidden = !chat || state.turns.length === 0;
+  $('prompt-label').textContent = !chat ? 'Prompt' : state.turns.length ? 'Your next message' : 'Your message';
+  updateButtons();
+  $('conversation').replaceChildren(...state.turns.map((turn, i) => {
+    const item = document.createElement('li');
+    item.className = turn.role;
+    const role = Object.assign(document.createElement('span'), { className: 'role', textContent: turn.role === 'user' ? 'You' : 'Model' });
+    item.append(role, document.createTextNode(turn.content));
+    if (turn.run) {
+      const inspect = Object.assign(document.createElement('button'), { type: 'button', textContent: 'Inspect this answer' });
+      inspect.setAttribute('aria-label', `Inspect answer ${(i + 1) / 2}`);
+      inspect.setAttribute('aria-pressed', String(turn.run === state.shownRun));
+      inspect.addEventListener('click', () => showRun(turn.run));
+      item.append(document.createElement('br'), inspect);
+    }
+    return item;
+  }));
+}
+
+/** Shows an earlier run's chips, stats and inspector. */
+function showRun(run) {
+  if (state.generation) return;
+  state.steps = run.steps;
+  state.runSettings = run.runSettings;
+  state.selected = null;
+  state.shownRun = run;
+  $('tokens').replaceChildren();
+  for (const step of run.steps) appendChip(step);
+  markStopChips(run.result);
+  showStats({ result: run.result });
+  renderConversation();
+  renderInspector();
+}
+
+function newConversation() {
+  state.turns = [];
+  renderConversation();
+}
+
+/**
+ * The prompt's progress: `null` before the first report (the bar then moves without a value),
+ * else `{ done, total, cached }` in prompt tokens.
+ */
+function showPrefill(progress) {
+  $('prefill').hidden = false;
+  if (!progress) {
+    $('prefill-label').textContent = 'Reading the prompt…';
+    $('prefill-bar').removeAttribute('value');
+    return;
+  }
+  const { done, total, cached } = progress;
+  state.prefillReports.push(progress);
+  $('prefill').dataset.reports = state.prefillReports.map((r) => r.done).join(',');
+  $('prefill-label').textContent = `Reading the prompt: ${done} of ${total} tokens`
+    + (cached ? ` (${cached} already in the cache)` : '');
+  $('prefill-bar').value = total ? done / total : 1;
+}
+
+/**
+ * Marks the chips of a stop string: the tokens after the result's text were held back and cut,
+ * so they are shown as the stop, not as text.
+ */
+function markStopChips(result) {
+  if (!result?.stopSequence) return;
+  let offset = 0;
+  for (const chip of $('tokens').children) {
+    const step = state.steps[Number(chip.dataset.index)];
+    if (offset >= result.text.length) {
+      chip.classList.add('stop');
+      chip.textContent = `⏹ ${shownToken(step.token)}`;
+      chip.setAttribute('aria-label', `token ${step.index + 1}: part of the stop string ${JSON.stringify(result.stopSequence)}, not output`);
+      chip.title = `part of the stop string ${JSON.stringify(result.stopSequence)}: generated, then cut`;
+    }
+    offset += step.token.length;
   }
 }
 
@@ -350,17 +473,20 @@ function chosenUnderRun(step) {
 }
 
 function chipColour(probability) {
-  if (probability === null) return 'hsl(0 0% 90%)';
+  if (probability === null) return 'hsl(0 0% var(--chip-light))';
   const colourBy = $('colour-by').value;
   // Probability: red (unlikely) to green (certain). Surprisal: the same scale over 0..8 bits.
   const level = colourBy === 'surprisal'
     ? 1 - Math.min(1, -Math.log2(Math.max(probability, 1e-12)) / 8)
     : probability;
-  return `hsl(${Math.round(level * 120)} 70% 86%)`;
+  return `hsl(${Math.round(level * 120)} 70% var(--chip-light))`;
 }
 
 function appendChip(step) {
-  const { probability, rank } = chosenUnderRun(step);
+  const { probability: underRun, rank } = chosenUnderRun(step);
+  // Greedy gives every chosen token p = 1: colour by the model's own probability instead.
+  const greedy = state.runSettings.temperature === 0;
+  const probability = greedy ? Math.exp(step.logprob) : underRun;
   const chip = document.createElement('button');
   chip.type = 'button';
   chip.className = 'token';
@@ -369,11 +495,50 @@ function appendChip(step) {
   chip.style.setProperty('--chip', chipColour(probability));
   const shown = step.token.replace(/\n/g, '↵\n');
   chip.textContent = shown;
-  const pText = probability === null ? `below the top ${CANDIDATES}` : `p ${probability.toFixed(4)}, rank ${rank}`;
+  const pText = probability === null
+    ? `below the top ${CANDIDATES}`
+    : `${greedy ? 'model p' : 'p'} ${probability.toFixed(4)}, rank ${rank}`;
   chip.title = `id ${step.id} · ${pText} · raw logprob ${step.logprob.toFixed(3)}`;
   chip.setAttribute('aria-label', `token ${step.index + 1}: ${JSON.stringify(step.token)}, ${pText}`);
   chip.addEventListener('click', () => select(step.index));
+  chip.addEventListener('mouseenter', () => showAlternatives(chip, step));
+  chip.addEventListener('focus', () => showAlternatives(chip, step));
+  chip.addEventListener('mouseleave', hideAlternatives);
+  chip.addEventListener('blur', hideAlternatives);
   $('tokens').append(chip);
+}
+
+/** Alternatives shown when a chip is pointed at or focused: the model's own top candidates. */
+const ALTERNATIVES = 5;
+
+function showAlternatives(chip, step) {
+  const box = $('alternatives');
+  const heading = document.createElement('p');
+  heading.textContent = `Step ${step.index + 1}: the model's top ${ALTERNATIVES} (temperature 1, before any cut)`;
+  const list = document.createElement('ol');
+  for (const c of step.top.slice(0, ALTERNATIVES)) {
+    const item = document.createElement('li');
+    item.textContent = `“${shownToken(c.text)}” ${Math.exp(c.logprob).toFixed(4)}`;
+    if (c.id === step.id) item.className = 'chosen';
+    list.append(item);
+  }
+  const hint = document.createElement('p');
+  hint.className = 'hint';
+  hint.textContent = 'Click or press Enter to inspect this step.';
+  box.replaceChildren(heading, list, hint);
+  box.hidden = false;
+  box.dataset.step = String(step.index);
+  chip.setAttribute('aria-describedby', 'alternatives');
+  // Under the chip, kept inside the window (fixed: the page may scroll).
+  const rect = chip.getBoundingClientRect();
+  const width = Math.min(280, window.innerWidth - 16);
+  box.style.width = `${width}px`;
+  box.style.left = `${Math.max(8, Math.min(rect.left, window.innerWidth - width - 8))}px`;
+  box.style.top = `${rect.bottom + 4}px`;
+}
+
+function hideAlternatives() {
+  $('alternatives').hidden = true;
 }
 
 function recolourChips() {
@@ -444,6 +609,8 @@ function renderInspector() {
   const step = state.steps[index];
   if (!step || !state.lm) {
     $('chart').replaceChildren();
+    $('chart-table').replaceChildren();
+    $('chart-rest').textContent = '';
     $('walkthrough').replaceChildren();
     $('inspector-step').textContent = '';
     return;
@@ -475,64 +642,77 @@ function renderInspector() {
   $('whatif').append(parts.join('') + (estimated ? ' (the rest of the vocabulary is estimated).' : '.'));
   $('whatif').dataset.keptCount = String(now.keptCount);
 
-  drawChart(now, step, approximate, settings);
+  const sampler = !differs && step.explain
+    ? new Map(step.explain.candidates.map((c) => [c.id, c.finalProb]))
+    : null;
+  drawChart(now, step, approximate, settings, sampler);
   drawWalkthrough(groups, step);
 }
 
-function drawChart(result, step, approximate, settings) {
-  const bars = result.groups.filter((g) => !g.rest).slice(0, BARS);
+/**
+ * The step's candidates as bars: each kept one solid at its probability after the cuts (the kept
+ * bars sum to 1, the number the sentence quotes), over a pale bar at its probability before them;
+ * a removed one pale only, with the cut that removed it. The rest of the vocabulary is a sentence
+ * under the chart, not a bar. `sampler` maps ids to the sampler's own final probabilities (from
+ * the step's explanation, at the run's settings) when there is one.
+ */
+function drawChart(result, step, approximate, settings, sampler) {
+  const candidates = result.groups.filter((g) => !g.rest);
+  const bars = candidates.slice(0, BARS);
   const rest = result.groups.find((g) => g.rest);
-  const hiddenMass = result.groups.filter((g) => !g.rest).slice(BARS).reduce((s, g) => s + g.prob, 0)
-    + (rest ? rest.prob * rest.count : 0);
-  // Drawn at the chart's own width, so the text keeps its size on a phone.
+  const beyond = [...candidates.slice(BARS), ...(rest ? [rest] : [])];
+  const beyondCount = beyond.reduce((n, g) => n + g.count, 0);
+  const beyondBefore = beyond.reduce((sum, g) => sum + g.prob * g.count, 0);
+  const beyondAfter = beyond.reduce((sum, g) => sum + g.finalProb * g.kept, 0);
   const rowHeight = 18;
+  // Drawn at the chart's own width, so the text keeps its size on a phone.
   const width = Math.max(300, Math.min(720, $('chart').clientWidth || 520));
-  const labelWidth = width < 420 ? 96 : 150;
-  const barWidth = width - labelWidth - 110;
-  const rows = bars.length + 1;
-  const height = rows * rowHeight + 30;
-  const maxProb = Math.max(...bars.map((g) => g.prob), hiddenMass, 1e-9);
+  const labelWidth = width < 420 ? 92 : 150;
+  const valueWidth = width < 420 ? 112 : 150;
+  const barWidth = width - labelWidth - valueWidth;
+  const height = bars.length * rowHeight + 22;
+  const maxProb = Math.max(...bars.map((g) => Math.max(g.prob, g.kept ? g.finalProb : 0)), 1e-9);
   const x = (p) => labelWidth + (p / maxProb) * barWidth;
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img',
-    'aria-label': `Top ${bars.length} candidates of step ${step.index + 1} by probability` });
+    'aria-label': `Top ${bars.length} candidates of step ${step.index + 1}: probability before and after the cuts` });
   root.append(svg('text', { x: labelWidth, y: 11, class: 'value' }, settings.temperature === 0
-    ? 'probability at temperature 1 (greedy keeps the first)' : `probability after temperature ${settings.temperature}`));
-
+    ? 'greedy keeps the first; pale: p at T = 1'
+    : `pale: p at T = ${settings.temperature}; solid: after the cuts`));
+  const rows = [];
   bars.forEach((g, i) => {
-    const y = 18 + i * rowHeight;
+    const y = 16 + i * rowHeight;
     const kept = g.kept > 0;
-    const row = svg('g', { class: 'candidate', 'data-id': g.id, 'data-rank': i + 1, 'data-kept': kept });
+    const row = svg('g', { class: 'candidate', 'data-id': g.id, 'data-rank': i + 1, 'data-kept': kept,
+      'data-p': g.prob, 'data-final-p': kept ? g.finalProb : 0 });
+    if (sampler?.has(g.id)) row.dataset.samplerP = String(sampler.get(g.id));
     row.append(svg('text', { x: 0, y: y + 12, class: 'label' }, `${i + 1}. ${shownToken(g.text)}`.slice(0, Math.floor(labelWidth / 6.5))));
     row.append(svg('rect', { x: labelWidth, y: y + 2, width: Math.max(1, x(g.prob) - labelWidth), height: rowHeight - 5,
-      class: `bar ${kept ? 'kept' : 'removed'}` }));
-    row.append(svg('text', { x: labelWidth + barWidth + 6, y: y + 12, class: 'value' },
-      `${g.prob.toFixed(3)} · ${g.logit.toFixed(2)}`));
+      class: `bar ${kept ? 'before' : 'removed'}` }));
+    if (kept) {
+      row.append(svg('rect', { x: labelWidth, y: y + 5, width: Math.max(1, x(g.finalProb) - labelWidth), height: rowHeight - 11,
+        class: 'bar kept' }));
+    }
+    const shown = kept ? g.finalProb.toFixed(4) : `cut: ${g.removedBy}`;
+    row.append(svg('text', { x: labelWidth + barWidth + 6, y: y + 12, class: 'value' }, `${shown} · ${g.logit.toFixed(2)}`));
     if (g.id === step.id) {
       row.append(svg('rect', { x: 1, y: y + 1, width: width - 2, height: rowHeight - 2, rx: 3, class: 'chosen-mark' }));
     }
-    const title = svg('title', {}, `id ${g.id}, raw logit ${g.logit.toFixed(3)}, p ${g.prob.toFixed(5)}, `
-      + (kept ? `kept, final p ${g.finalProb.toFixed(5)}` : `removed by ${g.removedBy}`));
-    row.append(title);
+    row.append(svg('title', {}, `id ${g.id}, raw logit ${g.logit.toFixed(3)}, p before the cuts ${g.prob.toFixed(5)}, `
+      + (kept ? `kept, p after the cuts ${g.finalProb.toFixed(5)}` : `removed by ${g.removedBy}`)));
     root.append(row);
+    rows.push([String(i + 1), shownToken(g.text), g.logit.toFixed(3), g.prob.toFixed(5), kept ? g.finalProb.toFixed(5) : '0',
+      kept ? (g.id === step.id ? 'kept, chosen' : 'kept') : `cut by ${g.removedBy}`]);
   });
-  const restY = 18 + bars.length * rowHeight;
-  const restCount = (rest?.count ?? 0) + Math.max(0, result.groups.filter((g) => !g.rest).length - BARS);
-  const restRow = svg('g', { class: 'rest' });
-  restRow.append(svg('text', { x: 0, y: restY + 12, class: 'label' }, `rest (${restCount.toLocaleString('en')} tokens)`));
-  restRow.append(svg('rect', { x: labelWidth, y: restY + 2, width: Math.max(1, x(hiddenMass) - labelWidth), height: rowHeight - 5, class: 'bar rest' }));
-  restRow.append(svg('text', { x: labelWidth + barWidth + 6, y: restY + 12, class: 'value' },
-    `${approximate && ![0, 1].includes(settings.temperature) ? '≈' : ''}${hiddenMass.toFixed(3)}`));
-  root.append(restRow);
 
   // Cut lines: top-k and top-p after the last token they keep; min-p at its probability threshold.
-  // A cut below the last bar is drawn above the rest's bar, with the number of tokens it keeps.
+  // A cut below the last bar is drawn under it, with the number of tokens it keeps.
   const cutAfter = (tokensKept, cls, label, offset) => {
     if (tokensKept <= 0) return;
-    const beyond = tokensKept > bars.length;
-    const y = 18 + Math.min(tokensKept, bars.length) * rowHeight;
+    const beyondBars = tokensKept > bars.length;
+    const y = 16 + Math.min(tokensKept, bars.length) * rowHeight;
     root.append(svg('line', { x1: 0, x2: width, y1: y, y2: y, class: `cut ${cls}` }));
     root.append(svg('text', { x: width - offset, y: y - 2, class: `cut-label ${cls}`, 'text-anchor': 'end', fill: 'currentColor' },
-      beyond ? `${label}: ${tokensKept.toLocaleString('en')} kept` : label));
+      beyondBars ? `${label}: ${tokensKept.toLocaleString('en')} kept` : label));
   };
   const all = result.groups.reduce((n, g) => n + g.count, 0);
   if (settings.temperature > 0 && settings.topK > 0 && settings.topK < all) {
@@ -547,6 +727,23 @@ function drawChart(result, step, approximate, settings) {
     root.append(svg('text', { x: mx + 3, y: height - 2, class: 'cut-label min-p' }, `min-p ${settings.minP}`));
   }
   $('chart').replaceChildren(root);
+
+  const estimated = approximate && ![0, 1].includes(settings.temperature) ? 'about ' : '';
+  $('chart-rest').textContent = beyondCount
+    ? `Not drawn: the other ${beyondCount.toLocaleString('en')} tokens hold ${estimated}${beyondBefore.toFixed(4)} of the `
+      + `probability before the cuts and ${estimated}${beyondAfter.toFixed(4)} after.`
+    : '';
+  const table = document.createElement('table');
+  table.innerHTML = '<thead><tr><th scope="col">rank</th><th scope="col">token</th><th scope="col">logit</th>'
+    + '<th scope="col">p before the cuts</th><th scope="col">p after</th><th scope="col"></th></tr></thead>';
+  const body = document.createElement('tbody');
+  for (const cells of rows) {
+    const tr = document.createElement('tr');
+    for (const text of cells) tr.append(Object.assign(document.createElement('td'), { textContent: text }));
+    body.append(tr);
+  }
+  table.append(body);
+  $('chart-table').replaceChildren(table);
 }
 
 function drawWalkthrough(groups, step) {
@@ -601,6 +798,9 @@ async function start() {
   $('copy-link').addEventListener('click', copyLink);
   $('form').addEventListener('submit', generate);
   $('stop').addEventListener('click', stop);
+  $('new-chat').addEventListener('click', newConversation);
+  for (const radio of document.querySelectorAll('input[name="mode"]')) radio.addEventListener('change', renderConversation);
+  renderConversation();
   $('show-boundaries').addEventListener('change', (e) => $('tokens').classList.toggle('boundaries', e.target.checked));
   $('colour-by').addEventListener('change', recolourChips);
   window.addEventListener('resize', () => renderInspector());

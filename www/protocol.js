@@ -4,7 +4,8 @@
 // engine (crates/engine/src/error.rs) and its wasm glue (crates/web) can produce.
 //
 // A request is { id, type, ...payload }; the worker answers each with exactly one reply of type
-// 'ok' or 'error' carrying the same id, and, for 'load', any number of 'progress' messages first.
+// 'ok' or 'error' carrying the same id, and, for 'load' and 'next', any number of 'progress'
+// messages first.
 
 /**
  * @typedef {{ id: number, type: 'load', url: string, contextLength?: number, cache: boolean }} LoadRequest
@@ -14,8 +15,10 @@
  * @typedef {{ id: number, type: 'generate', options: string }} GenerateRequest
  *   Starts a generation; `options` is the generation request as JSON (non-finite numbers as
  *   strings, so that the engine rejects them by name). Replies with the generation's id.
- * @typedef {{ id: number, type: 'next', gen: number }} NextRequest
- *   Runs one step of generation `gen`. Replies with the step, or null when it has ended.
+ * @typedef {{ id: number, type: 'next', gen: number, reportPrefill?: boolean }} NextRequest
+ *   Runs one step of generation `gen`. Replies with the step, or null when it has ended. With
+ *   `reportPrefill`, a first step runs its prompt in chunks and sends a 'prefill' progress
+ *   message after each.
  * @typedef {{ id: number, type: 'abort', gen: number }} AbortRequest
  *   Stops generation `gen` after the step in flight. Replies with its result.
  * @typedef {{ id: number, type: 'result', gen: number }} ResultRequest
@@ -26,7 +29,12 @@
  *   | ResultRequest | LoseDeviceRequest} Request
  *
  * @typedef {{ id: number, type: 'progress', phase: 'download' | 'parse' | 'upload', loaded: number,
- *   total: number, cached: boolean }} ProgressReply
+ *   total: number, cached: boolean }} LoadProgressReply
+ *   `loaded` and `total` in bytes; `cached`: the file came from the browser's cache.
+ * @typedef {{ id: number, type: 'progress', phase: 'prefill', loaded: number, total: number,
+ *   cached: number }} PrefillProgressReply
+ *   `loaded` and `total` in prompt tokens; `cached`: the prompt tokens the KV cache already held.
+ * @typedef {LoadProgressReply | PrefillProgressReply} ProgressReply
  * @typedef {{ id: number, type: 'ok', value: unknown }} OkReply
  * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number }} WireError
  *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status.

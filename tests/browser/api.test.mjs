@@ -90,12 +90,21 @@ test('Nucleus.load() loads the default model with progress, on a WebGPU adapter'
 
 for (const [name, caseData] of Object.entries(reference.logit_cases)) {
   test(`greedy: the "${name}" prompt's tokens (up to 32) equal the reference`, async () => {
-    const { steps, result } = await inPage(async (lm, prompt) => {
-      const gen = lm.generate({ prompt, maxTokens: 32, temperature: 0, topLogprobs: 20 });
+    const { steps, result, reports } = await inPage(async (lm, prompt) => {
+      const reports = [];
+      const gen = lm.generate({ prompt, maxTokens: 32, temperature: 0, topLogprobs: 20, onPrefill: (p) => reports.push(p) });
       const steps = [];
       for await (const step of gen) steps.push(step);
-      return { steps, result: await gen.result };
+      return { steps, result: await gen.result, reports };
     }, caseData.text);
+    // The prompt is reported chunk by chunk (16 tokens or more, 16 chunks at most), rising to its length.
+    const total = caseData.ids.length;
+    const cached = result.usage.cachedPromptTokens;
+    const chunk = Math.max(16, Math.ceil((total - cached) / 16));
+    const expected = [];
+    for (let done = cached + chunk; expected.at(-1) !== total; done += chunk) expected.push(Math.min(done, total));
+    assert.deepEqual(reports.map((r) => r.done), expected, JSON.stringify(reports));
+    assert.ok(reports.every((r) => r.total === total && r.cached === cached), JSON.stringify(reports));
     const ids = steps.map((s) => s.id);
     // The reference stops at 32 tokens or at end-of-generation (which it includes); so do we.
     assert.deepEqual(ids, caseData.greedy32);
@@ -213,6 +222,7 @@ test('invalid options are rejected with bad-options naming the option, and the e
     [{ prompt: 'x', logitBias: { 999999: 1 } }, 'logitBias'],
     [{ messages: [{ role: 'robot', content: 'x' }] }, 'messages'],
     [{ prompt: 'x', signal: 'no' }, 'signal'],
+    [{ prompt: 'x', onPrefill: 'no' }, 'onPrefill'],
   ];
   for (const [options, option] of cases) {
     const error = await pageError((lm, o) => lm.generate(o).result, options);

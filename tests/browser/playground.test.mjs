@@ -18,6 +18,13 @@ let page;
 
 const state = () => page.evaluate(() => document.body.dataset.state);
 const generateCalls = () => page.evaluate(() => Number(document.body.dataset.generateCalls));
+/** The serious and critical violations axe-core finds on `target`, one line each. */
+async function accessibilityViolations(target = page) {
+  await target.addScriptTag({ path: path.join(REPO, 'node_modules/axe-core/axe.min.js') });
+  const { violations } = await target.evaluate(() => window.axe.run(document, { resultTypes: ['violations'] }));
+  return violations.filter((v) => ['serious', 'critical'].includes(v.impact))
+    .map((v) => `${v.id} (${v.impact}): ${v.help}: ${v.nodes.slice(0, 3).map((n) => n.target.join(' ')).join('; ')}`);
+}
 const chartSnapshot = () => page.evaluate(() => document.querySelector('#chart').innerHTML + document.querySelector('#whatif').textContent);
 
 before(async () => {
@@ -25,6 +32,7 @@ before(async () => {
   server = await startServer();
   context = await launch();
   page = await open(context, server.url);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-loading.png') });
   await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
 });
 
@@ -38,6 +46,7 @@ test('the page loads the model and shows the adapter', async () => {
   assert.match(await page.textContent('[data-stat="adapter"]'), /swiftshader/i);
   assert.equal(await page.isVisible('#no-webgpu'), false);
   assert.equal(await page.isEnabled('#generate'), true);
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core on the page before a generation');
 });
 
 test('greedy tokens of a reference prompt stream as chips, and the inspector shows the reference top candidate', async () => {
@@ -46,9 +55,14 @@ test('greedy tokens of a reference prompt stream as chips, and the inspector sho
   await page.click('[data-preset="greedy"]');
   await page.fill('#max-tokens', '3');
   await page.click('#generate');
+  // The prompt's progress bar shows at once, and ends at the prompt's length.
+  await page.waitForSelector('#prefill', { state: 'visible', timeout: 10_000 });
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-prefill.png'), fullPage: true });
   await page.waitForFunction(() => document.querySelectorAll('#tokens .token').length >= 1, null, { timeout: 300_000 });
   await page.screenshot({ path: path.join(OUTPUT, 'playground-mid-generation.png'), fullPage: true });
   await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
+  assert.equal(await page.isVisible('#prefill'), false);
+  assert.equal((await page.getAttribute('#prefill', 'data-reports')).split(',').at(-1), String(capital.ids.length));
 
   const chips = await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent));
   assert.deepEqual(chips, [' Paris', '.', '↵\n']);
@@ -90,6 +104,56 @@ test('moving the temperature and top-p sliders redraws the chart without a new g
   await page.screenshot({ path: path.join(OUTPUT, 'playground-what-if.png'), fullPage: true });
 });
 
+test('the chart explains itself: kept bars sum to 1, equal the sampler\'s, and the sentence quotes the chosen one', async () => {
+  for (const [key, value] of Object.entries({ temperature: '0.7', topK: '10', topP: '1', minP: '0', typicalP: '1' })) {
+    await page.fill(`#knob-${key}-number`, value);
+  }
+  await page.fill('#max-tokens', '2');
+  await page.fill('#seed', '5');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.querySelectorAll('#tokens .token').length === 2,
+    null, { timeout: 300_000 });
+  await page.click('#tokens .token >> nth=0');
+  const rows = await page.$$eval('#chart .candidate', (nodes) => nodes.map((g) => ({
+    kept: g.dataset.kept === 'true',
+    finalP: Number(g.dataset.finalP),
+    samplerP: g.dataset.samplerP === undefined ? null : Number(g.dataset.samplerP),
+    value: g.querySelector('.value').textContent,
+    chosen: Boolean(g.querySelector('.chosen-mark')),
+  })));
+  const kept = rows.filter((r) => r.kept);
+  assert.equal(kept.length, 10, 'top-k 10 keeps 10');
+  const sum = kept.reduce((total, r) => total + r.finalP, 0);
+  assert.ok(Math.abs(sum - 1) < 1e-6, `the kept bars sum to ${sum}`);
+  for (const r of kept) assert.ok(Math.abs(r.finalP - r.samplerP) < 1e-6, `chart ${r.finalP} vs the sampler's ${r.samplerP}`);
+  const chosen = rows.find((r) => r.chosen);
+  const quoted = chosen.value.split(' · ')[0];
+  assert.match(quoted, /^0\.\d{4}$/);
+  assert.ok((await page.textContent('#whatif')).includes(`p = ${quoted}`), 'the sentence quotes the chosen bar');
+  assert.match(await page.textContent('#chart-rest'), /^Not drawn: the other 49,1\d\d tokens/);
+  assert.equal(await page.isVisible('#chart-legend'), true);
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core on the page after a generation');
+
+  // Pointing at a token shows the model's alternatives for it.
+  await page.hover('#tokens .token >> nth=0');
+  assert.equal(await page.isVisible('#alternatives'), true);
+  const alternatives = await page.$$eval('#alternatives li', (items) => items.map((li) => li.textContent));
+  assert.equal(alternatives.length, 5);
+  assert.match(alternatives[0], /^“␣Paris” 0\.\d{4}$/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-alternatives.png') });
+  await page.mouse.move(0, 0);
+  assert.equal(await page.isVisible('#alternatives'), false);
+
+  // Clearing a box marks it, holds Generate, and leaves the output as it was.
+  await page.fill('#max-tokens', '');
+  assert.match(await page.textContent('#max-tokens-error'), /whole number from 1 to 2048/);
+  assert.equal(await page.isEnabled('#generate'), false);
+  assert.equal(await page.$$eval('#tokens .token', (nodes) => nodes.length), 2);
+  assert.equal(await page.textContent('[data-stat="tokens generated"]'), '2');
+  await page.fill('#max-tokens', '2');
+  assert.equal(await page.isEnabled('#generate'), true);
+});
+
 test('Stop ends a run mid-generation and the page can generate again', async () => {
   await page.click('[data-preset="greedy"]');
   await page.fill('#max-tokens', '40');
@@ -103,11 +167,57 @@ test('Stop ends a run mid-generation and the page can generate again', async () 
   assert.equal(await page.isEnabled('#generate'), true);
 });
 
-test('at phone width the page has no horizontal scroll', async () => {
-  await page.setViewportSize({ width: 375, height: 800 });
-  const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
-  assert.ok(overflow <= 0, `${overflow} px wider than the screen`);
-  await page.screenshot({ path: path.join(OUTPUT, 'playground-phone.png'), fullPage: true });
+test('a conversation: the second turn prefills only the new message, and each answer keeps its inspector', async () => {
+  const ready = () => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
+  const prefill = async () => {
+    const [, total, cached] = /^[\d.]+ tok\/s \((\d+) prompt tokens(?:, (\d+) cached)?\)$/.exec(await page.textContent('[data-stat="prefill"]'));
+    return { total: Number(total), cached: Number(cached ?? 0) };
+  };
+  await page.check('input[name="mode"][value="chat"]');
+  assert.equal(await page.isVisible('#system-prompt'), true);
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#max-tokens', '3');
+  await page.fill('#prompt', 'What is 2+2?');
+  await page.click('#generate');
+  await ready();
+  const first = await prefill();
+  assert.deepEqual(await page.$$eval('#conversation li', (items) => items.map((li) => li.className)), ['user', 'assistant']);
+  assert.equal(await page.inputValue('#prompt'), '', 'the message box is emptied for the next one');
+  assert.equal(await page.isEnabled('#generate'), false, 'nothing to send yet');
+
+  await page.fill('#prompt', 'And 3+3?');
+  await page.click('#generate');
+  await ready();
+  const second = await prefill();
+  assert.ok(second.cached >= first.total && second.cached < second.total, `${JSON.stringify(second)} after ${JSON.stringify(first)}`);
+  const reports = (await page.getAttribute('#prefill', 'data-reports')).split(',').map(Number);
+  assert.equal(reports.at(-1), second.total);
+  assert.equal(await page.$$eval('#conversation li', (items) => items.length), 4);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-chat.png'), fullPage: true });
+
+  // The first answer's chips and stats come back with its button.
+  await page.click('#conversation li.assistant >> nth=0 >> button');
+  assert.equal(await page.$$eval('#tokens .token', (nodes) => nodes.length), 3);
+  assert.deepEqual(await prefill(), first);
+  assert.match(await page.textContent('#inspector-step'), /step 3 of 3/);
+  await page.click('#new-chat');
+  assert.equal(await page.isVisible('#conversation'), false);
+  await page.check('input[name="mode"][value="raw"]');
+});
+
+test('at 390 px the page has no horizontal scroll, and the dark scheme passes the audit too', async () => {
+  await page.emulateMedia({ colorScheme: 'dark' });
+  assert.equal(await page.evaluate(() => getComputedStyle(document.documentElement).backgroundColor), 'rgb(22, 23, 27)');
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core in the dark scheme');
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-dark.png'), fullPage: true });
+  await page.setViewportSize({ width: 390, height: 844 });
+  for (const scheme of ['dark', 'light']) {
+    await page.emulateMedia({ colorScheme: scheme });
+    const overflow = await page.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+    assert.ok(overflow <= 0, `${overflow} px wider than the screen (${scheme})`);
+    await page.screenshot({ path: path.join(OUTPUT, `playground-phone-${scheme}.png`), fullPage: true });
+  }
+  await page.setViewportSize({ width: 1280, height: 900 });
 });
 
 test('the settings live in the URL and in localStorage, and a bad box or link value is reported, not used', async () => {

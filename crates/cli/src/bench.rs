@@ -75,15 +75,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         (paths, _) => paths.to_vec(),
     };
     let long_context = args.long_context.unwrap_or(if device.is_cpu_adapter() { 0 } else { 2000 });
-    let adapter = device.gpu().map(|gpu| {
-        let info = gpu.adapter_info();
-        let cpu = if device.is_cpu_adapter() { ", a CPU emulation: speeds say little about a real GPU" } else { "" };
-        format!("{} ({:?}{cpu})", info.name, info.backend)
-    });
     println!(
-        "backend {:?}{}, {} prompt tokens, {} generated tokens, {} runs after 1 warm-up",
+        "backend {:?} on {}; {} prompt tokens, {} generated tokens, {} runs after 1 warm-up",
         args.backend,
-        adapter.map(|a| format!(" on {a}")).unwrap_or_default(),
+        device.describe(),
         args.prompt_tokens,
         args.gen_tokens,
         args.runs,

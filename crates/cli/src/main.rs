@@ -329,6 +329,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
         return_logits: false,
     };
     let title = engine.info().title(Some(&args.model.path().to_string_lossy()));
+    let device = engine.model().device().describe();
     let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -345,6 +346,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     if args.json {
         let summary = Summary {
             model: title,
+            device,
             finish_reason,
             text: &result.text,
             seed,
@@ -356,7 +358,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
     } else {
         writeln!(out).map_err(|e| e.to_string())?;
         eprintln!(
-            "[{title} | {} | {} prompt + {} generated tokens | load {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s | seed {seed}]",
+            "[{title} on {device} | {} | {} prompt + {} generated tokens | load {:.0} ms, prefill {:.1} tok/s, decode {:.1} tok/s | seed {seed}]",
             finish_reason,
             result.usage.prompt_tokens,
             result.usage.completion_tokens,
@@ -373,6 +375,9 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
 struct Summary<'a> {
     /// The model as a person names it ([`nucleus_engine::ModelInfo::title`]).
     model: String,
+    /// What it ran on ([`nucleus_engine::ModelDevice::describe`]): says when that is a CPU
+    /// emulation of a GPU.
+    device: String,
     finish_reason: &'a str,
     text: &'a str,
     seed: u64,

@@ -32,7 +32,9 @@ pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use nucleus_model::{LinearKernel, ModelDevice, Path};
-pub use report::{ExplainedCandidate, GenerationResult, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage};
+pub use report::{
+    ExplainedCandidate, GenerationResult, PrefillProgress, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage,
+};
 pub use request::{
     DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
 };
@@ -272,6 +274,18 @@ impl Engine {
     }
 }
 
+/// Fewest tokens in a reported prefill chunk: below this a chunk costs about as much as a decode
+/// step, since a forward pass is dispatch-bound.
+pub const PREFILL_CHUNK_MIN: usize = 16;
+/// Most chunks (reports) in one reported prefill.
+pub const PREFILL_CHUNKS_MAX: usize = 16;
+
+/// Tokens per chunk of a reported prefill of `tokens` tokens: at least [`PREFILL_CHUNK_MIN`],
+/// and at most [`PREFILL_CHUNKS_MAX`] chunks.
+pub fn prefill_chunk_len(tokens: usize) -> usize {
+    tokens.div_ceil(PREFILL_CHUNKS_MAX).max(PREFILL_CHUNK_MIN)
+}
+
 /// A generation in progress, borrowing its engine; see the crate documentation.
 pub struct Generation<'e> {
     engine: &'e mut Engine,
@@ -297,6 +311,14 @@ impl Generation<'_> {
         self.engine.step(&mut self.state).await
     }
 
+    /// See [`Engine::step_reporting`].
+    pub async fn next_step_reporting(
+        &mut self,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
+    ) -> Result<Option<Step>, EngineError> {
+        self.engine.step_reporting(&mut self.state, on_prefill).await
+    }
+
     /// See [`GenerationState::stop`].
     pub fn stop(&mut self) -> String {
         self.state.stop()
@@ -316,7 +338,19 @@ impl Engine {
     /// tokens another one has replaced since its last step fails with `busy`
     /// ([`EngineError::Interleaved`]).
     pub async fn step(&mut self, state: &mut GenerationState) -> Result<Option<Step>, EngineError> {
-        state.next_step(self).await
+        state.next_step(self, None).await
+    }
+
+    /// Like [`Engine::step`], but a first step runs its prompt in chunks (see
+    /// [`prefill_chunk_len`]), waits for each to run on the device, and reports the tokens done
+    /// after each to `on_prefill`, the last when the first token is known. Costs one wait per
+    /// chunk; for a page that shows a progress bar.
+    pub async fn step_reporting(
+        &mut self,
+        state: &mut GenerationState,
+        on_prefill: &mut dyn FnMut(PrefillProgress),
+    ) -> Result<Option<Step>, EngineError> {
+        state.next_step(self, Some(on_prefill)).await
     }
 }
 

@@ -4,6 +4,19 @@ use nucleus_sampler::{Candidate, Chosen, Explanation, FinishReason};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
 
+/// How far a generation's first step has run its prompt: reported after each chunk of the
+/// prefill has run on the device (see [`crate::Engine::step_reporting`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PrefillProgress {
+    /// Prompt tokens in the KV cache: those it already held, then each chunk's.
+    pub done: usize,
+    /// The prompt's tokens.
+    pub total: usize,
+    /// Prompt tokens the cache already held (not run again).
+    pub cached: usize,
+}
+
 /// One candidate token of a step, by the model's raw logit.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TopCandidate {

@@ -271,6 +271,21 @@ impl Gpu {
         index
     }
 
+    /// Resolves once the work submitted so far is done: a step that reports progress waits here,
+    /// so what it reports has run. Asynchronous like [`Gpu::read`].
+    pub async fn done(&self) -> Result<(), KernelError> {
+        let (sender, receiver) = futures_channel::oneshot::channel();
+        self.inner.queue.on_submitted_work_done(move || {
+            let _ = sender.send(());
+        });
+        #[cfg(not(target_family = "wasm"))]
+        self.inner
+            .device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| KernelError::Device(format!("waiting for the GPU: {e}")))?;
+        receiver.await.map_err(|_| KernelError::Device("the GPU dropped a wait (device lost?)".into()))
+    }
+
     /// Reads `size` bytes of a mappable `staging` buffer once the work submitted so far is done.
     /// Asynchronous: natively the device is polled here; in a browser WebGPU resolves the map.
     pub async fn read(&self, staging: &wgpu::Buffer, size: u64) -> Result<Vec<u8>, KernelError> {

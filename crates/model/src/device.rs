@@ -44,6 +44,24 @@ impl ModelDevice {
         self.gpu.as_ref()
     }
 
+    /// The device as a person reads it: the adapter's name and API, and when it emulates a GPU
+    /// on the CPU, that it does ("llvmpipe (LLVM 19.1.7, 256 bits), Vulkan, a CPU emulation of a
+    /// GPU: expect a few tokens per second"); Burn's CPU backend otherwise.
+    pub fn describe(&self) -> String {
+        match &self.gpu {
+            None => "the CPU (Burn's flex backend, no GPU)".to_string(),
+            Some(gpu) => {
+                let info = gpu.adapter_info();
+                let emulated = if self.is_cpu_adapter() {
+                    ", a CPU emulation of a GPU: expect a few tokens per second, and speeds that say little about a real GPU"
+                } else {
+                    ""
+                };
+                format!("{}, {:?}{emulated}", info.name, info.backend)
+            }
+        }
+    }
+
     /// Whether the wgpu adapter runs on the CPU (lavapipe, SwiftShader, WARP); false elsewhere.
     pub fn is_cpu_adapter(&self) -> bool {
         self.gpu

@@ -574,6 +574,19 @@ impl FusedLogits {
         Ok(recorded.read().await?)
     }
 
+    /// Submits the pass (if it is still pending) and waits until the GPU has run it.
+    pub(crate) async fn wait(&self) -> Result<(), ModelError> {
+        {
+            let mut state = self.shared.state();
+            if state.passes == self.pass
+                && let Some((_, commands)) = state.pending.take()
+            {
+                self.shared.gpu.submit([commands]);
+            }
+        }
+        Ok(self.shared.gpu.done().await?)
+    }
+
     /// Every row, read back whole (`rows · vocab · 4` bytes).
     pub(crate) async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
         let shared = &self.shared;

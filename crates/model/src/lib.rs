@@ -201,6 +201,18 @@ impl DeviceLogits {
         }
     }
 
+    /// Waits until the pass that made these logits has run on the device (nothing is read but,
+    /// on the Burn path, one value).
+    pub async fn wait(&self) -> Result<(), ModelError> {
+        match self {
+            DeviceLogits::Tensor(tensor) => {
+                read_tensor((**tensor).clone().slice([0..1, 0..1])).await?;
+                Ok(())
+            }
+            DeviceLogits::Fused(logits) => logits.wait().await,
+        }
+    }
+
     /// Every row, read back whole.
     pub async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
         match self {

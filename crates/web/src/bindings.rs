@@ -7,7 +7,9 @@ use std::fmt::Display;
 use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
-use nucleus_engine::{Engine, EngineError, GenerateRequest, GenerationState, LoadOptions, ModelDevice, OptionError};
+use nucleus_engine::{
+    Engine, EngineError, GenerateRequest, GenerationState, LoadOptions, ModelDevice, OptionError, PrefillProgress,
+};
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
@@ -171,18 +173,29 @@ impl WasmEngine {
     }
 
     /// Runs the next step of the current generation. Resolves to the step as JSON, or `null`
-    /// once the generation has finished.
+    /// once the generation has finished. With `on_prefill`, a first step runs its prompt in
+    /// chunks and calls `on_prefill(done, total, cached)` (prompt tokens) after each.
     #[wasm_bindgen(js_name = nextStep)]
     // The borrow is held across the step's awaits on purpose: it is the lock that makes any other
     // call during a step fail with `busy` (try_borrow*), never a panic.
     #[allow(clippy::await_holding_refcell_ref)]
-    pub fn next_step(&self) -> Promise {
+    pub fn next_step(&self, on_prefill: Option<Function>) -> Promise {
         let inner = self.inner.clone();
         future_to_promise(async move {
             let mut inner = inner.try_borrow_mut().map_err(|_| busy())?;
             let Inner { engine, generation, last_logits } = &mut *inner;
             let generation = generation.as_mut().ok_or_else(no_generation)?;
-            match engine.step(generation).await.map_err(engine_error)? {
+            let step = match on_prefill {
+                Some(callback) => {
+                    let mut report = |p: PrefillProgress| {
+                        let count = |n: usize| JsValue::from(n as f64);
+                        let _ = callback.call3(&JsValue::NULL, &count(p.done), &count(p.total), &count(p.cached));
+                    };
+                    engine.step_reporting(generation, &mut report).await
+                }
+                None => engine.step(generation).await,
+            };
+            match step.map_err(engine_error)? {
                 Some(mut step) => {
                     *last_logits = step.logits.take();
                     Ok(shapes::step(&step).to_string().into())

@@ -3,10 +3,12 @@
 
 mod step;
 
+use nucleus_model::DeviceLogits;
 use nucleus_sampler::{FinishReason, Sampler, StopTracker};
 
 use crate::{
-    Engine, EngineError, GenerateRequest, GenerationResult, Step, StepExplanation, Stopwatch, Timing, Transfer, Usage,
+    Engine, EngineError, GenerateRequest, GenerationResult, PrefillProgress, Step, StepExplanation, Stopwatch, Timing,
+    Transfer, Usage, prefill_chunk_len,
 };
 use step::Choice;
 
@@ -62,18 +64,19 @@ impl GenerationState {
         self.finish_reason.is_some() || self.stopped
     }
 
-    pub(crate) async fn next_step(&mut self, engine: &mut Engine) -> Result<Option<Step>, EngineError> {
+    /// Runs one step; a first step reports its prefill to `on_prefill` when there is one.
+    pub(crate) async fn next_step(
+        &mut self,
+        engine: &mut Engine,
+        mut on_prefill: Option<&mut dyn FnMut(PrefillProgress)>,
+    ) -> Result<Option<Step>, EngineError> {
         if self.finish_reason.is_some() || self.stopped {
             return Ok(None);
         }
         let step_clock = Stopwatch::start();
         let first = self.pending.is_none();
         let logits = match self.pending.take() {
-            None => {
-                let kept = engine.reuse_cache_prefix(&self.prompt_tokens);
-                self.cached_prompt_tokens = kept;
-                engine.forward_last(&self.prompt_tokens[kept..])?
-            }
+            None => self.prefill(engine, &mut on_prefill).await?,
             Some(token) => {
                 if !self.owns_cache(engine) {
                     self.pending = Some(token);
@@ -84,6 +87,10 @@ impl GenerationState {
         };
         let Choice { sampled, top, logprob, row } = self.choose(engine, logits).await?;
         if first {
+            if let Some(report) = on_prefill {
+                let total = self.prompt_tokens.len();
+                report(PrefillProgress { done: total, total, cached: self.cached_prompt_tokens });
+            }
             self.prefill_ms = step_clock.elapsed_ms();
         } else {
             self.decode_ms += step_clock.elapsed_ms();
@@ -118,6 +125,33 @@ impl GenerationState {
             finish_reason: finish,
             logits: row,
         }))
+    }
+
+    /// Runs what the cache does not hold of the prompt and returns the last position's logits,
+    /// still on the device. With `on_prefill`, in chunks of [`prefill_chunk_len`], each but the
+    /// last waited for and reported (the caller reports the last once its logits are read).
+    async fn prefill(
+        &mut self,
+        engine: &mut Engine,
+        on_prefill: &mut Option<&mut dyn FnMut(PrefillProgress)>,
+    ) -> Result<DeviceLogits, EngineError> {
+        let total = self.prompt_tokens.len();
+        let cached = engine.reuse_cache_prefix(&self.prompt_tokens);
+        self.cached_prompt_tokens = cached;
+        let chunk = if on_prefill.is_some() { prefill_chunk_len(total - cached) } else { total };
+        let mut done = cached;
+        loop {
+            let end = (done + chunk).min(total);
+            let logits = engine.forward_last(&self.prompt_tokens[done..end])?;
+            done = end;
+            if done == total {
+                return Ok(logits);
+            }
+            if let Some(report) = on_prefill.as_mut() {
+                logits.wait().await?;
+                report(PrefillProgress { done, total, cached });
+            }
+        }
     }
 
     /// Whether the engine's cache still holds exactly this generation's tokens (the prompt and
