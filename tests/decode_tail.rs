@@ -17,8 +17,12 @@ fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationR
 }
 
 fn engine(decode_tail: bool) -> Engine {
-    let mut engine =
-        Engine::load(model_bytes(), &wgpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
+    let mut engine = Engine::load(
+        model_bytes(),
+        &wgpu_device(),
+        LoadOptions { context_length: Some(256), ..LoadOptions::default() },
+    )
+    .unwrap();
     assert!(engine.decode_tail(), "the wgpu engine uses the decode tail by default");
     engine.set_decode_tail(decode_tail);
     engine
@@ -166,7 +170,8 @@ fn seeded_sampling_on_the_fused_path_gives_the_cpu_backends_tokens() {
         request
     };
     let mut cpu =
-        Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(256), path: None }).unwrap();
+        Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(256), ..LoadOptions::default() })
+            .unwrap();
     let mut fused = engine(true);
     assert_eq!(fused.info().path, "fused");
     let (cpu_steps, cpu_result) = run(&mut cpu, request());
@@ -215,4 +220,44 @@ fn a_prefill_reported_in_chunks_rises_to_the_prompt_length_and_gives_the_referen
     let (again, progress) = run_reported(&mut engine);
     assert_eq!(progress, vec![(total, total, total - 1)]);
     assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), ids);
+}
+
+#[test]
+fn a_load_that_would_not_fit_is_refused_before_any_upload_naming_the_context_that_fits() {
+    let device = wgpu_device();
+    let budget = 200 << 20;
+    let load = |context_length: usize| {
+        let mut uploads = 0;
+        let options =
+            LoadOptions { context_length: Some(context_length), memory_budget: Some(budget), ..Default::default() };
+        let outcome = Engine::load_with_progress(model_bytes(), &device, options, |_| uploads += 1);
+        (outcome, uploads)
+    };
+    let (outcome, uploads) = load(8192);
+    let error = outcome.err().expect("8,192 positions do not fit 200 MiB");
+    assert_eq!(error.code(), "out-of-memory");
+    assert_eq!(uploads, 0, "refused before any tensor was uploaded");
+    let message = error.to_string();
+    assert!(message.contains("more than the budget of 200.0 MiB"), "{message}");
+    let fits: usize = message
+        .split("contextLength ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no context length named: {message}"));
+    assert!((1000..8192).contains(&fits), "{message}");
+    println!("[memory] {message}");
+    let (outcome, uploads) = load(fits);
+    let engine = outcome.expect("the context length it names fits");
+    assert!(uploads > 0);
+    assert_eq!(engine.info().context_length, fits);
+    assert_eq!(load(fits + 1).0.err().map(|e| e.code()), Some("out-of-memory"));
+}
+
+#[test]
+fn a_context_length_beyond_the_trained_one_is_a_bad_option_naming_it() {
+    let options = LoadOptions { context_length: Some(8193), ..Default::default() };
+    let error = Engine::load(model_bytes(), &wgpu_device(), options).err().expect("beyond 8,192");
+    assert_eq!(error.code(), "bad-options");
+    assert!(error.to_string().contains("1..=8192"), "{error}");
 }

@@ -5,7 +5,8 @@ use nucleus_sampler::{FinishReason, SamplingParams};
 use nucleus_tests::{cpu_device, model_bytes, reference};
 
 fn engine() -> Engine {
-    Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(512), path: None }).unwrap()
+    Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(512), ..LoadOptions::default() })
+        .unwrap()
 }
 
 fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, nucleus_engine::GenerationResult) {

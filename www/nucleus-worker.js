@@ -3,8 +3,9 @@
 // It answers the requests of `nucleus.js` (protocol.js types every message and error code). One
 // model per worker, one generation at a time (a second one is `busy`).
 
-import init, { loadEngine, lastPanic, loseDeviceForTesting } from './pkg/nucleus_web.js';
+import init, { loadEngine, lastPanic, loseDeviceForTesting, panicForTesting } from './pkg/nucleus_web.js';
 import { NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError } from './protocol.js';
+import { downloadModel } from './download.js';
 
 const MODEL_CACHE = 'nucleus-models-v1';
 
@@ -13,6 +14,12 @@ let engine = null;
 let loadMs = 0;
 let generation = null; // { id, aborted, inFlight: Promise | null, done, queueAtStart, queueAfterFirstStep, steps }
 let nextGenerationId = 1;
+/** The wasm instance's memory (its size is one of the diagnostics). */
+let wasmMemory = null;
+/** Once the GPU device is lost, the error every later request that needs it gets. */
+let deviceLost = null;
+/** The requests that need the GPU. */
+const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next]);
 
 /**
  * The GPU calls this worker has made: every GPUComputePassEncoder.dispatchWorkgroups,
@@ -49,7 +56,7 @@ const fail = codedError;
 function describe(error) {
   if (error instanceof WebAssembly.RuntimeError) {
     const panic = lastPanic?.();
-    return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again` };
+    return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again`, crashed: true };
   }
   const { code = 'internal', message = String(error), option, status } = codedError(error?.code ?? 'internal',
     error?.message ?? String(error), { option: error?.option, status: error?.status });
@@ -76,7 +83,7 @@ async function adapterFacts() {
   };
 }
 
-/** Reads a response body, reporting bytes as they arrive. */
+/** Reads a stored response's body, reporting bytes as they arrive. */
 async function readBody(response, total, report) {
   const reader = response.body.getReader();
   const chunks = [];
@@ -101,37 +108,32 @@ async function readBody(response, total, report) {
   return bytes;
 }
 
-/** The model's bytes, from the Cache API when a previous load stored them, else downloaded. */
+/**
+ * The model's bytes, from the Cache API when a previous load stored them, else downloaded
+ * (download.js: resumed after a dropped connection, checked to begin like a GGUF file).
+ */
 async function fetchModel(url, useCache, progress) {
   const cache = useCache && self.caches ? await caches.open(MODEL_CACHE).catch(() => null) : null;
-  let response = cache ? await cache.match(url) : undefined;
-  const fromCache = Boolean(response);
-  if (!response) {
-    try {
-      response = await fetch(url);
-    } catch (error) {
-      throw fail('fetch-failed', `could not fetch ${url}: ${error.message}`);
-    }
-    if (!response.ok) {
-      throw fail('fetch-failed', `could not fetch ${url}: HTTP ${response.status} ${response.statusText}`.trim(),
-        { status: response.status });
-    }
+  const stored = cache ? await cache.match(url) : undefined;
+  if (stored) {
+    const total = Number(stored.headers.get('content-length')) || 0;
+    const bytes = await readBody(stored, total, (loaded, size) => progress('download', loaded, size, true));
+    return { bytes, cache, fromCache: true };
   }
-  const total = Number(response.headers.get('content-length')) || 0;
-  const bytes = await readBody(response, total, (loaded, size) => progress('download', loaded, size, fromCache));
-  return { bytes, cache, fromCache };
+  const bytes = await downloadModel(url, (loaded, total) => progress('download', loaded, total, false));
+  return { bytes, cache, fromCache: false };
 }
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ url, contextLength, cache: useCache }, progress) {
+  async [REQUEST.load]({ url, contextLength, memoryBudget, cache: useCache }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await adapterFacts();
-    await init();
+    wasmMemory = (await init()).memory;
     const { bytes, cache, fromCache } = await fetchModel(url, useCache, progress);
     try {
-      engine = await loadEngine(bytes, contextLength ?? undefined,
+      engine = await loadEngine(bytes, contextLength ?? undefined, memoryBudget ?? undefined,
         (phase, loaded, total) => progress(phase, loaded, total, fromCache));
     } catch (error) {
       // A stored copy that no longer loads is dropped, so the next load downloads it again.
@@ -170,6 +172,10 @@ const handlers = {
     let json;
     try {
       json = await current.inFlight;
+    } catch (error) {
+      // A failed step ends its generation: the next one may start.
+      current.done = true;
+      throw error;
     } finally {
       current.inFlight = null;
     }
@@ -201,6 +207,14 @@ const handlers = {
   async [REQUEST.result]({ gen }) {
     currentGeneration(gen);
     return result();
+  },
+
+  async [REQUEST.diagnostics]() {
+    return { ...JSON.parse(engine.diagnostics()), wasmMemoryBytes: wasmMemory?.buffer.byteLength ?? 0 };
+  },
+
+  async [REQUEST.panicForTesting]() {
+    panicForTesting();
   },
 
   async [REQUEST.loseDeviceForTesting]() {
@@ -248,10 +262,13 @@ self.onmessage = async ({ data }) => {
   try {
     const handler = Object.hasOwn(handlers, type) ? handlers[type] : null;
     if (!handler) throw fail('internal', `unknown request ${type}`);
+    if (deviceLost && NEEDS_GPU.has(type)) throw deviceLost;
     const value = await handler(data, progress);
     // A step's logits row moves to the page instead of being copied.
     self.postMessage({ id, type: REPLY.ok, value }, value?.logits ? [value.logits.buffer] : []);
   } catch (error) {
-    self.postMessage({ id, type: REPLY.error, error: describe(error) });
+    const wire = describe(error);
+    if (wire.code === 'device-lost') deviceLost ??= fail('device-lost', `${wire.message} (the GPU device was lost; load the model again)`);
+    self.postMessage({ id, type: REPLY.error, error: wire });
   }
 };

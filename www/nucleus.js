@@ -52,8 +52,12 @@ class WorkerClient {
       if (data.type === REPLY.ok) {
         request.resolve(data.value);
       } else {
-        const { code, message, ...extra } = data.error;
-        request.reject(new NucleusError(code, message, extra));
+        const { code, message, crashed, ...extra } = data.error;
+        const error = new NucleusError(code, message, extra);
+        request.reject(error);
+        // A trapped engine can do nothing more: end its worker (freeing its GPU memory); every
+        // later call on this model gets the same error.
+        if (crashed) this.#end(error);
       }
     };
     worker.onerror = (event) => {
@@ -72,14 +76,18 @@ class WorkerClient {
   }
 
   #fail(error) {
-    this.#broken = error;
+    this.#broken ??= error;
     for (const { reject } of this.#pending.values()) reject(error);
     this.#pending.clear();
   }
 
-  terminate() {
+  #end(error) {
     this.#worker.terminate();
-    this.#fail(new NucleusError('internal', 'this model was disposed'));
+    this.#fail(error);
+  }
+
+  terminate() {
+    this.#end(new NucleusError('internal', 'this model was disposed'));
   }
 }
 
@@ -327,19 +335,22 @@ export class Nucleus {
   /**
    * Loads a GGUF model into a new worker. Options: `model` (URL, same-origin or CORS; default
    * DEFAULT_MODEL_URL), `onProgress({ phase: 'download'|'parse'|'upload', loaded, total, cached })`,
-   * `contextLength` (KV cache positions; default the model's), `cache` (keep the file in the
-   * Cache API; default true).
+   * `contextLength` (KV cache positions; default the model's), `memoryBudget` (bytes for every GPU
+   * buffer together; default none), `cache` (keep the file in the Cache API; default true).
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
-    const known = ['model', 'onProgress', 'contextLength', 'cache'];
+    const known = ['model', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
     const unknown = Object.keys(options).find((key) => !known.includes(key));
     if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${known.join(', ')})`);
-    const { model = DEFAULT_MODEL_URL, onProgress, contextLength, cache = true } = options;
+    const { model = DEFAULT_MODEL_URL, onProgress, contextLength, memoryBudget, cache = true } = options;
     if (typeof model !== 'string' && !(model instanceof URL)) throw badOption('model', 'model must be a URL');
     if (onProgress !== undefined && typeof onProgress !== 'function') throw badOption('onProgress', 'onProgress must be a function');
     if (contextLength !== undefined && !(Number.isInteger(contextLength) && contextLength >= 1)) {
       throw badOption('contextLength', `contextLength must be a whole number >= 1, got ${contextLength}`);
+    }
+    if (memoryBudget !== undefined && !(Number.isSafeInteger(memoryBudget) && memoryBudget >= 1)) {
+      throw badOption('memoryBudget', `memoryBudget must be a whole number of bytes >= 1, got ${memoryBudget}`);
     }
     if (!globalThis.navigator?.gpu) {
       throw new NucleusError('no-webgpu', NO_WEBGPU_MESSAGE);
@@ -348,7 +359,7 @@ export class Nucleus {
     const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
     const client = new WorkerClient(worker);
     try {
-      const info = await client.call(REQUEST.load, { url, contextLength, cache: Boolean(cache) }, onProgress);
+      const info = await client.call(REQUEST.load, { url, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
       return new Nucleus(client, info);
     } catch (error) {
       client.terminate();
@@ -374,6 +385,14 @@ export class Nucleus {
     return this.#client.call(REQUEST.tokenize, { text });
   }
 
+  /**
+   * What the engine holds now: `{ liveBuffers, liveBytes }` (the GPU buffers it allocated itself:
+   * everything but the weights), `kvCacheBytes`, `wasmMemoryBytes`. Flat over a long session.
+   */
+  async diagnostics() {
+    return this.#client.call(REQUEST.diagnostics);
+  }
+
   /** Ends the worker and frees the model's GPU memory. */
   dispose() {
     this.#client.terminate();
@@ -382,5 +401,10 @@ export class Nucleus {
   /** Destroys the GPU device, as a driver reset would: for tests of the `device-lost` error. */
   loseDeviceForTesting() {
     return this.#client.call(REQUEST.loseDeviceForTesting);
+  }
+
+  /** Panics inside the engine, as a bug would: for tests of a crashed worker (`internal`). */
+  panicForTesting() {
+    return this.#client.call(REQUEST.panicForTesting);
   }
 }

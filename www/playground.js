@@ -47,6 +47,9 @@ const state = {
   shownRun: null,
 };
 
+// The page's state, for the browser's console and the tests.
+window.playground = state;
+
 const isChat = () => document.querySelector('input[name="mode"]:checked').value === 'chat';
 
 // ---- controls ---------------------------------------------------------------------------------
@@ -349,8 +352,11 @@ async function generate(event) {
     }
   } catch (error) {
     // The message names the option already.
-    $('form-error').textContent = error.message;
+    $('form-error').textContent = MODEL_GONE.includes(error.code)
+      ? `The model stopped working (${error.code}): ${error.message}. Your prompt and settings are kept.`
+      : error.message;
     $('form-error').hidden = false;
+    $('reload-model').hidden = !MODEL_GONE.includes(error.code);
   } finally {
     state.generation = null;
     $('prefill').hidden = true;
@@ -608,6 +614,7 @@ function renderInspector() {
   const index = state.selected ?? state.steps.length - 1;
   const step = state.steps[index];
   if (!step || !state.lm) {
+    $('whatif').textContent = 'Generate, then pick a token to see its step.';
     $('chart').replaceChildren();
     $('chart-table').replaceChildren();
     $('chart-rest').textContent = '';
@@ -799,6 +806,10 @@ async function start() {
   $('form').addEventListener('submit', generate);
   $('stop').addEventListener('click', stop);
   $('new-chat').addEventListener('click', newConversation);
+  $('reload-model').addEventListener('click', () => {
+    $('form-error').hidden = true;
+    loadModel();
+  });
   for (const radio of document.querySelectorAll('input[name="mode"]')) radio.addEventListener('change', renderConversation);
   renderConversation();
   $('show-boundaries').addEventListener('change', (e) => $('tokens').classList.toggle('boundaries', e.target.checked));
@@ -834,6 +845,21 @@ async function start() {
     showNoWebGpu('navigator.gpu is missing.');
     return;
   }
+  await loadModel();
+}
+
+/**
+ * Loads the model (again, after the GPU was lost or the engine crashed: the page, its prompt and
+ * settings stay as they are; the file comes from the browser's cache).
+ */
+async function loadModel() {
+  $('reload-model').hidden = true;
+  state.lm?.dispose();
+  state.lm = null;
+  updateButtons();
+  document.body.dataset.state = 'loading';
+  $('load').hidden = false;
+  $('load-bar').value = 0;
   const phases = { download: 'Downloading the model', parse: 'Reading the model file', upload: 'Uploading the weights to the GPU' };
   try {
     state.lm = await Nucleus.load({
@@ -867,5 +893,8 @@ async function start() {
   $('load').hidden = true;
   setBusy(false);
 }
+
+/** Errors after which this model can do nothing more: the page offers to load it again. */
+const MODEL_GONE = ['device-lost', 'internal'];
 
 start();

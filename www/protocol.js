@@ -8,7 +8,7 @@
 // messages first.
 
 /**
- * @typedef {{ id: number, type: 'load', url: string, contextLength?: number, cache: boolean }} LoadRequest
+ * @typedef {{ id: number, type: 'load', url: string, contextLength?: number, memoryBudget?: number, cache: boolean }} LoadRequest
  *   Loads the model at `url` (one per worker). Replies with the model's `info`.
  * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
  *   Replies with the token ids (number[]).
@@ -25,8 +25,12 @@
  *   Replies with the result of generation `gen` (after its last step).
  * @typedef {{ id: number, type: 'loseDeviceForTesting' }} LoseDeviceRequest
  *   Destroys the GPU device, as a driver reset would. Replies with true.
+ * @typedef {{ id: number, type: 'diagnostics' }} DiagnosticsRequest
+ *   Replies with what the engine holds: { liveBuffers, liveBytes, kvCacheBytes, wasmMemoryBytes }.
+ * @typedef {{ id: number, type: 'panicForTesting' }} PanicRequest
+ *   Panics inside the engine, as a bug would. Replies with an `internal` error marked `crashed`.
  * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | AbortRequest
- *   | ResultRequest | LoseDeviceRequest} Request
+ *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest} Request
  *
  * @typedef {{ id: number, type: 'progress', phase: 'download' | 'parse' | 'upload', loaded: number,
  *   total: number, cached: boolean }} LoadProgressReply
@@ -36,8 +40,9 @@
  *   `loaded` and `total` in prompt tokens; `cached`: the prompt tokens the KV cache already held.
  * @typedef {LoadProgressReply | PrefillProgressReply} ProgressReply
  * @typedef {{ id: number, type: 'ok', value: unknown }} OkReply
- * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number }} WireError
- *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status.
+ * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number, crashed?: boolean }} WireError
+ *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status;
+ *   `crashed`: the engine trapped (a panic) and this worker can do nothing more: the page ends it.
  * @typedef {{ id: number, type: 'error', error: WireError }} ErrorReply
  * @typedef {ProgressReply | OkReply | ErrorReply} Reply
  *
@@ -52,7 +57,9 @@ export const REQUEST = Object.freeze({
   next: 'next',
   abort: 'abort',
   result: 'result',
+  diagnostics: 'diagnostics',
   loseDeviceForTesting: 'loseDeviceForTesting',
+  panicForTesting: 'panicForTesting',
 });
 
 /** The reply types, by name. */
@@ -61,17 +68,17 @@ export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progre
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({
   'no-webgpu': 'no `navigator.gpu`, or no adapter',
-  'fetch-failed': 'the model URL failed (`status` holds the HTTP status) or the download ended early',
-  'bad-model': 'not a GGUF file, truncated, or inconsistent',
+  'fetch-failed': 'the model URL failed (`status` holds the HTTP status), or the download broke and three resumes did not finish it',
+  'bad-model': 'not a GGUF file (an HTML page: its first bytes are named), truncated, or inconsistent',
   'unsupported-model': 'an architecture or tensor type Nucleus does not run',
-  'bad-options': 'an invalid option; `option` names it in the API\'s spelling',
+  'bad-options': 'an invalid option (`contextLength` beyond the model\'s trained length too); `option` names it in the API\'s spelling',
   'context-overflow': 'the prompt does not fit the context',
-  'out-of-memory': 'a buffer the model needs is larger than the GPU allows',
+  'out-of-memory': 'a buffer the model needs is larger than the GPU allows, or all of them more than `memoryBudget`; checked before anything is uploaded, naming the largest `contextLength` that fits',
   'bad-logits': 'the model produced NaN or +inf logits, or none that is finite',
   busy: '`generate` while another generation runs',
   'device-lost': 'the GPU device was lost; load the model again',
   device: 'another GPU error',
-  internal: 'a bug in the engine (its panic message)',
+  internal: 'a bug in the engine (its panic message); the worker is ended and the next `Nucleus.load()` starts a new one',
 });
 
 /** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */

@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
-import { startServer, REPO, MODEL_PATH, BLANK_PAGE } from './server.mjs';
+import { startServer, startModelOrigin, REPO, MODEL_PATH, BLANK_PAGE } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
@@ -251,6 +251,41 @@ test('the OpenAI facade takes every engine option in snake_case and names a bad 
   }
 });
 
+// The issue asks for 200 generations; CI runs 24 (about 3 s each on SwiftShader), and
+// NUCLEUS_BROWSER_SOAK=200 runs the full session.
+test('a long session leaves the engine\'s GPU buffers and the wasm memory flat', async () => {
+  const generations = Number(process.env.NUCLEUS_BROWSER_SOAK ?? 24);
+  const warmUp = 5;
+  const started = Date.now();
+  const figures = await page.evaluate(async (n) => {
+    const lm = window.lm;
+    const prompts = ['The capital of France is', 'Once upon a time', 'def fibonacci(n):'];
+    const figures = [];
+    for (let i = 0; i < n; i += 1) {
+      const gen = lm.generate({ prompt: prompts[i % 3], maxTokens: 1 + (i % 3), temperature: i % 2 ? 0.8 : 0, seed: i,
+        returnLogits: i % 6 === 0, ...(i % 4 === 1 && { stop: ['.', '\n'] }) });
+      if (i % 5 === 4) {
+        for await (const _step of gen) await gen.abort();
+      }
+      await gen.result;
+      figures.push(await lm.diagnostics());
+    }
+    return figures;
+  }, generations);
+  const warm = figures[warmUp - 1];
+  const last = figures.at(-1);
+  const mib = (n) => (n / 2 ** 20).toFixed(1);
+  console.log(`  ${generations} generations in ${((Date.now() - started) / 1000).toFixed(0)} s: live GPU buffers `
+    + `${warm.liveBuffers} -> ${last.liveBuffers} (${mib(warm.liveBytes)} -> ${mib(last.liveBytes)} MiB), KV cache `
+    + `${mib(warm.kvCacheBytes)} -> ${mib(last.kvCacheBytes)} MiB, wasm memory ${mib(warm.wasmMemoryBytes)} -> `
+    + `${mib(last.wasmMemoryBytes)} MiB (after generation ${warmUp} -> after the last)`);
+  assert.deepEqual(
+    [last.liveBuffers, last.liveBytes, last.wasmMemoryBytes],
+    [warm.liveBuffers, warm.liveBytes, warm.wasmMemoryBytes],
+    JSON.stringify(figures),
+  );
+});
+
 test('a second generate while one runs is refused with busy', async () => {
   const codes = await inPage(async (lm) => {
     const first = lm.generate({ prompt: 'Once upon a time', maxTokens: 3, temperature: 0 });
@@ -283,12 +318,100 @@ test('a wrong URL, a corrupt file and a truncated file each give their code', as
   const truncated = await pageError(load, '/test-models/truncated.gguf');
   assert.equal(truncated?.code, 'bad-model', truncated?.message);
   assert.match(truncated.message, /truncated|past the end|end of the file/i);
-  const badOption = await pageError(async () => {
+  const loadWith = async (_lm, options) => {
     const { Nucleus } = await import('/nucleus.js');
-    await Nucleus.load({ contextLength: -4 });
-  });
+    (await Nucleus.load(options)).dispose();
+  };
+  const badOption = await pageError(loadWith, { contextLength: -4 });
   assert.equal(badOption?.code, 'bad-options');
   assert.equal(badOption.option, 'contextLength');
+  const beyond = await pageError(loadWith, { contextLength: 9000 });
+  assert.equal(beyond?.code, 'bad-options', beyond?.message);
+  assert.equal(beyond.option, 'contextLength');
+  assert.equal(beyond.message, 'contextLength must be 1..=8192, got 9000');
+  // Checked from the file before anything is uploaded: the KV cache of 8,192 positions is 360 MiB.
+  const tooBig = await pageError(loadWith, { memoryBudget: 200 * 2 ** 20 });
+  assert.equal(tooBig?.code, 'out-of-memory', tooBig?.message);
+  assert.match(tooBig.message, /^the model needs 462\.7 MiB on the GPU .* more than the budget of 200\.0 MiB: contextLength 2213 or less would fit$/);
+  console.log(`  out-of-memory: ${tooBig.message}`);
+});
+
+test('a small context fills to its end with finish reason length; a prompt that does not fit is context-overflow', async () => {
+  const once = reference.logit_cases.once;
+  const outcome = await page.evaluate(async (prompt) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const lm = await Nucleus.load({ contextLength: 16 });
+    try {
+      const gen = lm.generate({ prompt, maxTokens: 100, temperature: 0, ignoreEos: true });
+      const steps = [];
+      for await (const step of gen) steps.push(step.text);
+      let overflow = null;
+      try {
+        await lm.generate({ prompt: `${prompt} and then, and then, and then, and then` }).result;
+      } catch (error) {
+        overflow = { code: error.code, message: error.message };
+      }
+      return { steps, result: await gen.result, overflow };
+    } finally {
+      lm.dispose();
+    }
+  }, once.text);
+  const { steps, result, overflow } = outcome;
+  assert.equal(result.finishReason, 'length');
+  // The prompt's tokens and every generated one but the last fill the 16 positions.
+  assert.equal(result.usage.completionTokens, 16 - once.ids.length + 1);
+  assert.equal(result.text, steps.join(''));
+  assert.equal(overflow?.code, 'context-overflow', overflow?.message);
+  assert.match(overflow.message, /^the prompt has \d+ tokens but the context holds 16/);
+});
+
+test('a download cut part-way resumes from the byte it reached (or restarts where Range is ignored), and an HTML page is bad-model', async () => {
+  const origin = await startModelOrigin();
+  try {
+    const capital = reference.logit_cases.capital;
+    const load = ([url, prompt]) => page.evaluate(async ([model, text]) => {
+      const { Nucleus } = await import('/nucleus.js');
+      const downloads = [];
+      const lm = await Nucleus.load({ model, onProgress: (p) => p.phase === 'download' && downloads.push(p.loaded) });
+      try {
+        const ids = [];
+        if (text) for await (const step of lm.generate({ prompt: text, maxTokens: 4, temperature: 0 })) ids.push(step.id);
+        const cache = await caches.open('nucleus-models-v1');
+        const stored = await cache.match(model);
+        const storedBytes = stored ? (await stored.arrayBuffer()).byteLength : 0;
+        await cache.delete(model);
+        return { ids, downloads, storedBytes };
+      } finally {
+        lm.dispose();
+      }
+    }, [url, prompt]);
+
+    const resumed = await load([`${origin.url}drop/model.gguf`, capital.text]);
+    assert.deepEqual(resumed.ids, capital.greedy32.slice(0, 4), 'the resumed file generates the reference tokens');
+    const [first, second, ...more] = origin.requests.filter((r) => r.path === '/drop/model.gguf');
+    assert.equal(first.range, null);
+    const from = Number(/^bytes=(\d+)-$/.exec(second.range)?.[1]);
+    assert.ok(from > 0 && from <= 20_000_000, `resumed from ${second.range}`);
+    assert.deepEqual(more, []);
+    assert.ok(resumed.downloads.every((n, i) => i === 0 || n >= resumed.downloads[i - 1]), 'the progress never goes back');
+    assert.equal(resumed.downloads.at(-1), model.length);
+    assert.equal(resumed.storedBytes, model.length, 'the whole file is cached, not a part');
+    console.log(`  cut after ${from} bytes, resumed with one Range request (${resumed.downloads.length} progress reports)`);
+
+    const restarted = await load([`${origin.url}no-range/model.gguf`, null]);
+    assert.deepEqual(origin.requests.filter((r) => r.path === '/no-range/model.gguf').length, 2);
+    assert.ok(restarted.downloads.some((n, i) => i > 0 && n < restarted.downloads[i - 1]), 'the progress starts again');
+    assert.equal(restarted.downloads.at(-1), model.length);
+
+    const html = await pageError(async (_lm, url) => {
+      const { Nucleus } = await import('/nucleus.js');
+      (await Nucleus.load({ model: url })).dispose();
+    }, `${origin.url}html/model.gguf`);
+    assert.equal(html?.code, 'bad-model', html?.message);
+    assert.match(html.message, /is not a GGUF model file: it begins "<!DOCTYPE html> <html>.*\(a web page: is the URL right\?\)$/);
+  } finally {
+    await origin.close();
+  }
 });
 
 test('a reload loads the model from the Cache API without downloading it', async () => {
@@ -303,12 +426,64 @@ test('a reload loads the model from the Cache API without downloading it', async
   assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before, 'no request for the model');
 });
 
-test('a lost GPU device is reported as device-lost', async () => {
-  const error = await pageError(async (lm) => {
-    await lm.loseDeviceForTesting();
-    await lm.generate({ prompt: 'The capital of France is', maxTokens: 1, temperature: 0 }).result;
-  });
-  assert.equal(error?.code, 'device-lost', error?.message);
+test('a panic in the engine is internal with its message, ends the worker, and the next load starts a new one', async () => {
+  const capital = reference.logit_cases.capital;
+  const { errors, ids } = await page.evaluate(async (prompt) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const crashing = await Nucleus.load();
+    const errors = [];
+    for (const call of [() => crashing.panicForTesting(), () => crashing.generate({ prompt, maxTokens: 1 }).result]) {
+      try {
+        await call();
+        errors.push(null);
+      } catch (error) {
+        errors.push({ code: error.code, message: error.message });
+      }
+    }
+    const fresh = await Nucleus.load();
+    const ids = [];
+    for await (const step of fresh.generate({ prompt, maxTokens: 3, temperature: 0 })) ids.push(step.id);
+    fresh.dispose();
+    return { errors, ids };
+  }, capital.text);
+  assert.equal(errors[0]?.code, 'internal');
+  assert.match(errors[0].message, /^the engine crashed: .*a panic for testing \(panicForTesting\).*; load the model again$/s);
+  assert.deepEqual(errors[1], errors[0], 'a later call on the crashed model gives the same error');
+  assert.deepEqual(ids, capital.greedy32.slice(0, 3), 'a new load works');
+});
+
+test('a lost GPU device fails the running generation and every later call with device-lost; a new load works', async () => {
+  const capital = reference.logit_cases.capital;
+  const { codes, ids, fromCache } = await page.evaluate(async (prompt) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const lm = window.lm;
+    const codes = [];
+    try {
+      // Lost during decode: after the first step, before the second.
+      for await (const step of lm.generate({ prompt, maxTokens: 8, temperature: 0 })) {
+        if (step.index === 0) await lm.loseDeviceForTesting();
+      }
+      codes.push(null);
+    } catch (error) {
+      codes.push(error.code);
+    }
+    for (const options of [{ prompt, maxTokens: 1 }, { prompt: 'Another prompt', maxTokens: 1 }]) {
+      try {
+        await lm.generate(options).result;
+        codes.push(null);
+      } catch (error) {
+        codes.push(error.code);
+      }
+    }
+    const fresh = await Nucleus.load();
+    window.lm = fresh;
+    const ids = [];
+    for await (const step of fresh.generate({ prompt, maxTokens: 3, temperature: 0 })) ids.push(step.id);
+    return { codes, ids, fromCache: fresh.info.fromCache };
+  }, capital.text);
+  assert.deepEqual(codes, ['device-lost', 'device-lost', 'device-lost']);
+  assert.deepEqual(ids, capital.greedy32.slice(0, 3), 'a new load in the same page works');
+  assert.equal(fromCache, true);
 });
 
 test('without WebGPU, Nucleus.load() fails with no-webgpu', async () => {

@@ -154,6 +154,20 @@ test('the chart explains itself: kept bars sum to 1, equal the sampler\'s, and t
   assert.equal(await page.isEnabled('#generate'), true);
 });
 
+test('the tokens of a stop string are shown as the stop, not as text', async () => {
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#max-tokens', '4');
+  await page.fill('#stop-strings', '.');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.querySelector('[data-stat="finish reason"]'),
+    null, { timeout: 300_000 });
+  await page.fill('#stop-strings', '');
+  assert.equal(await page.textContent('[data-stat="finish reason"]'), 'stop');
+  const chips = await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => [n.textContent, n.classList.contains('stop')]));
+  assert.deepEqual(chips, [[' Paris', false], ['⏹ .', true]]);
+  assert.match(await page.getAttribute('#tokens .token.stop', 'aria-label'), /part of the stop string "\."/);
+});
+
 test('Stop ends a run mid-generation and the page can generate again', async () => {
   await page.click('[data-preset="greedy"]');
   await page.fill('#max-tokens', '40');
@@ -203,6 +217,26 @@ test('a conversation: the second turn prefills only the new message, and each an
   await page.click('#new-chat');
   assert.equal(await page.isVisible('#conversation'), false);
   await page.check('input[name="mode"][value="raw"]');
+});
+
+test('when the GPU is lost the page offers to reload the model, keeping the prompt and settings', async () => {
+  await page.check('input[name="mode"][value="raw"]');
+  await page.fill('#prompt', capital.text);
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#max-tokens', '2');
+  await page.evaluate(() => window.playground.lm.loseDeviceForTesting());
+  await page.click('#generate');
+  await page.waitForSelector('#reload-model', { state: 'visible', timeout: 120_000 });
+  assert.match(await page.textContent('#form-error'), /^The model stopped working \(device-lost\).*Your prompt and settings are kept\.$/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-device-lost.png'), fullPage: true });
+  await page.click('#reload-model');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
+  assert.equal(await page.inputValue('#prompt'), capital.text);
+  assert.equal(await page.inputValue('#max-tokens'), '2');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.querySelectorAll('#tokens .token').length === 2,
+    null, { timeout: 300_000 });
+  assert.deepEqual(await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent)), [' Paris', '.']);
 });
 
 test('at 390 px the page has no horizontal scroll, and the dark scheme passes the audit too', async () => {

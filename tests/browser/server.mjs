@@ -58,3 +58,65 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
   const url = `http://127.0.0.1:${server.address().port}/`;
   return { url, requests, close: () => new Promise((resolve) => server.close(resolve)) };
 }
+
+/**
+ * A second origin that serves the model with CORS, as a CDN would, and misbehaves on purpose:
+ * - `/drop/model.gguf`: the first request's connection is cut after `dropAt` bytes; Range requests
+ *   (`bytes=N-`) are answered 206 from byte N;
+ * - `/no-range/model.gguf`: the same cut, but every request is answered 200 with the whole file;
+ * - `/html/model.gguf`: an HTML "not found" page with status 200.
+ * Resolves to { url, close, requests: [{ path, range }] }.
+ */
+export async function startModelOrigin({ dropAt = 20_000_000 } = {}) {
+  const model = await fs.readFile(MODEL_PATH);
+  const requests = [];
+  const cut = new Set();
+  const cors = {
+    'access-control-allow-origin': '*',
+    'access-control-allow-headers': 'range, if-range',
+    'access-control-expose-headers': 'content-length, content-range, etag',
+  };
+  const server = createServer((request, response) => {
+    const pathname = new URL(request.url, 'http://x').pathname;
+    if (request.method === 'OPTIONS') {
+      response.writeHead(204, cors);
+      response.end();
+      return;
+    }
+    const range = request.headers.range ?? null;
+    requests.push({ path: pathname, range });
+    if (pathname === '/html/model.gguf') {
+      const page = Buffer.from('<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head><body>Not here</body></html>');
+      response.writeHead(200, { ...cors, 'content-type': 'text/html', 'content-length': page.length });
+      response.end(page);
+      return;
+    }
+    const [, kind] = /^\/(drop|no-range)\/model\.gguf$/.exec(pathname) ?? [];
+    if (!kind) {
+      response.writeHead(404, cors);
+      response.end();
+      return;
+    }
+    const start = kind === 'drop' && range ? Number(/^bytes=(\d+)-$/.exec(range)?.[1] ?? 0) : 0;
+    const headers = { ...cors, 'content-type': 'application/octet-stream', etag: '"model-v1"' };
+    if (start > 0) {
+      response.writeHead(206, { ...headers, 'content-length': model.length - start,
+        'content-range': `bytes ${start}-${model.length - 1}/${model.length}` });
+      response.end(model.subarray(start));
+      return;
+    }
+    response.writeHead(200, { ...headers, 'content-length': model.length });
+    if (cut.has(kind)) {
+      response.end(model);
+      return;
+    }
+    cut.add(kind);
+    response.write(model.subarray(0, dropAt), () => response.socket.destroy());
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/`,
+    requests,
+    close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
+  };
+}

@@ -134,6 +134,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         decode_tail_alone(&engine, &prompt, args.runs.max(5))?;
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
+    if let Some(gpu) = device.gpu() {
+        // Every run above has ended: what stays is what the engines still loaded hold.
+        let counters = gpu.counters();
+        println!(
+            "live GPU buffers of our own      {:>8} ({:.1} MiB; the weights are Burn's)",
+            counters.live_buffers,
+            mib(counters.live_bytes)
+        );
+    }
     if let Some(usage) = device.burn().memory_pool_usage() {
         println!("Burn's device memory reserved (MiB, all paths) {:>8.1}", mib(usage.bytes_reserved));
     }

@@ -307,7 +307,7 @@ pub(crate) fn load_engine(
         Some(target) => target.clone(),
         None => device.backend.device()?,
     };
-    let options = LoadOptions { context_length: context, path: Some(device.path(&target)) };
+    let options = LoadOptions { context_length: context, path: Some(device.path(&target)), ..LoadOptions::default() };
     let engine = Engine::load(&bytes, &target, options).map_err(|e| format!("{}: {e}", model.path().display()))?;
     Ok((engine, clock.elapsed_ms()))
 }

@@ -52,7 +52,9 @@ impl EngineError {
             Self::Model(ModelError::Kernel(
                 KernelError::NanLogits | KernelError::PositiveInfiniteLogits | KernelError::NoFiniteLogits,
             )) => "bad-logits",
-            Self::Model(ModelError::Kernel(KernelError::TooLarge { .. })) => "out-of-memory",
+            Self::Model(ModelError::Kernel(KernelError::TooLarge { .. }) | ModelError::OutOfMemory(_)) => {
+                "out-of-memory"
+            }
             Self::Model(ModelError::Kernel(KernelError::UnsupportedFormat { .. })) => "unsupported-model",
             Self::BadModel(GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. }) => {
                 "unsupported-model"

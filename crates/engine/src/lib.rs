@@ -23,7 +23,7 @@ mod timing;
 mod wire;
 
 use nucleus_gguf::GgufFile;
-use nucleus_model::{DeviceLogits, KvCache, Llama, LlamaConfig, LoadProgress, Logits};
+use nucleus_model::{DeviceLogits, KvCache, Llama, LlamaConfig, LoadProgress, Logits, MemoryLimits, MemoryPlan};
 use nucleus_sampler::{Sampler, StopConditions, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
@@ -110,6 +110,9 @@ pub struct LoadOptions {
     pub context_length: Option<usize>,
     /// The forward pass's path (default: [`Path::default_for`] the device and model).
     pub path: Option<Path>,
+    /// The most bytes the model may take on the device, all buffers together (default: no
+    /// budget; each buffer is still checked against the device's limits).
+    pub memory_budget: Option<u64>,
 }
 
 /// A loaded model, ready to generate.
@@ -155,6 +158,11 @@ impl Engine {
             ))));
         }
         let path = options.path.unwrap_or_else(|| Path::default_for(device, &config));
+        // Everything the fused path will hold, checked before anything is uploaded.
+        if let (Path::Fused, Some(gpu)) = (path, device.gpu()) {
+            let limits = MemoryLimits::of_device(&gpu.limits(), options.memory_budget);
+            MemoryPlan::fused(&file, &config, capacity).check(&limits)?;
+        }
         let model = Llama::load_parsed(&file, config, device, path, progress)?;
         let cache = model.new_cache(capacity)?;
         let config = model.config();

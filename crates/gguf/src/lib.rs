@@ -477,4 +477,6 @@ impl<'a> Reader<'a> {
 }
 
 #[cfg(test)]
+mod properties;
+#[cfg(test)]
 mod tests;

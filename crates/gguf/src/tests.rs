@@ -11,7 +11,7 @@ pub(crate) struct GgufWriter {
 }
 
 impl GgufWriter {
-    fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self { metadata: Vec::new(), metadata_count: 0, tensors: Vec::new() }
     }
 
@@ -21,25 +21,25 @@ impl GgufWriter {
         self.metadata_count += 1;
     }
 
-    fn u32(mut self, key: &str, v: u32) -> Self {
+    pub(crate) fn u32(mut self, key: &str, v: u32) -> Self {
         self.key(key, 4);
         self.metadata.extend_from_slice(&v.to_le_bytes());
         self
     }
 
-    fn f32(mut self, key: &str, v: f32) -> Self {
+    pub(crate) fn f32(mut self, key: &str, v: f32) -> Self {
         self.key(key, 6);
         self.metadata.extend_from_slice(&v.to_le_bytes());
         self
     }
 
-    fn string(mut self, key: &str, v: &str) -> Self {
+    pub(crate) fn string(mut self, key: &str, v: &str) -> Self {
         self.key(key, 8);
         push_string(&mut self.metadata, v);
         self
     }
 
-    fn strings(mut self, key: &str, items: &[&str]) -> Self {
+    pub(crate) fn strings(mut self, key: &str, items: &[&str]) -> Self {
         self.key(key, 9);
         self.metadata.extend_from_slice(&8u32.to_le_bytes());
         self.metadata.extend_from_slice(&(items.len() as u64).to_le_bytes());
@@ -49,12 +49,12 @@ impl GgufWriter {
         self
     }
 
-    fn tensor(mut self, name: &str, dims: &[u64], type_id: u32, bytes: Vec<u8>) -> Self {
+    pub(crate) fn tensor(mut self, name: &str, dims: &[u64], type_id: u32, bytes: Vec<u8>) -> Self {
         self.tensors.push((name.to_string(), dims.to_vec(), type_id, bytes));
         self
     }
 
-    fn finish(self) -> Vec<u8> {
+    pub(crate) fn finish(self) -> Vec<u8> {
         let mut out = b"GGUF".to_vec();
         out.extend_from_slice(&3u32.to_le_bytes());
         out.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());

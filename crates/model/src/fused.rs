@@ -96,6 +96,60 @@ struct State {
     staging: Option<GpuBuffer>,
 }
 
+/// Bytes of the fused path's scratch buffers for a configuration: what [`FusedLlama::load`]
+/// allocates, and what [`crate::MemoryPlan`] counts.
+pub(crate) struct ScratchSizes {
+    rope: u64,
+    step: u64,
+    x: u64,
+    q: u64,
+    attention_out: u64,
+    hidden: u64,
+    partials: u64,
+    logits: u64,
+    readback: u64,
+}
+
+impl ScratchSizes {
+    pub(crate) fn new(c: &LlamaConfig) -> Self {
+        let f32s = |n: usize| n as u64 * 4;
+        let (d, hd) = (c.embedding_length, c.head_dim);
+        let records = ATTENTION_RECORD_BUDGET.max(MAX_ROWS * c.head_count);
+        Self {
+            rope: f32s(c.context_length * (c.rope_dims / 2) * 2),
+            // The parameters at an offset of at most 256 bytes (WebGPU's largest alignment), then the ids.
+            step: 256 + f32s(MAX_ROWS),
+            x: f32s(MAX_ROWS * d),
+            q: f32s(MAX_ROWS * c.head_count * hd),
+            attention_out: f32s(MAX_ROWS * c.head_count * hd),
+            hidden: f32s(MAX_ROWS * c.feed_forward_length),
+            partials: f32s(records * layer::attention_record_len(hd as u32) as usize),
+            logits: f32s(MAX_LOGIT_ROWS * c.vocab_size),
+            // A whole read of the logits (explain, returnLogits, beams) lands here.
+            readback: f32s(MAX_LOGIT_ROWS * c.vocab_size),
+        }
+    }
+
+    pub(crate) fn named(&self) -> [(&'static str, u64); 9] {
+        [
+            ("the rope table", self.rope),
+            ("the step parameters", self.step),
+            ("the activations (x)", self.x),
+            ("the queries", self.q),
+            ("the attention output", self.attention_out),
+            ("the activations (hidden)", self.hidden),
+            ("the attention records", self.partials),
+            ("the logits", self.logits),
+            ("the logits readback", self.readback),
+        ]
+    }
+}
+
+/// Bytes of one position in one block's KV cache: keys and values, f32.
+pub(crate) fn kv_position_bytes(c: &LlamaConfig) -> u64 {
+    2 * c.kv_dim() as u64 * 4
+}
+
 impl FusedLlama {
     pub(crate) fn load(
         file: &GgufFile,
@@ -115,8 +169,10 @@ impl FusedLlama {
 
         let c = config;
         let (d, hd) = (c.embedding_length, c.head_dim);
+        let sizes = ScratchSizes::new(c);
         let rope_pairs: Vec<f32> = crate::rope_angles(c).into_iter().flat_map(|(cos, sin)| [cos, sin]).collect();
-        let rope = gpu.storage("rope", rope_pairs.len() as u64 * 4);
+        debug_assert_eq!(rope_pairs.len() as u64 * 4, sizes.rope);
+        let rope = gpu.storage("rope", sizes.rope);
         gpu.write(rope.buffer(), 0, bytemuck::cast_slice(&rope_pairs));
 
         let alignment = u64::from(
@@ -126,15 +182,12 @@ impl FusedLlama {
         let ids_offset = step_bytes.next_multiple_of(alignment);
         use wgpu::BufferUsages as U;
         let step = gpu.buffer("step", ids_offset + MAX_ROWS as u64 * 4, U::UNIFORM | U::STORAGE | U::COPY_DST);
-        let f32s = |n: usize| n as u64 * 4;
-        let x = gpu.storage("x", f32s(MAX_ROWS * d));
-        let q = gpu.storage("q", f32s(MAX_ROWS * c.head_count * hd));
-        let attention_out = gpu.storage("attention out", f32s(MAX_ROWS * c.head_count * hd));
-        let hidden = gpu.storage("hidden", f32s(MAX_ROWS * c.feed_forward_length));
-        let records = ATTENTION_RECORD_BUDGET.max(MAX_ROWS * c.head_count);
-        let partials =
-            gpu.storage("attention partials", f32s(records * layer::attention_record_len(hd as u32) as usize));
-        let logits = gpu.storage("logits", f32s(MAX_LOGIT_ROWS * c.vocab_size));
+        let x = gpu.storage("x", sizes.x);
+        let q = gpu.storage("q", sizes.q);
+        let attention_out = gpu.storage("attention out", sizes.attention_out);
+        let hidden = gpu.storage("hidden", sizes.hidden);
+        let partials = gpu.storage("attention partials", sizes.partials);
+        let logits = gpu.storage("logits", sizes.logits);
         for (what, buffer) in
             [("the logits", &logits), ("the activations", &hidden), ("the attention records", &partials)]
         {
@@ -219,7 +272,7 @@ impl FusedLlama {
                 logits: &logits.view(),
             },
         )?;
-        let tail = TailKernels::new(gpu, &logits.range(0, f32s(c.vocab_size)), c.vocab_size)?;
+        let tail = TailKernels::new(gpu, &logits.range(0, c.vocab_size as u64 * 4), c.vocab_size)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 gpu: gpu.clone(),
@@ -423,7 +476,7 @@ impl FusedCache {
     }
 
     fn position_bytes(&self) -> u64 {
-        2 * self.shared.config.kv_dim() as u64 * 4
+        kv_position_bytes(&self.shared.config)
     }
 
     /// Makes room for `positions`, doubling the allocation (the filled positions are copied).

@@ -20,6 +20,7 @@ mod burn_ops;
 mod config;
 mod device;
 mod fused;
+mod memory;
 mod weights;
 
 use burn::tensor::Tensor;
@@ -31,6 +32,7 @@ pub use architecture::{ARCHITECTURES, Architecture, BlockSpec, FeedForward, LLAM
 pub use config::LlamaConfig;
 pub use device::ModelDevice;
 pub use fused::{FusedLogits, MAX_LOGIT_ROWS, MAX_ROWS};
+pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::LinearKernel;
 
 use burn_ops::{BurnCache, BurnLlama};
@@ -54,6 +56,10 @@ pub enum ModelError {
     TokenOutOfRange { id: u32, vocab_size: usize },
     #[error("no tokens to run")]
     EmptyInput,
+    /// A buffer larger than the device allows, or more than the memory budget, found before
+    /// anything was uploaded ([`MemoryPlan::check`]).
+    #[error("{0}")]
+    OutOfMemory(String),
     #[error("device: {0}")]
     Device(String),
     #[error(transparent)]

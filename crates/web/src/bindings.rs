@@ -9,6 +9,7 @@ use std::rc::Rc;
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
     Engine, EngineError, GenerateRequest, GenerationState, LoadOptions, ModelDevice, OptionError, PrefillProgress,
+    js_name,
 };
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
@@ -66,6 +67,11 @@ fn js_error(code: &str, message: impl Display) -> JsValue {
 }
 
 fn engine_error(error: EngineError) -> JsValue {
+    // A load option (`contextLength`) is named as JS spells it.
+    if let EngineError::BadOption { name, allowed, got } = &error {
+        let option = js_name(name);
+        return option_error(OptionError { message: format!("{option} must be {allowed}, got {got}"), option });
+    }
     let message = error.to_string();
     match error.code() {
         // cubecl marks the device poisoned when wgpu reports it lost; reads then fail with that.
@@ -93,6 +99,13 @@ async fn device() -> Result<ModelDevice, JsValue> {
     Ok(device)
 }
 
+/// Panics inside the engine, as a bug would: for tests of a crashed worker (the panic becomes a
+/// trap; the worker reports it as `internal` with this message and is replaced).
+#[wasm_bindgen(js_name = panicForTesting)]
+pub fn panic_for_testing() {
+    panic!("a panic for testing (panicForTesting)");
+}
+
 /// Destroys the WebGPU device, as a driver reset would: for tests of the `device-lost` error.
 #[wasm_bindgen(js_name = loseDeviceForTesting)]
 pub fn lose_device_for_testing() {
@@ -103,20 +116,26 @@ pub fn lose_device_for_testing() {
     });
 }
 
-/// Parses the GGUF `bytes`, uploads the weights and allocates the KV cache (`context_length`
-/// positions, default the model's). `on_progress(phase, loaded, total)` is called with phase
-/// `"parse"` once, then `"upload"` per tensor, in bytes of the file.
+/// Parses the GGUF `bytes`, checks what the model will hold against the device's limits and
+/// `memory_budget` (bytes, all buffers together), uploads the weights and allocates the KV cache
+/// (`context_length` positions, default the model's). `on_progress(phase, loaded, total)` is
+/// called with phase `"parse"` once, then `"upload"` per tensor, in bytes of the file.
 #[wasm_bindgen(js_name = loadEngine)]
 pub async fn load_engine(
     bytes: Uint8Array,
     context_length: Option<u32>,
+    memory_budget: Option<f64>,
     on_progress: Function,
 ) -> Result<WasmEngine, JsValue> {
     let device = device().await?;
     let bytes = bytes.to_vec();
     let total = bytes.len() as f64;
     let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
-    let options = LoadOptions { context_length: context_length.map(|n| n as usize), path: None };
+    let options = LoadOptions {
+        context_length: context_length.map(|n| n as usize),
+        memory_budget: memory_budget.map(|n| n as u64),
+        ..LoadOptions::default()
+    };
     let engine = Engine::load_with_progress(&bytes, &device, options, |p: LoadProgress| {
         let _ = on_progress.call3(
             &JsValue::NULL,
@@ -217,6 +236,21 @@ impl WasmEngine {
     pub fn stop(&self) -> Result<String, JsValue> {
         let mut inner = self.inner.try_borrow_mut().map_err(|_| busy())?;
         Ok(inner.generation.as_mut().map(|g| g.stop()).unwrap_or_default())
+    }
+
+    /// What the engine holds on the GPU now, as JSON: `{ liveBuffers, liveBytes, kvCacheBytes }`
+    /// (`liveBuffers` and `liveBytes`: the buffers this project allocates itself, every one but
+    /// the weights, which Burn holds); the worker adds the wasm memory's size.
+    pub fn diagnostics(&self) -> Result<String, JsValue> {
+        let inner = self.inner.try_borrow().map_err(|_| busy())?;
+        let model = inner.engine.model();
+        let counters = model.device().gpu().map(|gpu| gpu.counters());
+        Ok(serde_json::json!({
+            "liveBuffers": counters.map_or(0, |c| c.live_buffers),
+            "liveBytes": counters.map_or(0, |c| c.live_bytes),
+            "kvCacheBytes": inner.engine.cache().device_bytes(model.config()),
+        })
+        .to_string())
     }
 
     /// The current generation's outcome as JSON (`finishReason` `"abort"` if it was stopped);

@@ -1,0 +1,230 @@
+//! What a model will hold on its device, computed from the GGUF and the context length before
+//! anything is uploaded, and checked against the device's limits.
+//!
+//! A browser tab's GPU gives each buffer a ceiling (`maxBufferSize`, and per binding
+//! `maxStorageBufferBindingSize`: 128 MiB on many phones) and the visitor's machine a total.
+//! The fused path holds every weight tensor in its own buffer, one KV-cache buffer per block
+//! (grown by doubling up to the context asked for) and a few scratch buffers; [`MemoryPlan`] lists
+//! them all at full context, so a load that could only fail later (an upload refused, a cache that
+//! cannot grow mid-generation) is refused at once, naming what does not fit and the largest
+//! context length that would.
+
+use burn::backend::wgpu::wgpu;
+use nucleus_gguf::{GgufFile, TensorInfo};
+use nucleus_kernels::WeightFormat;
+
+use crate::{LlamaConfig, ModelError};
+
+/// What the device allows: each buffer, each binding, and (optionally) all of them together.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemoryLimits {
+    /// The largest buffer (`maxBufferSize`).
+    pub max_buffer: u64,
+    /// The largest storage binding (`maxStorageBufferBindingSize`); every buffer here is bound whole.
+    pub max_binding: u64,
+    /// The most all buffers together may take, when the caller sets a budget.
+    pub budget: Option<u64>,
+}
+
+impl MemoryLimits {
+    /// The limits of a wgpu device, with an optional total budget.
+    pub fn of_device(limits: &wgpu::Limits, budget: Option<u64>) -> Self {
+        Self { max_buffer: limits.max_buffer_size, max_binding: limits.max_storage_buffer_binding_size, budget }
+    }
+
+    /// The largest single buffer allowed.
+    fn per_buffer(&self) -> u64 {
+        self.max_buffer.min(self.max_binding)
+    }
+}
+
+/// One buffer of the plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlannedBuffer {
+    pub what: String,
+    pub bytes: u64,
+}
+
+/// Every buffer a model on the fused path holds at full context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryPlan {
+    /// Weight tensors as uploaded (GGUF blocks, or f32 where a type is converted).
+    pub weights: Vec<PlannedBuffer>,
+    /// Scratch: activations, attention records, logits, rope table, step parameters.
+    pub scratch: Vec<PlannedBuffer>,
+    /// Bytes of one position in one block's KV-cache buffer.
+    pub position_bytes: u64,
+    /// Blocks, each with its own KV-cache buffer.
+    pub blocks: usize,
+    /// Positions the plan is for.
+    pub context_length: usize,
+}
+
+impl MemoryPlan {
+    /// The fused path's buffers for `file` (whose configuration is `config`) at `context_length`.
+    pub fn fused(file: &GgufFile, config: &LlamaConfig, context_length: usize) -> Self {
+        let weights = file
+            .tensors
+            .iter()
+            .map(|info| PlannedBuffer { what: format!("tensor '{}'", info.name), bytes: uploaded_bytes(info) })
+            .collect();
+        let scratch = crate::fused::ScratchSizes::new(config)
+            .named()
+            .into_iter()
+            .map(|(what, bytes)| PlannedBuffer { what: what.to_string(), bytes })
+            .collect();
+        Self {
+            weights,
+            scratch,
+            position_bytes: crate::fused::kv_position_bytes(config),
+            blocks: config.block_count,
+            context_length,
+        }
+    }
+
+    pub fn weight_bytes(&self) -> u64 {
+        self.weights.iter().map(|b| b.bytes).sum()
+    }
+
+    pub fn scratch_bytes(&self) -> u64 {
+        self.scratch.iter().map(|b| b.bytes).sum()
+    }
+
+    /// One block's KV-cache buffer at `positions`.
+    pub fn kv_block_bytes(&self, positions: usize) -> u64 {
+        positions as u64 * self.position_bytes
+    }
+
+    /// Every block's KV cache at the full context.
+    pub fn kv_bytes(&self) -> u64 {
+        self.blocks as u64 * self.kv_block_bytes(self.context_length)
+    }
+
+    /// Everything together.
+    pub fn total_bytes(&self) -> u64 {
+        self.weight_bytes() + self.scratch_bytes() + self.kv_bytes()
+    }
+
+    /// The most positions the KV cache can hold within `limits` (0 when even the weights and
+    /// scratch do not fit).
+    pub fn max_context_length(&self, limits: &MemoryLimits) -> usize {
+        let by_buffer = limits.per_buffer() / self.position_bytes.max(1);
+        let by_budget = limits.budget.map_or(u64::MAX, |budget| {
+            budget.saturating_sub(self.weight_bytes() + self.scratch_bytes())
+                / (self.blocks as u64 * self.position_bytes).max(1)
+        });
+        usize::try_from(by_buffer.min(by_budget)).unwrap_or(usize::MAX)
+    }
+
+    /// Refuses the plan when a buffer is larger than the device allows or the total exceeds the
+    /// budget: [`ModelError::OutOfMemory`], naming what needs what and the largest context length
+    /// that would fit.
+    pub fn check(&self, limits: &MemoryLimits) -> Result<(), ModelError> {
+        let per_buffer = limits.per_buffer();
+        let fixed = self.weights.iter().chain(&self.scratch);
+        if let Some(buffer) = fixed.filter(|b| b.bytes > per_buffer).max_by_key(|b| b.bytes) {
+            return Err(ModelError::OutOfMemory(format!(
+                "{} needs one buffer of {}, more than this GPU allows in one ({}); this model cannot run here",
+                buffer.what,
+                mib(buffer.bytes),
+                mib(per_buffer)
+            )));
+        }
+        let fits = format!("contextLength {} or less would fit", self.max_context_length(limits));
+        let kv_block = self.kv_block_bytes(self.context_length);
+        if kv_block > per_buffer {
+            return Err(ModelError::OutOfMemory(format!(
+                "the KV cache of one block needs {} for {} positions, more than this GPU allows in one buffer ({}): {fits}",
+                mib(kv_block),
+                self.context_length,
+                mib(per_buffer)
+            )));
+        }
+        if let Some(budget) = limits.budget.filter(|&budget| self.total_bytes() > budget) {
+            return Err(ModelError::OutOfMemory(format!(
+                "the model needs {} on the GPU ({} of weights, {} of KV cache for {} positions, {} of scratch), more \
+                 than the budget of {}: {fits}",
+                mib(self.total_bytes()),
+                mib(self.weight_bytes()),
+                mib(self.kv_bytes()),
+                self.context_length,
+                mib(self.scratch_bytes()),
+                mib(budget)
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of `info` as the fused path uploads it: its GGUF blocks as stored when the kernels read
+/// that type, else converted to f32.
+pub(crate) fn uploaded_bytes(info: &TensorInfo) -> u64 {
+    match WeightFormat::for_ggml(info.ggml_type) {
+        Some(format) if format.ggml_type() == info.ggml_type => info.byte_len(),
+        _ => info.element_count() * 4,
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(context_length: usize) -> MemoryPlan {
+        MemoryPlan {
+            weights: vec![
+                PlannedBuffer { what: "tensor 'token_embd.weight'".into(), bytes: 50 << 20 },
+                PlannedBuffer { what: "tensor 'blk.0.ffn_up.weight'".into(), bytes: 10 << 20 },
+            ],
+            scratch: vec![PlannedBuffer { what: "logits".into(), bytes: 4 << 20 }],
+            position_bytes: 4096,
+            blocks: 30,
+            context_length,
+        }
+    }
+
+    const ROOMY: MemoryLimits = MemoryLimits { max_buffer: 1 << 30, max_binding: 1 << 30, budget: None };
+
+    #[test]
+    fn a_plan_that_fits_passes_and_its_sums_add_up() {
+        let plan = plan(8192);
+        assert_eq!(plan.kv_bytes(), 30 * 8192 * 4096);
+        assert_eq!(plan.total_bytes(), (64 << 20) + 30 * 8192 * 4096);
+        plan.check(&ROOMY).unwrap();
+        assert_eq!(plan.max_context_length(&ROOMY), (1 << 30) / 4096);
+    }
+
+    #[test]
+    fn a_kv_cache_larger_than_one_binding_names_the_largest_context_that_fits() {
+        // 128 MiB per binding, as on many phones: 32,768 positions of 4 KiB.
+        let limits = MemoryLimits { max_binding: 128 << 20, ..ROOMY };
+        let error = plan(40_000).check(&limits).unwrap_err().to_string();
+        assert!(error.contains("the KV cache of one block needs 156.2 MiB for 40000 positions"), "{error}");
+        assert!(error.contains("(128.0 MiB): contextLength 32768 or less would fit"), "{error}");
+        plan(32_768).check(&limits).unwrap();
+    }
+
+    #[test]
+    fn a_budget_bounds_the_total_and_the_context_that_fits() {
+        // 64 MiB of weights and scratch, 120 KiB per position over 30 blocks.
+        let limits = MemoryLimits { budget: Some(100 << 20), ..ROOMY };
+        let fits = ((100 << 20) - (64 << 20)) / (30 * 4096);
+        assert_eq!(plan(8192).max_context_length(&limits), fits);
+        let error = plan(8192).check(&limits).unwrap_err().to_string();
+        assert!(error.contains("more than the budget of 100.0 MiB"), "{error}");
+        assert!(error.contains(&format!("contextLength {fits} or less would fit")), "{error}");
+        plan(fits).check(&limits).unwrap();
+        plan(fits + 1).check(&limits).unwrap_err();
+    }
+
+    #[test]
+    fn a_tensor_larger_than_one_buffer_is_refused_by_name() {
+        let limits = MemoryLimits { max_buffer: 32 << 20, ..ROOMY };
+        let error = plan(16).check(&limits).unwrap_err().to_string();
+        assert!(error.starts_with("tensor 'token_embd.weight' needs one buffer of 50.0 MiB"), "{error}");
+        assert!(error.contains("cannot run here"), "{error}");
+    }
+}

@@ -1,0 +1,122 @@
+// Downloading a model file: resumed where a dropped connection left it, checked before a byte of
+// it is parsed. Used by the worker (nucleus-worker.js).
+//
+// A model is a hundred megabytes fetched over whatever network the visitor has. When the
+// connection drops part-way, the download asks again from the byte it reached with an HTTP Range
+// request (`bytes=N-`, guarded by `If-Range` when the server gave an ETag or Last-Modified), up to
+// RESUMES times, and the progress goes on from there. A server that ignores Range (status 200)
+// sends the whole file again, and the download restarts from zero. The result is the whole file or
+// an error: never a part of one.
+
+import { codedError } from './protocol.js';
+
+/** Resumes after a dropped connection before the download fails. */
+export const RESUMES = 3;
+/** The first bytes of every GGUF file. */
+const GGUF_MAGIC = 'GGUF';
+
+/**
+ * Downloads `url` whole. `report(loaded, total)` is called as bytes arrive (`total` 0 when the
+ * server did not say). Rejects with `fetch-failed` (HTTP `status` when there is one) or, when the
+ * file does not begin like a GGUF file (an HTML error page served with status 200), `bad-model`
+ * naming what it begins with.
+ * @param {string} url
+ * @param {(loaded: number, total: number) => void} report
+ * @returns {Promise<Uint8Array>}
+ */
+export async function downloadModel(url, report) {
+  const chunks = [];
+  let loaded = 0;
+  let total = 0;
+  let validator = null;
+  let lastError = null;
+  for (let attempt = 0; attempt <= RESUMES; attempt += 1) {
+    const resuming = loaded > 0;
+    let response;
+    try {
+      const headers = resuming ? { Range: `bytes=${loaded}-`, ...(validator && { 'If-Range': validator }) } : {};
+      response = await fetch(url, { headers });
+    } catch (error) {
+      // Nothing reached yet: the URL itself fails (offline, refused, CORS).
+      if (!resuming) throw codedError('fetch-failed', `could not fetch ${url}: ${error.message}`);
+      lastError = error;
+      continue;
+    }
+    if (!response.ok) {
+      throw codedError('fetch-failed', `could not fetch ${url}: HTTP ${response.status} ${response.statusText}`.trim(),
+        { status: response.status });
+    }
+    if (resuming && response.status !== 206) {
+      // The server ignored the Range request (or the file changed): start again from zero.
+      chunks.length = 0;
+      loaded = 0;
+    }
+    total = totalOf(response, loaded) || total;
+    validator = response.headers.get('etag') ?? response.headers.get('last-modified') ?? validator;
+    try {
+      await readInto(response, chunks, (n) => {
+        loaded += n;
+        if (chunks.length === 1 || loaded - n < GGUF_MAGIC.length) checkMagic(url, chunks);
+        report(loaded, total);
+      });
+    } catch (error) {
+      if (error.code === 'bad-model') throw error;
+      lastError = error;
+      continue;
+    }
+    if (total && loaded < total) {
+      lastError = new Error(`the connection closed after ${loaded} of ${total} bytes`);
+      continue;
+    }
+    if (total && loaded > total) {
+      throw codedError('fetch-failed', `${url} sent ${loaded} bytes where it announced ${total}`);
+    }
+    checkMagic(url, chunks, true);
+    return concatenate(chunks, loaded);
+  }
+  const reached = total ? `${loaded} of ${total} bytes` : `${loaded} bytes`;
+  throw codedError('fetch-failed', `could not fetch ${url}: the download broke at ${reached}, ${RESUMES} resumes `
+    + `tried (${lastError?.message ?? 'no reason given'}); try again on a steadier connection`);
+}
+
+/** The file's whole size from a response: Content-Range's for a 206, else Content-Length. */
+function totalOf(response, offset) {
+  if (response.headers.get('content-encoding')) return 0; // lengths of the encoded body: unknown
+  const range = /\/(\d+)\s*$/.exec(response.headers.get('content-range') ?? '');
+  if (response.status === 206 && range) return Number(range[1]);
+  const length = Number(response.headers.get('content-length'));
+  return length ? length + (response.status === 206 ? offset : 0) : 0;
+}
+
+async function readInto(response, chunks, received) {
+  const reader = response.body.getReader();
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) return;
+    chunks.push(value);
+    received(value.byteLength);
+  }
+}
+
+/** A `bad-model` error as soon as the first bytes show the file is not GGUF (`whole`: all came). */
+function checkMagic(url, chunks, whole = false) {
+  const head = concatenate(chunks.slice(0, 4), Math.min(64, chunks.slice(0, 4).reduce((n, c) => n + c.byteLength, 0)));
+  if (head.length < GGUF_MAGIC.length && !whole) return;
+  const magic = String.fromCharCode(...head.subarray(0, GGUF_MAGIC.length));
+  if (magic === GGUF_MAGIC) return;
+  const text = new TextDecoder('utf-8', { fatal: false }).decode(head.subarray(0, 40)).replace(/\s+/g, ' ');
+  throw codedError('bad-model', `${url} is not a GGUF model file: it begins ${JSON.stringify(text)}`
+    + (/^\s*</.test(text) ? ' (a web page: is the URL right?)' : ''));
+}
+
+function concatenate(chunks, length) {
+  const bytes = new Uint8Array(length);
+  let offset = 0;
+  for (const chunk of chunks) {
+    if (offset >= length) break;
+    const part = chunk.subarray(0, length - offset);
+    bytes.set(part, offset);
+    offset += part.byteLength;
+  }
+  return bytes;
+}
