@@ -218,3 +218,21 @@ fn a_second_chat_turn_prefills_only_its_new_tokens_and_gives_a_cold_runs_logits(
     let worst = warm[0].top.iter().zip(&cold[0].top).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);
     assert!(worst < 1e-4, "the cached turn's logits differ from a cold run's by {worst}");
 }
+
+#[test]
+fn a_generation_that_fills_the_context_ends_with_length_and_keeps_its_text() {
+    let options = LoadOptions { context_length: Some(16), ..LoadOptions::default() };
+    let mut engine = Engine::load(model_bytes(), &cpu_device(), options).unwrap();
+    let case = &reference().logit_cases["once"];
+    let mut request = greedy_request(&case.text, 100);
+    request.ignore_eos = true;
+    let (steps, result) = run(&mut engine, request);
+    assert_eq!(result.finish_reason, Some(FinishReason::Length));
+    // The prompt and every generated token but the last fill the 16 positions.
+    assert_eq!(steps.len(), 16 - case.ids.len() + 1);
+    assert_eq!(result.text, steps.iter().map(|s| s.text.as_str()).collect::<String>());
+    // A prompt that does not fit is refused before any work, with both counts named.
+    let error = engine.generate(greedy_request(&"and then ".repeat(10), 1)).err().expect("too long");
+    assert_eq!(error.code(), "context-overflow");
+    assert!(error.to_string().contains("tokens but the context holds 16"), "{error}");
+}

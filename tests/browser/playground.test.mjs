@@ -209,6 +209,22 @@ test('a conversation: the second turn prefills only the new message, and each an
   assert.equal(await page.$$eval('#conversation li', (items) => items.length), 4);
   await page.screenshot({ path: path.join(OUTPUT, 'playground-chat.png'), fullPage: true });
 
+  // A cold run of the same conversation (the cache first holding something else) gives the
+  // cached turn's first-step logits.
+  const { warm, cold, coldCached } = await page.evaluate(async () => {
+    const { lm, turns } = window.playground;
+    await lm.generate({ prompt: 'Something else entirely', maxTokens: 1 }).result;
+    const messages = turns.slice(0, 3).map(({ role, content }) => ({ role, content }));
+    const gen = lm.generate({ messages, maxTokens: 1, temperature: 0, topLogprobs: 5 });
+    let step;
+    for await (const s of gen) step = s;
+    return { warm: turns[3].run.steps[0].top.slice(0, 5), cold: step.top, coldCached: (await gen.result).usage.cachedPromptTokens };
+  });
+  assert.equal(coldCached, 0);
+  assert.deepEqual(cold.map((c) => c.id), warm.map((c) => c.id));
+  const worst = Math.max(...cold.map((c, i) => Math.abs(c.logit - warm[i].logit)));
+  assert.ok(worst < 1e-3, `the cached turn's logits differ from a cold run's by ${worst}`);
+
   // The first answer's chips and stats come back with its button.
   await page.click('#conversation li.assistant >> nth=0 >> button');
   assert.equal(await page.$$eval('#tokens .token', (nodes) => nodes.length), 3);
