@@ -79,6 +79,32 @@ export async function downloadModel(url, report) {
     + `tried (${lastError?.message ?? 'no reason given'}); try again on a steadier connection`);
 }
 
+/**
+ * Reads a stored copy of a model (a Cache API response) whole, reporting bytes as they arrive.
+ * Resolves to null when it is not a whole GGUF file (fewer or more bytes than its recorded
+ * Content-Length, or not beginning like GGUF): the caller drops it and downloads again.
+ * @param {Response} response
+ * @param {(loaded: number, total: number) => void} report
+ * @returns {Promise<Uint8Array | null>}
+ */
+export async function readStored(response, report) {
+  const total = Number(response.headers.get('content-length')) || 0;
+  const chunks = [];
+  let loaded = 0;
+  report(loaded, total);
+  await readInto(response, chunks, (n) => {
+    loaded += n;
+    report(loaded, total);
+  });
+  if (total && loaded !== total) return null;
+  try {
+    checkMagic('the stored model', chunks, true);
+  } catch {
+    return null;
+  }
+  return concatenate(chunks, loaded);
+}
+
 /** The file's whole size from a response: Content-Range's for a 206, else Content-Length. */
 function totalOf(response, offset) {
   if (response.headers.get('content-encoding')) return 0; // lengths of the encoded body: unknown

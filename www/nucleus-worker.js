@@ -4,8 +4,8 @@
 // model per worker, one generation at a time (a second one is `busy`).
 
 import init, { loadEngine, lastPanic, loseDeviceForTesting, panicForTesting } from './pkg/nucleus_web.js';
-import { NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError } from './protocol.js';
-import { downloadModel } from './download.js';
+import { ERROR_CODES, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError } from './protocol.js';
+import { downloadModel, readStored } from './download.js';
 
 const MODEL_CACHE = 'nucleus-models-v1';
 
@@ -83,31 +83,6 @@ async function adapterFacts() {
   };
 }
 
-/** Reads a stored response's body, reporting bytes as they arrive. */
-async function readBody(response, total, report) {
-  const reader = response.body.getReader();
-  const chunks = [];
-  let loaded = 0;
-  report(loaded, total);
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) break;
-    chunks.push(value);
-    loaded += value.byteLength;
-    report(loaded, total);
-  }
-  if (total && loaded !== total) {
-    throw fail('fetch-failed', `the download ended after ${loaded} of ${total} bytes`);
-  }
-  const bytes = new Uint8Array(loaded);
-  let offset = 0;
-  for (const chunk of chunks) {
-    bytes.set(chunk, offset);
-    offset += chunk.byteLength;
-  }
-  return bytes;
-}
-
 /**
  * The model's bytes, from the Cache API when a previous load stored them, else downloaded
  * (download.js: resumed after a dropped connection, checked to begin like a GGUF file).
@@ -116,9 +91,10 @@ async function fetchModel(url, useCache, progress) {
   const cache = useCache && self.caches ? await caches.open(MODEL_CACHE).catch(() => null) : null;
   const stored = cache ? await cache.match(url) : undefined;
   if (stored) {
-    const total = Number(stored.headers.get('content-length')) || 0;
-    const bytes = await readBody(stored, total, (loaded, size) => progress('download', loaded, size, true));
-    return { bytes, cache, fromCache: true };
+    const bytes = await readStored(stored, (loaded, size) => progress('download', loaded, size, true));
+    if (bytes) return { bytes, cache, fromCache: true };
+    // A stored copy that is not the whole file is dropped and downloaded again, never parsed.
+    await cache.delete(url).catch(() => {});
   }
   const bytes = await downloadModel(url, (loaded, total) => progress('download', loaded, total, false));
   return { bytes, cache, fromCache: false };
@@ -268,7 +244,10 @@ self.onmessage = async ({ data }) => {
     self.postMessage({ id, type: REPLY.ok, value }, value?.logits ? [value.logits.buffer] : []);
   } catch (error) {
     const wire = describe(error);
-    if (wire.code === 'device-lost') deviceLost ??= fail('device-lost', `${wire.message} (the GPU device was lost; load the model again)`);
+    if (wire.code === 'device-lost') {
+      const advice = ERROR_CODES['device-lost'];
+      deviceLost ??= fail('device-lost', wire.message.includes(advice) ? wire.message : `${wire.message} (${advice})`);
+    }
     self.postMessage({ id, type: REPLY.error, error: wire });
   }
 };

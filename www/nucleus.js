@@ -386,8 +386,8 @@ export class Nucleus {
   }
 
   /**
-   * What the engine holds now: `{ liveBuffers, liveBytes }` (the GPU buffers it allocated itself:
-   * everything but the weights), `kvCacheBytes`, `wasmMemoryBytes`. Flat over a long session.
+   * What the engine holds now: `{ liveBuffers, liveBytes }` (every GPU buffer it holds, the
+   * weights included), `kvCacheBytes`, `wasmMemoryBytes`. Flat over a long session.
    */
   async diagnostics() {
     return this.#client.call(REQUEST.diagnostics);

@@ -426,6 +426,35 @@ test('a reload loads the model from the Cache API without downloading it', async
   assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before, 'no request for the model');
 });
 
+test('a stored copy cut short is dropped and downloaded again, never parsed', async () => {
+  // The cache now holds a copy that claims the whole length but stops half-way (a quota or a
+  // crash while it was written); the worker reads the same cache from its own scope.
+  await page.evaluate(async () => {
+    const { DEFAULT_MODEL_URL } = await import('/nucleus.js');
+    window.lm?.dispose();
+    const cache = await caches.open('nucleus-models-v1');
+    const whole = await (await cache.match(DEFAULT_MODEL_URL)).arrayBuffer();
+    const half = whole.slice(0, Math.floor(whole.byteLength / 2));
+    await cache.put(DEFAULT_MODEL_URL, new Response(half, { headers: { 'content-length': String(whole.byteLength) } }));
+  });
+  const before = server.requests.filter((r) => r.endsWith('.gguf')).length;
+  const info = await page.evaluate(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    window.lm = await Nucleus.load();
+    return window.lm.info;
+  });
+  assert.equal(info.fromCache, false, 'the short copy was not used');
+  assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before + 1, 'one download of the model');
+  // The downloaded copy is the model: it generates the reference's greedy tokens.
+  const capital = reference.logit_cases.capital;
+  const ids = await inPage(async (lm, prompt) => {
+    const ids = [];
+    for await (const step of lm.generate({ prompt, maxTokens: 2, temperature: 0 })) ids.push(step.id);
+    return ids;
+  }, capital.text);
+  assert.deepEqual(ids, capital.greedy32.slice(0, 2));
+});
+
 test('a panic in the engine is internal with its message, ends the worker, and the next load starts a new one', async () => {
   const capital = reference.logit_cases.capital;
   const { errors, ids } = await page.evaluate(async (prompt) => {

@@ -121,7 +121,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             calls,
             host_us_per_token,
             weight_bytes: engine.info().weight_bytes,
-            cache_bytes: engine.cache().device_bytes(engine.model().config()),
+            cache_bytes: engine.cache().device_bytes(),
             long_context: long,
         });
         if engine.decode_tail() && !args.no_tail && tail_engine.is_none() {
@@ -138,7 +138,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         // Every run above has ended: what stays is what the engines still loaded hold.
         let counters = gpu.counters();
         println!(
-            "live GPU buffers of our own      {:>8} ({:.1} MiB; the weights are Burn's)",
+            "live GPU buffers of the fused path {:>6} ({:.1} MiB, the weights included)",
             counters.live_buffers,
             mib(counters.live_bytes)
         );

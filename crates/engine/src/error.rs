@@ -60,7 +60,9 @@ impl EngineError {
                 "unsupported-model"
             }
             Self::BadModel(_) => "bad-model",
-            Self::Model(ModelError::UnsupportedArchitecture(_) | ModelError::Unsupported(_)) => "unsupported-model",
+            Self::Model(
+                ModelError::UnsupportedArchitecture(_) | ModelError::Unsupported(_) | ModelError::NotInThisBuild(_),
+            ) => "unsupported-model",
             Self::Model(ModelError::Gguf(
                 GgufError::UnknownTensorType(..) | GgufError::UnsupportedDequantization { .. },
             )) => "unsupported-model",
@@ -124,6 +126,8 @@ mod tests {
             ggml_type: nucleus_gguf::GgmlType::Q5_0,
         };
         assert_eq!(kernel(format).code(), "unsupported-model");
+        let not_here = ModelError::NotInThisBuild("the Burn-op path is not in this build".into());
+        assert_eq!(EngineError::from(not_here).code(), "unsupported-model");
         assert_eq!(kernel(KernelError::Device("lost".into())).code(), "device");
         assert_eq!(EngineError::from(ModelError::Device("lost".into())).code(), "device");
     }

@@ -1,8 +1,8 @@
 //! The GPU the fused path runs on: the wgpu device and queue of Burn's wgpu backend, what is built
 //! once for them (bind group layouts, pipelines), and the counters of what the path asks of them.
 //!
-//! Burn creates the device ([`init`], [`init_async`]); the fused path shares it, so weights
-//! uploaded as Burn tensors are bound by our kernels without a copy ([`crate::PinnedTensor`]).
+//! Burn creates the device ([`init`], [`init_async`]); the fused path records on it, in buffers
+//! of its own ([`Gpu::buffer`], [`Gpu::upload`] for the weights), counted while they live.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -248,6 +248,15 @@ impl Gpu {
         self.buffer(label, bytes, U::STORAGE | U::COPY_SRC | U::COPY_DST)
     }
 
+    /// A read-only storage buffer holding `bytes` (padded with zeros to a multiple of 4): a
+    /// weight, uploaded once. Counted like every buffer of ours.
+    pub fn upload(&self, label: &str, bytes: &[u8]) -> GpuBuffer {
+        use wgpu::BufferUsages as U;
+        let buffer = self.buffer(label, bytes.len() as u64, U::STORAGE | U::COPY_DST);
+        self.write(buffer.buffer(), 0, bytes);
+        buffer
+    }
+
     /// Writes `data` at `offset` of `buffer` (padded with zeros to a multiple of 4 bytes, as
     /// queue writes must be); it lands before the next submission's work.
     pub fn write(&self, buffer: &wgpu::Buffer, offset: u64, data: &[u8]) {
@@ -363,7 +372,7 @@ impl Drop for GpuBuffer {
     }
 }
 
-/// A byte range of a wgpu buffer that a kernel binds: one of ours, or a Burn tensor's.
+/// A byte range of a wgpu buffer that a kernel binds.
 #[derive(Debug, Clone)]
 pub struct BufferView {
     /// The buffer.

@@ -12,7 +12,7 @@
 //! - **The decode tail** ([`tail`]): logits → candidates (`logit_adjust`, `softmax_stats`,
 //!   `topk`), so a decode step reads back `16 + 8K` bytes instead of the whole row.
 //!
-//! Plus `linear.wgsl` ([`linear`]), the barrier-free linear layer of the Burn-op path on CPU
+//! Plus `linear.wgsl` (`linear`), the barrier-free linear layer of the Burn-op path on CPU
 //! adapters.
 //!
 //! ## Two ways to launch
@@ -22,10 +22,18 @@
 //!   (`layer::attn_qkv`, ...) taking its parameter struct and its buffers by name; pipelines are
 //!   compiled once per GPU, tuning, row count and weight formats and cached; bind groups and
 //!   parameter buffers are built once by the caller and recorded per step into one
-//!   [`Recorder`]: a decode step is one queue submission. Weights stay Burn tensors, bound in
-//!   place ([`PinnedTensor`]).
-//! - **Through Burn's custom-kernel route** (the Burn-op path): [`decode_tail`] and [`linear`] take
-//!   Burn tensors (`burn_launch`).
+//!   [`Recorder`]: a decode step is one queue submission. The weights are buffers of our own
+//!   ([`Gpu::upload`]), like every other buffer of the path.
+//! - **Through Burn's custom-kernel route** (the Burn-op path, the `burn-ops` feature):
+//!   `decode_tail` and `linear` take Burn tensors (`burn_launch`).
+//!
+//! ## The `burn-ops` feature
+//!
+//! Everything that takes a Burn tensor (the decode tail on tensors, `linear`) and the Burn
+//! features it needs (fusion, the custom-kernel route, the CPU backend) are behind `burn-ops`.
+//! The CLI and the tests turn it on; the browser build leaves it off, so the wasm module carries
+//! no Burn tensor operation: only Burn's wgpu device, which the fused path records on
+//! (ARCHITECTURE.md, "The wasm module's size").
 //!
 //! ## How the layer kernels are written
 //!
@@ -68,13 +76,13 @@
 
 #![warn(missing_docs)]
 
+#[cfg(feature = "burn-ops")]
 mod burn_launch;
 pub mod format;
 pub mod gpu;
 mod kernel;
 pub mod layer;
 mod linear;
-mod pinned;
 pub mod reference;
 pub mod tail;
 mod wgsl;
@@ -82,14 +90,17 @@ mod wgsl;
 pub use format::WeightFormat;
 pub use gpu::{BufferView, Gpu, GpuBuffer, GpuCounters, Tuning, WGPU_TASKS_PER_SUBMISSION};
 pub use kernel::Recorder;
-pub use linear::{LinearKernel, WeightLayout, linear};
-pub use pinned::PinnedTensor;
+#[cfg(feature = "burn-ops")]
+pub use linear::linear;
+pub use linear::{LinearKernel, WeightLayout};
 pub use tail::adjust::{LogitAdjustment, LogitAdjustments};
 pub use tail::{
-    BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB,
-    PendingTail, RawRow, SoftmaxOutput, SoftmaxStats, TailOutput, TopK, WORKGROUP_SIZE, adjust_logits, decode_tail,
-    decode_tail_enqueue, decode_tail_with_raw, inverse_temperature, packed_words, softmax, softmax_stats, top_k,
-    validate_k,
+    BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB, RawRow,
+    SoftmaxOutput, SoftmaxStats, TailOutput, TopK, WORKGROUP_SIZE, inverse_temperature, packed_words, validate_k,
+};
+#[cfg(feature = "burn-ops")]
+pub use tail::{
+    PendingTail, adjust_logits, decode_tail, decode_tail_enqueue, decode_tail_with_raw, softmax, softmax_stats, top_k,
 };
 pub use wgsl::{ATTENTION_LANES, MAX_HEAD_DIM, WgslStruct};
 

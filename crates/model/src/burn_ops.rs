@@ -45,6 +45,14 @@ pub(crate) struct BurnCache {
     values: Vec<Option<Tensor<3>>>,
 }
 
+impl BurnCache {
+    /// Bytes of its keys and values (f32, allocated whole).
+    pub(crate) fn bytes(&self) -> u64 {
+        let tensors = self.keys.iter().chain(&self.values).flatten();
+        tensors.map(|t| t.dims().iter().product::<usize>() as u64 * 4).sum()
+    }
+}
+
 impl BurnLlama {
     /// Dequantizes the weights of `file` to f32 and uploads them to `device`.
     pub(crate) fn load(

@@ -13,7 +13,8 @@ pub struct ModelDevice {
 }
 
 impl ModelDevice {
-    /// Burn's pure-Rust CPU backend (flex).
+    /// Burn's pure-Rust CPU backend (flex; the `burn-ops` feature).
+    #[cfg(feature = "burn-ops")]
     pub fn cpu() -> Self {
         Self { device: Device::flex(), gpu: None }
     }

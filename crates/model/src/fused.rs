@@ -1,7 +1,7 @@
 //! The forward pass in our own WGSL kernels over the quantized weights, on Burn's wgpu device.
 //!
-//! The weights stay in their GGUF blocks, uploaded as Burn tensors and pinned
-//! ([`PinnedTensor`]). Everything else is built once: the activations (sized for [`MAX_ROWS`]
+//! The weights stay in their GGUF blocks, each uploaded once into a buffer of its own
+//! ([`upload_format`] says in which form). Everything else is built once: the activations (sized for [`MAX_ROWS`]
 //! rows), the bind groups and parameters of every kernel of every block (those that touch the KV
 //! cache once per cache, and again when it grows), the decode tail. A pass of up to `MAX_ROWS`
 //! tokens is one command buffer: the step parameters and token ids in one queue write, then
@@ -12,7 +12,6 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::backend::wgpu::wgpu;
-use burn::tensor::Device;
 use nucleus_gguf::{GgufFile, TensorInfo};
 use nucleus_kernels::layer::{
     self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadBuffers,
@@ -20,7 +19,7 @@ use nucleus_kernels::layer::{
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailRequest};
 use nucleus_kernels::{
-    BufferView, Gpu, GpuBuffer, KernelError, PinnedTensor, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
+    BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
 };
 
 use crate::architecture::{Architecture, FeedForward, Norm, Rope};
@@ -37,15 +36,16 @@ const INITIAL_CACHE_POSITIONS: usize = 256;
 /// Records of `attention.wgsl` the partials buffer holds (rows · heads · chunks).
 const ATTENTION_RECORD_BUDGET: usize = 4096;
 
-/// A weight on the GPU: its bytes pinned in a Burn tensor, and how to read them.
+/// A weight on the GPU: its bytes, and how to read them.
 struct GpuWeight {
-    tensor: PinnedTensor,
+    buffer: GpuBuffer,
+    view: BufferView,
     format: WeightFormat,
 }
 
 impl GpuWeight {
     fn view(&self) -> &BufferView {
-        self.tensor.view()
+        &self.view
     }
 }
 
@@ -155,7 +155,6 @@ impl FusedLlama {
         file: &GgufFile,
         config: &LlamaConfig,
         architecture: &'static Architecture,
-        device: &Device,
         gpu: &Gpu,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, ModelError> {
@@ -164,8 +163,8 @@ impl FusedLlama {
         let (Norm::Rms, Rope::AdjacentPairs, FeedForward::SwiGlu) = (spec.norm, spec.rope, spec.feed_forward);
         check_dims(config)?;
         let limit = gpu.limits().max_storage_buffer_binding_size;
-        let weights = weights::load(file, architecture, config, progress, |info| upload(file, info, device, limit))?;
-        let weight_bytes = all_weights(&weights).map(|w| w.tensor.bytes()).sum();
+        let weights = weights::load(file, architecture, config, progress, |info| upload(file, info, gpu, limit))?;
+        let weight_bytes = all_weights(&weights).map(|w| w.buffer.size()).sum();
 
         let c = config;
         let (d, hd) = (c.embedding_length, c.head_dim);
@@ -411,16 +410,24 @@ pub(crate) fn check_dims(c: &LlamaConfig) -> Result<(), ModelError> {
     }
 }
 
-/// Uploads one tensor in the format the kernels read: its GGUF bytes, or f32 for F16/BF16.
-fn upload(file: &GgufFile, info: &TensorInfo, device: &Device, limit: u64) -> Result<GpuWeight, ModelError> {
+/// The form the fused path uploads a tensor in: the format its kernels read it as, and whether
+/// that is the file's own bytes (`true`: its GGUF blocks) or f32 converted on the host (F16,
+/// BF16). The one owner of that rule: the upload and the memory plan both ask it.
+pub(crate) fn upload_format(info: &TensorInfo) -> Result<(WeightFormat, bool), KernelError> {
     let format = WeightFormat::for_ggml(info.ggml_type)
         .ok_or_else(|| KernelError::UnsupportedFormat { name: info.name.clone(), ggml_type: info.ggml_type })?;
+    Ok((format, format.ggml_type() == info.ggml_type))
+}
+
+/// Uploads one tensor in its [`upload_format`].
+fn upload(file: &GgufFile, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
+    let (format, as_stored) = upload_format(info)?;
     let (_, cols) = info.matrix_shape();
     if !format.fits_row(cols as u64) {
         return Err(ModelError::Unsupported(format!("tensor '{}': rows of {cols} {format} values", info.name)));
     }
     let converted;
-    let bytes = if format.ggml_type() == info.ggml_type {
+    let bytes = if as_stored {
         file.tensor_bytes(info)
     } else {
         converted = file.dequantize(&info.name)?;
@@ -434,7 +441,10 @@ fn upload(file: &GgufFile, info: &TensorInfo, device: &Device, limit: u64) -> Re
         }
         .into());
     }
-    Ok(GpuWeight { tensor: PinnedTensor::upload(device, bytes)?, format })
+    let buffer = gpu.upload(&info.name, bytes);
+    // The bytes, not the padding: a binding's size is what the kernels may read.
+    let view = buffer.range(0, bytes.len().next_multiple_of(4) as u64);
+    Ok(GpuWeight { buffer, view, format })
 }
 
 fn all_weights<T>(weights: &ModelWeights<T>) -> impl Iterator<Item = &T> {

@@ -10,12 +10,15 @@
 //!   dispatches per block, one queue submission per decode step (`fused.rs`);
 //! - **Burn operations** (any Burn device): Burn tensor operations over f32 weights, the
 //!   reference the fused path is checked against and the path of the CPU backend (`burn_ops.rs`).
+//!   Behind the `burn-ops` feature (on for the CLI and the tests, off in the browser build, which
+//!   then carries no Burn tensor operation); without it, loading on this path is refused by name.
 //!
 //! Both take their tensors from one weight table (`weights.rs`) and ask one [`BlockSpec`] what a
 //! block computes (`architecture.rs`), so another architecture is a new table of names and new
 //! block variants, not a new loop.
 
 mod architecture;
+#[cfg(feature = "burn-ops")]
 mod burn_ops;
 mod config;
 mod device;
@@ -23,6 +26,7 @@ mod fused;
 mod memory;
 mod weights;
 
+#[cfg(feature = "burn-ops")]
 use burn::tensor::Tensor;
 use nucleus_gguf::{GgufError, GgufFile};
 use nucleus_kernels::tail::fused::TailRequest;
@@ -35,6 +39,7 @@ pub use fused::{FusedLogits, MAX_LOGIT_ROWS, MAX_ROWS};
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::LinearKernel;
 
+#[cfg(feature = "burn-ops")]
 use burn_ops::{BurnCache, BurnLlama};
 use fused::{FusedCache, FusedLlama};
 
@@ -62,6 +67,9 @@ pub enum ModelError {
     OutOfMemory(String),
     #[error("device: {0}")]
     Device(String),
+    /// A path this build does not carry (the Burn-op path without the `burn-ops` feature).
+    #[error("{0}")]
+    NotInThisBuild(String),
     #[error(transparent)]
     Kernel(#[from] KernelError),
 }
@@ -121,6 +129,7 @@ pub struct LoadProgress {
 
 enum Route {
     /// Boxed: the Burn module tree is large and this is the fallback path.
+    #[cfg(feature = "burn-ops")]
     Burn(Box<BurnLlama>),
     Fused(FusedLlama),
 }
@@ -141,6 +150,7 @@ pub struct KvCache {
 }
 
 enum CacheKind {
+    #[cfg(feature = "burn-ops")]
     Burn(BurnCache),
     Fused(FusedCache),
 }
@@ -172,10 +182,11 @@ impl KvCache {
 
     /// Bytes it holds on the device now (the fused cache grows as positions are used; the Burn
     /// cache is allocated whole).
-    pub fn device_bytes(&self, config: &LlamaConfig) -> u64 {
+    pub fn device_bytes(&self) -> u64 {
         match &self.inner {
             CacheKind::Fused(cache) => cache.bytes(),
-            CacheKind::Burn(_) => (self.capacity * config.block_count * 2 * config.kv_dim() * 4) as u64,
+            #[cfg(feature = "burn-ops")]
+            CacheKind::Burn(cache) => cache.bytes(),
         }
     }
 
@@ -183,6 +194,7 @@ impl KvCache {
     /// write copies); a GPU copy of the filled positions on the fused path.
     pub fn try_clone(&self) -> Result<KvCache, ModelError> {
         let inner = match &self.inner {
+            #[cfg(feature = "burn-ops")]
             CacheKind::Burn(cache) => CacheKind::Burn(cache.clone()),
             CacheKind::Fused(cache) => CacheKind::Fused(cache.duplicate(self.len)?),
         };
@@ -193,6 +205,7 @@ impl KvCache {
 /// Logits on the device, as [`Llama::forward`] leaves them.
 pub enum DeviceLogits {
     /// A Burn tensor `[rows, vocab]` (the Burn-op path; boxed, a Burn tensor is large).
+    #[cfg(feature = "burn-ops")]
     Tensor(Box<Tensor<2>>),
     /// Rows of the fused path's logits buffer.
     Fused(FusedLogits),
@@ -202,6 +215,7 @@ impl DeviceLogits {
     /// Rows of logits.
     pub fn rows(&self) -> usize {
         match self {
+            #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => tensor.dims()[0],
             DeviceLogits::Fused(logits) => logits.rows(),
         }
@@ -211,6 +225,7 @@ impl DeviceLogits {
     /// on the Burn path, one value).
     pub async fn wait(&self) -> Result<(), ModelError> {
         match self {
+            #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => {
                 read_tensor((**tensor).clone().slice([0..1, 0..1])).await?;
                 Ok(())
@@ -222,6 +237,7 @@ impl DeviceLogits {
     /// Every row, read back whole.
     pub async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
         match self {
+            #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => read_tensor((**tensor).clone()).await,
             DeviceLogits::Fused(logits) => logits.read().await,
         }
@@ -233,6 +249,7 @@ impl DeviceLogits {
     pub async fn decode_tail(&self, request: &TailRequest<'_>) -> Result<(TailOutput, Option<RawRow>), ModelError> {
         match self {
             DeviceLogits::Fused(logits) => logits.decode_tail(request).await,
+            #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => Ok(match request.raw_top_k {
                 None => {
                     let tail = nucleus_kernels::decode_tail(
@@ -260,6 +277,7 @@ impl DeviceLogits {
     }
 }
 
+#[cfg(feature = "burn-ops")]
 async fn read_tensor(logits: Tensor<2>) -> Result<Vec<Vec<f32>>, ModelError> {
     let [rows, cols] = logits.dims();
     let data = logits.into_data_async().await.map_err(|e| ModelError::Device(format!("{e:?}")))?;
@@ -305,10 +323,19 @@ impl Llama {
                 let gpu = device.gpu().ok_or_else(|| {
                     ModelError::Device(format!("the fused path runs on wgpu devices, not {:?}", device.burn()))
                 })?;
-                Route::Fused(FusedLlama::load(file, &config, architecture, device.burn(), gpu, progress)?)
+                Route::Fused(FusedLlama::load(file, &config, architecture, gpu, progress)?)
             }
+            #[cfg(feature = "burn-ops")]
             Path::BurnOps(kernel) => {
                 Route::Burn(Box::new(BurnLlama::load(file, &config, architecture, device.burn(), kernel, progress)?))
+            }
+            #[cfg(not(feature = "burn-ops"))]
+            Path::BurnOps(_) => {
+                return Err(ModelError::NotInThisBuild(format!(
+                    "this build runs the model only in its fused kernels, which cannot take this model ({}); \
+                     the Burn-op path that could is not in this build (the browser's)",
+                    fused::check_dims(&config).err().map_or_else(|| "path burn".to_string(), |e| e.to_string())
+                )));
             }
         };
         Ok(Self { config, device: device.clone(), tied_output, route })
@@ -326,6 +353,7 @@ impl Llama {
     pub fn path(&self) -> Path {
         match &self.route {
             Route::Fused(_) => Path::Fused,
+            #[cfg(feature = "burn-ops")]
             Route::Burn(model) => Path::BurnOps(model.linear_kernel()),
         }
     }
@@ -339,6 +367,7 @@ impl Llama {
     pub fn memory(&self) -> ModelMemory {
         let weight_bytes = match &self.route {
             Route::Fused(model) => model.weight_bytes(),
+            #[cfg(feature = "burn-ops")]
             Route::Burn(_) => {
                 let parameters = self.config.parameter_count(self.tied_output);
                 parameters as u64 * 4
@@ -353,6 +382,7 @@ impl Llama {
             return Err(ModelError::ContextOverflow { needed: capacity, capacity: self.config.context_length });
         }
         let inner = match &self.route {
+            #[cfg(feature = "burn-ops")]
             Route::Burn(model) => CacheKind::Burn(model.new_cache(capacity)),
             Route::Fused(model) => CacheKind::Fused(model.new_cache(capacity)?),
         };
@@ -375,6 +405,7 @@ impl Llama {
             return Err(ModelError::TokenOutOfRange { id, vocab_size: self.config.vocab_size });
         }
         let output = match (&self.route, &mut cache.inner) {
+            #[cfg(feature = "burn-ops")]
             (Route::Burn(model), CacheKind::Burn(inner)) => {
                 DeviceLogits::Tensor(Box::new(model.forward(tokens, inner, start, logits)?))
             }
@@ -387,6 +418,7 @@ impl Llama {
                 }
                 DeviceLogits::Fused(model.forward(tokens, inner, start, logits)?)
             }
+            #[cfg(feature = "burn-ops")]
             _ => return Err(ModelError::Invalid("the cache was made for another model".into())),
         };
         cache.len = end;
@@ -410,7 +442,7 @@ pub(crate) fn rope_angles(config: &LlamaConfig) -> Vec<(f32, f32)> {
     angles
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "burn-ops"))]
 mod tests {
     use super::*;
 

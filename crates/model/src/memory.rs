@@ -11,7 +11,6 @@
 
 use burn::backend::wgpu::wgpu;
 use nucleus_gguf::{GgufFile, TensorInfo};
-use nucleus_kernels::WeightFormat;
 
 use crate::{LlamaConfig, ModelError};
 
@@ -156,11 +155,11 @@ impl MemoryPlan {
     }
 }
 
-/// Bytes of `info` as the fused path uploads it: its GGUF blocks as stored when the kernels read
-/// that type, else converted to f32.
+/// Bytes of `info` in the form the fused path uploads it ([`crate::fused::upload_format`]); a type
+/// the kernels cannot read counts as f32 here and is refused by name at upload.
 pub(crate) fn uploaded_bytes(info: &TensorInfo) -> u64 {
-    match WeightFormat::for_ggml(info.ggml_type) {
-        Some(format) if format.ggml_type() == info.ggml_type => info.byte_len(),
+    match crate::fused::upload_format(info) {
+        Ok((_, true)) => info.byte_len().next_multiple_of(4),
         _ => info.element_count() * 4,
     }
 }

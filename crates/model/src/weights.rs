@@ -1,6 +1,6 @@
 //! The weight table: every tensor a model needs, with its expected shape, in load order. Both
 //! forward paths load through [`load`], each turning a GGUF tensor into its own kind of weight
-//! (an f32 Burn tensor, or the GGUF blocks pinned on the GPU).
+//! (an f32 Burn tensor, or the GGUF blocks in a GPU buffer).
 
 use nucleus_gguf::{GgufError, GgufFile, TensorInfo};
 

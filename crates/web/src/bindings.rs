@@ -239,8 +239,8 @@ impl WasmEngine {
     }
 
     /// What the engine holds on the GPU now, as JSON: `{ liveBuffers, liveBytes, kvCacheBytes }`
-    /// (`liveBuffers` and `liveBytes`: the buffers this project allocates itself, every one but
-    /// the weights, which Burn holds); the worker adds the wasm memory's size.
+    /// (`liveBuffers` and `liveBytes`: every GPU buffer the engine holds, the weights included);
+    /// the worker adds the wasm memory's size.
     pub fn diagnostics(&self) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;
         let model = inner.engine.model();
@@ -248,7 +248,7 @@ impl WasmEngine {
         Ok(serde_json::json!({
             "liveBuffers": counters.map_or(0, |c| c.live_buffers),
             "liveBytes": counters.map_or(0, |c| c.live_bytes),
-            "kvCacheBytes": inner.engine.cache().device_bytes(model.config()),
+            "kvCacheBytes": inner.engine.cache().device_bytes(),
         })
         .to_string())
     }

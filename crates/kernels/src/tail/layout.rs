@@ -17,7 +17,8 @@ pub const BLOCK_LEN: u32 = 16;
 pub const CHUNK_LEN: u32 = WORKGROUP_SIZE * BLOCK_LEN;
 /// Cap on the adjust kernel's workgroups (it loops over the rest).
 pub const MAX_ADJUST_WORKGROUPS: u32 = 1024;
-/// Cap on the probability pass's workgroups (it loops over the rest).
+/// Cap on the probability pass's workgroups (it loops over the rest; the Burn route's `softmax`).
+#[cfg(feature = "burn-ops")]
 pub const MAX_PROBABILITY_WORKGROUPS: u32 = 64;
 
 /// Flag bit: a logit is NaN.
