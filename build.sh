@@ -5,7 +5,7 @@
 #   ./build.sh test     set up, then lint (fmt, clippy) and run every test (what CI runs)
 #   ./build.sh lint     cargo fmt --check and clippy with warnings as errors, native and wasm32
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
-#   ./build.sh web      build the wasm engine into www/pkg/ (wasm-bindgen, wasm-opt)
+#   ./build.sh web      build the wasm modules (engine, sampler) into www/pkg/ (wasm-bindgen, wasm-opt)
 #   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`
 #   ./build.sh cli      build the native `nucleus` binary
 #   ./build.sh model    fetch the default model into the cache and check its sha256
@@ -82,7 +82,7 @@ cmd_lint() {
   cargo fmt --all --check
   log "cargo clippy (native, then wasm32), warnings as errors"
   cargo clippy --workspace --all-targets --locked -- -D warnings
-  cargo clippy --locked --target wasm32-unknown-unknown -p nucleus-web -p nucleus-sampler --all-targets -- -D warnings
+  cargo clippy --locked --target wasm32-unknown-unknown -p nucleus-web -p nucleus-sampler -p nucleus-sampler-web --all-targets -- -D warnings
 }
 
 # lavapipe: a Vulkan device on the CPU, so Burn's wgpu backend runs without a GPU.
@@ -194,6 +194,9 @@ cmd_test() {
   "$CARGO_TARGET_DIR/release/examples/shader_modules" "$SHADER_MODULES_DIR"
   # The JS API and the page in headless Chromium, WebGPU on SwiftShader, the real model.
   cmd_web
+  # The sampler's wasm module in Node: its what-if equals the native sampler's on the reference rows.
+  log "sampler what-if in wasm32 against the native sampler"
+  node tests/wasm/sampler-what-if.mjs
   ensure_chromium
   log "browser tests (headless chromium, SwiftShader WebGPU)"
   # One file at a time: each loads the model in its own browser.
@@ -202,25 +205,33 @@ cmd_test() {
   done
 }
 
-# Builds the engine for the browser: cargo (wasm32, the size-optimised `wasm-release` profile) ->
-# wasm-bindgen (--target web) -> wasm-opt -Oz, into www/pkg/ (ignored by git). Prints the .wasm
-# size raw and gzipped.
-cmd_web() {
-  ensure_rust
-  ensure_wasm_target
-  ensure_wasm_bindgen
-  ensure_npm_packages
-  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p nucleus-web"
-  cargo build --profile wasm-release --locked --target wasm32-unknown-unknown -p nucleus-web
-  local built="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/nucleus_web.wasm"
-  local out="www/pkg/nucleus_web_bg.wasm"
+# The browser's wasm modules, each: cargo (wasm32, the size-optimised `wasm-release` profile) ->
+# wasm-bindgen (--target web) -> wasm-opt -Oz, into www/pkg/ (ignored by git), printing its size
+# raw and gzipped. `nucleus_web`: the engine (the model on WebGPU); `nucleus_sampler_web`: the
+# sampler alone (the page's what-if; no GPU needed).
+WASM_MODULES=(nucleus-web nucleus-sampler-web)
+build_wasm_module() {
+  local package="$1"
+  local name="${package//-/_}"
+  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p $package"
+  cargo build --profile wasm-release --locked --target wasm32-unknown-unknown -p "$package"
+  local built="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/$name.wasm"
+  local out="www/pkg/${name}_bg.wasm"
   if [ ! -f "$out" ] || [ "$built" -nt "$out" ]; then
     wasm-bindgen --target web --no-typescript --out-dir www/pkg "$built"
     node_modules/.bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
       --enable-mutable-globals --enable-reference-types --enable-multivalue "$out" -o "$out.opt"
     mv "$out.opt" "$out"
   fi
-  log "www/pkg/nucleus_web_bg.wasm: $(stat -c %s "$out") bytes raw, $(gzip -9 -c "$out" | wc -c) gzipped (cargo's: $(stat -c %s "$built"))"
+  log "$out: $(stat -c %s "$out") bytes raw, $(gzip -9 -c "$out" | wc -c) gzipped (cargo's: $(stat -c %s "$built"))"
+}
+
+cmd_web() {
+  ensure_rust
+  ensure_wasm_target
+  ensure_wasm_bindgen
+  ensure_npm_packages
+  for package in "${WASM_MODULES[@]}"; do build_wasm_module "$package"; done
 }
 
 cmd_cli() {

@@ -1,8 +1,10 @@
 //! A long session on the fused path (native wgpu): generations of every kind (lengths, stop
 //! strings, aborts, chat, sampling) one after another leave the GPU buffers the engine holds and
-//! the process's memory flat after the first few.
+//! the process's memory flat after the first few; and what it holds is what its memory plan said.
 
 use nucleus_engine::{Engine, GenerateRequest, LoadOptions, Prompt};
+use nucleus_gguf::GgufFile;
+use nucleus_model::{LlamaConfig, MemoryPlan};
 use nucleus_sampler::SamplingParams;
 use nucleus_tests::{model_bytes, wgpu_device};
 
@@ -31,12 +33,32 @@ fn request(i: usize) -> (GenerateRequest, Option<usize>) {
     (request, abort_after)
 }
 
+/// What the fused path holds after load is what [`MemoryPlan::fused`] planned (checked before
+/// the upload): the weights exactly, the scratch and decode-tail buffers (the step parameters'
+/// offset planned at WebGPU's largest alignment, so up to 256 bytes more than some adapters use)
+/// and the KV cache as allocated so far; the plan leaves out only the kernels' small parameter
+/// buffers (a few dozen bytes per kernel and block: 3,164 bytes for SmolLM2-135M on lavapipe).
+fn the_memory_plan_is_what_was_allocated(engine: &Engine, live_bytes: u64) {
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let plan = MemoryPlan::fused(&file, &LlamaConfig::from_gguf(&file).unwrap(), engine.cache().capacity());
+    assert_eq!(engine.model().memory().weight_bytes, plan.weight_bytes(), "the weights as planned");
+    let planned = plan.weight_bytes() + plan.scratch_bytes() + engine.cache().device_bytes();
+    assert!(
+        (planned.saturating_sub(256)..=planned + (16 << 10)).contains(&live_bytes),
+        "live {live_bytes} bytes against {planned} planned (weights {}, scratch {}, KV cache {})",
+        plan.weight_bytes(),
+        plan.scratch_bytes(),
+        engine.cache().device_bytes()
+    );
+}
+
 #[test]
 fn a_long_session_leaves_gpu_buffers_and_memory_flat() {
     let device = wgpu_device();
     let gpu = device.gpu().expect("a wgpu device").clone();
     let options = LoadOptions { context_length: Some(256), ..LoadOptions::default() };
     let mut engine = Engine::load(model_bytes(), &device, options).unwrap();
+    the_memory_plan_is_what_was_allocated(&engine, gpu.counters().live_bytes);
     let generations = std::env::var("NUCLEUS_SOAK_GENERATIONS").ok().and_then(|n| n.parse().ok()).unwrap_or(12);
     let warm_up = 4;
     let mut figures = Vec::new();

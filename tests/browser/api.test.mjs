@@ -529,6 +529,18 @@ test('without WebGPU, Nucleus.load() fails with no-webgpu', async () => {
       }
     });
     assert.equal(error?.code, 'no-webgpu', error?.message);
+    // The sampler's own module needs no GPU: its what-if works on a logits row there.
+    const capitalRow = readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1-capital-last-logits.f32'));
+    const explanation = await noGpuPage.evaluate(async (bytes) => {
+      const { default: init, whatIf } = await import('/pkg/nucleus_sampler_web.js');
+      await init();
+      const logits = new Float32Array(new Uint8Array(bytes).buffer);
+      return JSON.parse(whatIf(logits, JSON.stringify({ temperature: 1.5, topK: 5 }), undefined, 5));
+    }, [...capitalRow]);
+    assert.equal(explanation.chosen.id, 7042, '" Paris"');
+    assert.equal(explanation.kept_count, 5);
+    const kept = explanation.candidates.reduce((sum, c) => sum + c.final_prob, 0);
+    assert.ok(Math.abs(kept - 1) < 1e-12, `the five kept candidates' final probabilities sum to ${kept}`);
   } finally {
     await plain.close();
   }

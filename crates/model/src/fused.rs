@@ -17,7 +17,7 @@ use nucleus_kernels::layer::{
     self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadBuffers,
     LmHeadParams, MatvecParams, StepShape,
 };
-use nucleus_kernels::tail::fused::{TailKernels, TailRequest};
+use nucleus_kernels::tail::fused::{TailKernels, TailRequest, TailSizes};
 use nucleus_kernels::{
     BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
 };
@@ -92,7 +92,8 @@ struct State {
     pending: Option<(u64, wgpu::CommandBuffer)>,
     /// The number of the last pass recorded; its logits are the ones in the logits buffer.
     passes: u64,
-    /// Full rows read back through here.
+    /// Full rows read back through here: allocated at load at its planned size
+    /// ([`ScratchSizes`]), taken while a read is in flight.
     staging: Option<GpuBuffer>,
 }
 
@@ -108,6 +109,7 @@ pub(crate) struct ScratchSizes {
     partials: u64,
     logits: u64,
     readback: u64,
+    tail: TailSizes,
 }
 
 impl ScratchSizes {
@@ -127,10 +129,11 @@ impl ScratchSizes {
             logits: f32s(MAX_LOGIT_ROWS * c.vocab_size),
             // A whole read of the logits (explain, returnLogits, beams) lands here.
             readback: f32s(MAX_LOGIT_ROWS * c.vocab_size),
+            tail: TailSizes::new(c.vocab_size as u32),
         }
     }
 
-    pub(crate) fn named(&self) -> [(&'static str, u64); 9] {
+    pub(crate) fn named(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
             ("the rope table", self.rope),
             ("the step parameters", self.step),
@@ -142,6 +145,8 @@ impl ScratchSizes {
             ("the logits", self.logits),
             ("the logits readback", self.readback),
         ]
+        .into_iter()
+        .chain(self.tail.named())
     }
 }
 
@@ -187,6 +192,7 @@ impl FusedLlama {
         let hidden = gpu.storage("hidden", sizes.hidden);
         let partials = gpu.storage("attention partials", sizes.partials);
         let logits = gpu.storage("logits", sizes.logits);
+        let readback = gpu.buffer("logits readback", sizes.readback, U::MAP_READ | U::COPY_DST);
         for (what, buffer) in
             [("the logits", &logits), ("the activations", &hidden), ("the attention records", &partials)]
         {
@@ -289,7 +295,7 @@ impl FusedLlama {
                 embed,
                 blocks,
                 lm_head,
-                state: Mutex::new(State { tail, pending: None, passes: 0, staging: None }),
+                state: Mutex::new(State { tail, pending: None, passes: 0, staging: Some(readback) }),
                 weight_bytes,
             }),
         })

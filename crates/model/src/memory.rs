@@ -69,7 +69,6 @@ impl MemoryPlan {
             .collect();
         let scratch = crate::fused::ScratchSizes::new(config)
             .named()
-            .into_iter()
             .map(|(what, bytes)| PlannedBuffer { what: what.to_string(), bytes })
             .collect();
         Self {

@@ -131,6 +131,50 @@ pub struct TailKernels {
 /// Bytes of the readback: the tail's packed result, then the raw one's, each for K = 256.
 const STAGING_WORDS: usize = 2 * packed_words(MAX_K);
 
+/// Bytes of the buffers [`TailKernels::new`] allocates for a vocabulary (each rounded up to 4
+/// bytes as [`Gpu::buffer`] does): what it allocates, and what a memory plan counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TailSizes {
+    /// The adjusted copy of the row.
+    pub adjusted: u64,
+    /// The softmax and top-k passes' block records.
+    pub blocks: u64,
+    /// The allow mask, one bit per token.
+    pub mask: u64,
+    /// Everything else: packed results, parameters, adjustment entries, the readback.
+    pub small: u64,
+}
+
+const PACKED_BYTES: u64 = packed_words(MAX_K) as u64 * 4;
+const STATS_PARAMS_BYTES: u64 = 32;
+const ADJUST_PARAMS_BYTES: u64 = 16;
+const ADJUST_ENTRIES_BYTES: u64 = 5 * 4 * 64;
+
+impl TailSizes {
+    /// The sizes for a row of `vocab` logits.
+    pub fn new(vocab: u32) -> Self {
+        let block_count = u64::from(vocab.div_ceil(CHUNK_LEN) * WORKGROUP_SIZE);
+        // Per target (the tail's, the raw row's): the packed result and two parameter buffers.
+        let target = PACKED_BYTES + 2 * STATS_PARAMS_BYTES;
+        Self {
+            adjusted: u64::from(vocab) * 4,
+            blocks: block_count * 16,
+            mask: u64::from(vocab.div_ceil(32)) * 4,
+            small: 2 * target + ADJUST_PARAMS_BYTES + ADJUST_ENTRIES_BYTES + STAGING_WORDS as u64 * 4 + 4,
+        }
+    }
+
+    /// Every buffer's bytes, by what it holds.
+    pub fn named(&self) -> [(&'static str, u64); 4] {
+        [
+            ("the decode tail's adjusted row", self.adjusted),
+            ("the decode tail's block records", self.blocks),
+            ("the decode tail's allow mask", self.mask),
+            ("the decode tail's parameters and results", self.small),
+        ]
+    }
+}
+
 impl TailKernels {
     /// The tail on `logits`, one row of `vocab` f32 values (modified in place by adjustments).
     pub fn new(gpu: &Gpu, logits: &BufferView, vocab: usize) -> Result<Self, KernelError> {
@@ -138,18 +182,19 @@ impl TailKernels {
             return Err(KernelError::invalid("logits", format!("{} bytes for a vocabulary of {vocab}", logits.size)));
         }
         let vocab = vocab as u32;
+        let sizes = TailSizes::new(vocab);
         let block_count = vocab.div_ceil(CHUNK_LEN) * WORKGROUP_SIZE;
         let softmax = Kernel::new(gpu, &SOFTMAX_STATS, &[])?;
         let topk = Kernel::new(gpu, &TOPK, &[])?;
         let adjust = Kernel::new(gpu, &LOGIT_ADJUST, &[])?;
-        let blocks = gpu.storage("tail blocks", u64::from(block_count) * 16);
+        let blocks = gpu.storage("tail blocks", sizes.blocks);
         let unused = gpu.storage("tail unused binding", 4);
         let logits = BufferView { size: u64::from(vocab) * 4, ..logits.clone() };
-        let adjusted = gpu.storage("adjusted logits", u64::from(vocab) * 4);
+        let adjusted = gpu.storage("adjusted logits", sizes.adjusted);
         let target = |label: &str| -> Result<StatsTarget, KernelError> {
-            let packed = gpu.storage(label, packed_words(MAX_K) as u64 * 4);
-            let softmax_params = gpu.storage(label, 32);
-            let topk_params = gpu.storage(label, 32);
+            let packed = gpu.storage(label, PACKED_BYTES);
+            let softmax_params = gpu.storage(label, STATS_PARAMS_BYTES);
+            let topk_params = gpu.storage(label, STATS_PARAMS_BYTES);
             let groups_for = |row: &BufferView| -> Result<_, KernelError> {
                 Ok((
                     softmax.bind(&[row, &softmax_params.view(), &blocks.view(), &packed.view(), &unused.view()])?,
@@ -161,9 +206,9 @@ impl TailKernels {
         };
         let tail = target("tail packed")?;
         let raw = target("tail raw packed")?;
-        let adjust_params = gpu.storage("adjust params", 16);
-        let entries = gpu.storage("adjust entries", 5 * 4 * 64);
-        let mask = gpu.storage("allow mask", u64::from(vocab.div_ceil(32)) * 4);
+        let adjust_params = gpu.storage("adjust params", ADJUST_PARAMS_BYTES);
+        let entries = gpu.storage("adjust entries", ADJUST_ENTRIES_BYTES);
+        let mask = gpu.storage("allow mask", sizes.mask);
         let adjust_group = adjust.bind(&[&adjusted.view(), &adjust_params.view(), &entries.view(), &mask.view()])?;
         let staging = gpu.buffer(
             "tail readback",
