@@ -1,8 +1,9 @@
-// The playground: the public Nucleus API (nucleus.js) and the sampler's stages in JS
-// (sampling.js), drawn with plain DOM and SVG. Nothing here reaches into the engine.
+// The playground: the public Nucleus API (nucleus.js) and the Rust sampler's own stages for the
+// "what if" (what-if.js, the sampler's wasm module), drawn with plain DOM and SVG. Nothing here
+// reaches into the engine.
 
 import { Nucleus } from './nucleus.js';
-import { rowGroups, stepGroups, transform } from './sampling.js';
+import { explainStep } from './what-if.js';
 
 const $ = (id) => document.getElementById(id);
 const SVG = 'http://www.w3.org/2000/svg';
@@ -455,27 +456,13 @@ function stop() {
 
 // ---- output ------------------------------------------------------------------------------------
 
-/**
- * The step's distribution as groups for sampling.js: exact from the whole row when the run asked
- * for it, else the top candidates plus the rest of the vocabulary as one group. The last one is
- * kept (a whole row's groups are a few MB: one at a time).
- */
-let lastDistribution = { step: null, value: null };
-function distribution(step) {
-  if (lastDistribution.step !== step) {
-    const value = step.logits ? rowGroups(step) : stepGroups(step, state.lm.info.vocabSize);
-    lastDistribution = { step, value };
-  }
-  return lastDistribution.value;
-}
+/** The sampler's explanation of a step under `settings`, listing the chart's bars. */
+const explained = (step, settings, topN = BARS) => explainStep(step, settings, { vocabSize: state.lm.info.vocabSize, topN });
 
-/** The chosen token's probability and rank under the settings the run used. */
+/** The chosen token's probability and rank under the settings the run used (null: not known). */
 function chosenUnderRun(step) {
-  const { groups } = distribution(step);
-  const result = transform(groups, state.runSettings);
-  const index = result.groups.findIndex((g) => g.id === step.id);
-  if (index < 0) return { probability: null, rank: null };
-  return { probability: result.groups[index].finalProb, rank: index + 1 };
+  const { chosen, known } = explained(step, state.runSettings, 1);
+  return known(step.id) ? { probability: chosen.prob, rank: chosen.rank } : { probability: null, rank: null };
 }
 
 function chipColour(probability) {
@@ -623,21 +610,19 @@ function renderInspector() {
     return;
   }
   const settings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, knobValues()[k]]));
-  const { groups, approximate } = distribution(step);
-  const now = transform(groups, settings);
-  const then = transform(groups, state.runSettings);
-  const chosenNow = now.groups.find((g) => g.id === step.id);
-  const chosenThen = then.groups.find((g) => g.id === step.id);
+  const now = explained(step, settings);
+  const then = explained(step, state.runSettings, 1);
+  const chosenKnown = now.known(step.id);
   $('inspector-step').textContent = `step ${index + 1} of ${state.steps.length}: chose “${shownToken(step.token)}”`;
 
   const differs = TRUNCATION_KEYS.some((k) => settings[k] !== state.runSettings[k]);
-  const fmt = (p) => (p === undefined ? `below the top ${CANDIDATES}` : p.toFixed(4));
+  const fmt = (p) => (chosenKnown ? p.toFixed(4) : `below the top ${CANDIDATES}`);
   const parts = [
     `${now.keptCount.toLocaleString('en')} token${now.keptCount === 1 ? '' : 's'} kept (mass ${now.keptMass.toFixed(3)} after temperature); `,
     `entropy ${now.entropy.toFixed(3)} nats (${(now.entropy / Math.LN2).toFixed(2)} bits). `,
-    `The chosen token had p = ${fmt(chosenThen?.finalProb)} with the run's settings`,
+    `The chosen token had p = ${fmt(then.chosen.prob)} with the run's settings`,
   ];
-  if (differs) parts.push(`; with these it would have p = ${fmt(chosenNow?.finalProb)}`);
+  if (differs) parts.push(`; with these it would have p = ${fmt(now.chosen.prob)}`);
   $('whatif').innerHTML = '';
   if (differs) {
     const badge = document.createElement('span');
@@ -645,32 +630,31 @@ function renderInspector() {
     badge.textContent = 'What if: ';
     $('whatif').append(badge);
   }
-  const estimated = approximate && ![0, 1].includes(settings.temperature);
-  $('whatif').append(parts.join('') + (estimated ? ' (the rest of the vocabulary is estimated).' : '.'));
+  $('whatif').append(parts.join('') + (now.approximate ? ' (the rest of the vocabulary is estimated).' : '.'));
   $('whatif').dataset.keptCount = String(now.keptCount);
 
   const sampler = !differs && step.explain
     ? new Map(step.explain.candidates.map((c) => [c.id, c.finalProb]))
     : null;
-  drawChart(now, step, approximate, settings, sampler);
-  drawWalkthrough(groups, step);
+  drawChart(now, step, settings, sampler);
+  drawWalkthrough(step);
 }
 
 /**
- * The step's candidates as bars: each kept one solid at its probability after the cuts (the kept
- * bars sum to 1, the number the sentence quotes), over a pale bar at its probability before them;
- * a removed one pale only, with the cut that removed it. The rest of the vocabulary is a sentence
- * under the chart, not a bar. `sampler` maps ids to the sampler's own final probabilities (from
+ * The step's candidates as bars, from the sampler's explanation (`result`): each kept one solid
+ * at its probability after the cuts (the kept bars sum to 1, the number the sentence quotes),
+ * over a pale bar at its probability before them; a removed one pale only, with the cut that
+ * removed it. The rest of the vocabulary is a sentence under the chart, not a bar. `sampler`
+ * maps ids to the sampler's own final probabilities recorded by the engine during the run (from
  * the step's explanation, at the run's settings) when there is one.
  */
-function drawChart(result, step, approximate, settings, sampler) {
-  const candidates = result.groups.filter((g) => !g.rest);
-  const bars = candidates.slice(0, BARS);
-  const rest = result.groups.find((g) => g.rest);
-  const beyond = [...candidates.slice(BARS), ...(rest ? [rest] : [])];
-  const beyondCount = beyond.reduce((n, g) => n + g.count, 0);
-  const beyondBefore = beyond.reduce((sum, g) => sum + g.prob * g.count, 0);
-  const beyondAfter = beyond.reduce((sum, g) => sum + g.finalProb * g.kept, 0);
+function drawChart(result, step, settings, sampler) {
+  const text = new Map(step.top.map((c) => [c.id, c.text]));
+  const bars = result.candidates.slice(0, BARS).map((c) => ({ ...c, text: text.get(c.id) ?? null }));
+  const vocabSize = state.lm.info.vocabSize;
+  const beyondCount = vocabSize - bars.length;
+  const beyondBefore = Math.max(0, 1 - bars.reduce((sum, g) => sum + g.prob, 0));
+  const beyondAfter = Math.max(0, 1 - bars.reduce((sum, g) => sum + g.finalProb, 0));
   const rowHeight = 18;
   // Drawn at the chart's own width, so the text keeps its size on a phone.
   const width = Math.max(300, Math.min(720, $('chart').clientWidth || 520));
@@ -678,7 +662,7 @@ function drawChart(result, step, approximate, settings, sampler) {
   const valueWidth = width < 420 ? 112 : 150;
   const barWidth = width - labelWidth - valueWidth;
   const height = bars.length * rowHeight + 22;
-  const maxProb = Math.max(...bars.map((g) => Math.max(g.prob, g.kept ? g.finalProb : 0)), 1e-9);
+  const maxProb = Math.max(...bars.map((g) => Math.max(g.prob, g.finalProb)), 1e-9);
   const x = (p) => labelWidth + (p / maxProb) * barWidth;
   const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img',
     'aria-label': `Top ${bars.length} candidates of step ${step.index + 1}: probability before and after the cuts` });
@@ -688,7 +672,7 @@ function drawChart(result, step, approximate, settings, sampler) {
   const rows = [];
   bars.forEach((g, i) => {
     const y = 16 + i * rowHeight;
-    const kept = g.kept > 0;
+    const { kept } = g;
     const row = svg('g', { class: 'candidate', 'data-id': g.id, 'data-rank': i + 1, 'data-kept': kept,
       'data-p': g.prob, 'data-final-p': kept ? g.finalProb : 0 });
     if (sampler?.has(g.id)) row.dataset.samplerP = String(sampler.get(g.id));
@@ -721,21 +705,23 @@ function drawChart(result, step, approximate, settings, sampler) {
     root.append(svg('text', { x: width - offset, y: y - 2, class: `cut-label ${cls}`, 'text-anchor': 'end', fill: 'currentColor' },
       beyondBars ? `${label}: ${tokensKept.toLocaleString('en')} kept` : label));
   };
-  const all = result.groups.reduce((n, g) => n + g.count, 0);
-  if (settings.temperature > 0 && settings.topK > 0 && settings.topK < all) {
-    cutAfter(result.cuts.topK, 'top-k', `top-k ${settings.topK}`, 4);
+  const { stages } = result;
+  if (settings.temperature > 0 && settings.topK > 0 && settings.topK < stages.possible) {
+    cutAfter(stages.afterTopK, 'top-k', `top-k ${settings.topK}`, 4);
   }
-  if (settings.temperature > 0 && settings.topP < 1 && result.cuts.topP < result.cuts.topK) {
-    cutAfter(result.cuts.topP, 'top-p', `top-p ${settings.topP}`, 90);
+  if (settings.temperature > 0 && settings.topP < 1 && stages.afterTopP < stages.afterTopK) {
+    cutAfter(stages.afterTopP, 'top-p', `top-p ${settings.topP}`, 90);
   }
-  if (settings.temperature > 0 && settings.minP > 0 && result.cuts.minP <= maxProb) {
-    const mx = x(result.cuts.minP);
+  // Min-p keeps p >= minP times the most probable token's p (the first candidate's).
+  const minPThreshold = settings.minP * result.candidates[0].prob;
+  if (settings.temperature > 0 && settings.minP > 0 && minPThreshold <= maxProb) {
+    const mx = x(minPThreshold);
     root.append(svg('line', { x1: mx, x2: mx, y1: 14, y2: height - 8, class: 'cut min-p' }));
     root.append(svg('text', { x: mx + 3, y: height - 2, class: 'cut-label min-p' }, `min-p ${settings.minP}`));
   }
   $('chart').replaceChildren(root);
 
-  const estimated = approximate && ![0, 1].includes(settings.temperature) ? 'about ' : '';
+  const estimated = result.approximate ? 'about ' : '';
   $('chart-rest').textContent = beyondCount
     ? `Not drawn: the other ${beyondCount.toLocaleString('en')} tokens hold ${estimated}${beyondBefore.toFixed(4)} of the `
       + `probability before the cuts and ${estimated}${beyondAfter.toFixed(4)} after.`
@@ -753,21 +739,24 @@ function drawChart(result, step, approximate, settings, sampler) {
   $('chart-table').replaceChildren(table);
 }
 
-function drawWalkthrough(groups, step) {
+/**
+ * Softmax by hand for the step's first rows at the walkthrough's temperature; the last column is
+ * the sampler's, whose normaliser is over the whole vocabulary, not just these rows.
+ */
+function drawWalkthrough(step) {
   const t = state.walkTemperature;
-  const rows = groups.filter((g) => !g.rest).slice(0, WALK_ROWS);
+  const rows = step.top.slice(0, WALK_ROWS);
   const scaled = rows.map((g) => g.logit / t);
   const max = Math.max(...scaled);
   const exps = scaled.map((s) => Math.exp(s - max));
-  // The normaliser is over the whole vocabulary (the rest group included), not just these rows.
-  const whole = transform(groups, { temperature: t });
+  const whole = new Map(explained(step, { temperature: t }, WALK_ROWS).candidates.map((c) => [c.id, c.prob]));
   const table = document.createElement('table');
   table.innerHTML = `<thead><tr><th>token</th><th>logit</th><th>÷ T = ${t}</th><th>exp(· − max)</th><th>÷ Σ = p</th></tr></thead>`;
   const body = document.createElement('tbody');
   rows.forEach((g, i) => {
     const tr = document.createElement('tr');
     if (g.id === step.id) tr.className = 'chosen';
-    const cells = [shownToken(g.text), g.logit.toFixed(3), scaled[i].toFixed(3), exps[i].toPrecision(4), whole.groups[i].prob.toFixed(4)];
+    const cells = [shownToken(g.text), g.logit.toFixed(3), scaled[i].toFixed(3), exps[i].toPrecision(4), whole.get(g.id).toFixed(4)];
     tr.innerHTML = cells.map((c) => `<td></td>`).join('');
     cells.forEach((c, j) => { tr.children[j].textContent = c; });
     body.append(tr);

@@ -539,8 +539,8 @@ test('without WebGPU, Nucleus.load() fails with no-webgpu', async () => {
       return JSON.parse(whatIf(logits, JSON.stringify({ temperature: 1.5, topK: 5 }), undefined, 5));
     }, [...capitalRow]);
     assert.equal(explanation.chosen.id, 7042, '" Paris"');
-    assert.equal(explanation.kept_count, 5);
-    const kept = explanation.candidates.reduce((sum, c) => sum + c.final_prob, 0);
+    assert.equal(explanation.keptCount, 5);
+    const kept = explanation.candidates.reduce((sum, c) => sum + c.finalProb, 0);
     assert.ok(Math.abs(kept - 1) < 1e-12, `the five kept candidates' final probabilities sum to ${kept}`);
   } finally {
     await plain.close();

@@ -32,6 +32,7 @@ pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use nucleus_model::{LinearKernel, ModelDevice, Path};
+pub use nucleus_sampler::json::{OptionError, camel_case};
 pub use report::{
     ExplainedCandidate, GenerationResult, PrefillProgress, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage,
 };
@@ -39,7 +40,7 @@ pub use request::{
     DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
 };
 pub use timing::Stopwatch;
-pub use wire::{OptionError, camel_case, js_name};
+pub use wire::js_name;
 
 /// Facts about the loaded model.
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -1,6 +1,6 @@
 //! What a generation reports: each step, and the outcome.
 
-use nucleus_sampler::{Candidate, Chosen, Explanation, FinishReason};
+use nucleus_sampler::{Candidate, Chosen, Explanation, FinishReason, StageCounts};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
 
@@ -45,17 +45,19 @@ pub struct StepExplanation {
     pub kept_count: usize,
     pub kept_mass: f64,
     pub temperature: f64,
+    pub stages: StageCounts,
     pub chosen: Chosen,
 }
 
 impl StepExplanation {
     pub(crate) fn new(explanation: Explanation, tokenizer: &Tokenizer) -> Self {
-        let Explanation { candidates, entropy, mass_outside, kept_count, kept_mass, temperature, chosen } = explanation;
+        let Explanation { candidates, entropy, mass_outside, kept_count, kept_mass, temperature, stages, chosen } =
+            explanation;
         let candidates = candidates
             .into_iter()
             .map(|candidate| ExplainedCandidate { text: tokenizer.token_text(candidate.id), candidate })
             .collect();
-        Self { candidates, entropy, mass_outside, kept_count, kept_mass, temperature, chosen }
+        Self { candidates, entropy, mass_outside, kept_count, kept_mass, temperature, stages, chosen }
     }
 }
 

@@ -2,37 +2,18 @@
 //!
 //! The object is flat: the request's own options ([`RequestOptions`] here) and the sampling
 //! options ([`SamplingParams`]' serde form, camelCase) side by side. Each is deserialised from the
-//! whole object; a key neither of them reads is unknown. Every error names the option in the JS
-//! spelling: serde's errors through the path of the value that failed (`serde_path_to_error`),
-//! range errors from [`GenerateRequest::validate`] renamed from the Rust field names.
-//!
-//! JSON has no NaN or infinities: the page-side client writes them as the strings `"NaN"`,
-//! `"Infinity"`, `"-Infinity"`, so that a number field rejects them by name instead of silently
-//! taking `null`; `"-Infinity"` is a valid logit bias. `null` means "not given", as in OpenAI's API.
+//! whole object by the sampler's reader of the JS spelling ([`nucleus_sampler::json`]: `null` as
+//! "not given", errors naming the option as JS spells it); a key neither of them reads is unknown.
 
 use std::collections::BTreeSet;
 
-use nucleus_sampler::{SamplerError, SamplingParams};
+use nucleus_sampler::SamplingParams;
+use nucleus_sampler::json::{OptionError, camel_case, options_object, read_options, unknown_option};
 use nucleus_tokenizer::ChatMessage;
 use serde::Deserialize;
-use serde::de::{self, DeserializeOwned, Deserializer, SeqAccess, Visitor};
-use serde_json::Value;
+use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::{EngineError, GenerateRequest, Prompt};
-
-/// A rejected option: its name in the JS spelling and why.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("{message}")]
-pub struct OptionError {
-    pub option: String,
-    pub message: String,
-}
-
-impl OptionError {
-    fn new(option: &str, message: impl Into<String>) -> Self {
-        Self { option: option.to_string(), message: message.into() }
-    }
-}
 
 /// The request's options other than sampling, as JSON spells them; defaults from
 /// [`GenerateRequest::new`].
@@ -71,20 +52,13 @@ impl GenerateRequest {
     /// Reads and checks a request from its JSON form (the options of the JS API's
     /// `lm.generate`). `vocab_size` bounds `logitBias` ids.
     pub fn from_json(json: &str, vocab_size: usize) -> Result<Self, OptionError> {
-        let value: Value = serde_json::from_str(json)
-            .map_err(|e| OptionError::new("options", format!("options must be an object: {e}")))?;
-        let Value::Object(mut options) = value else {
-            return Err(OptionError::new("options", "options must be an object"));
-        };
-        options.retain(|_, value| !value.is_null());
-        let options = Value::Object(options);
-
+        let options = options_object(json)?;
         let mut not_request = BTreeSet::new();
-        let fields: RequestOptions = read(&options, &mut not_request)?;
+        let fields: RequestOptions = read_options(&options, &mut not_request)?;
         let mut not_sampling = BTreeSet::new();
-        let sampling: SamplingParams = read(&options, &mut not_sampling)?;
+        let sampling: SamplingParams = read_options(&options, &mut not_sampling)?;
         if let Some(unknown) = not_request.intersection(&not_sampling).next() {
-            return Err(OptionError::new(unknown, format!("unknown option {unknown:?}")));
+            return Err(unknown_option(unknown));
         }
 
         let prompt = match (fields.prompt, fields.messages) {
@@ -108,34 +82,16 @@ impl GenerateRequest {
     }
 }
 
-/// Deserialises `T` from the whole object, collecting the top-level keys it does not read.
-fn read<T: DeserializeOwned>(options: &Value, ignored: &mut BTreeSet<String>) -> Result<T, OptionError> {
-    let mut note = |path: serde_ignored::Path| {
-        if let serde_ignored::Path::Map { parent: serde_ignored::Path::Root, key } = path {
-            ignored.insert(key);
-        }
-    };
-    serde_path_to_error::deserialize(serde_ignored::Deserializer::new(options, &mut note)).map_err(|error| {
-        let path = error.path().to_string();
-        let option = path.split(['.', '[']).next().unwrap_or_default();
-        OptionError::new(option, format!("invalid option {path}: {}", error.inner()))
-    })
-}
-
 /// A validation error, renamed from the Rust field to the JS option (`top_p` -> `topP`).
 fn renamed(error: EngineError) -> OptionError {
-    let field = match &error {
-        EngineError::BadOption { name, .. } => name.to_string(),
-        EngineError::Sampler(SamplerError::OutOfRange { name, .. }) => name.to_string(),
-        EngineError::Sampler(
-            SamplerError::BiasIdOutOfVocabulary { .. }
-            | SamplerError::InvalidBias { .. }
-            | SamplerError::BiasSyntax { .. },
-        ) => "logit_bias".to_string(),
-        _ => "options".to_string(),
-    };
-    let option = js_name(&field);
-    OptionError { message: error.to_string().replace(&field, &option), option }
+    match &error {
+        EngineError::BadOption { name, .. } => {
+            let option = js_name(name);
+            OptionError { message: error.to_string().replace(name, &option), option }
+        }
+        EngineError::Sampler(sampler) => OptionError::from_sampler(sampler),
+        _ => OptionError::new("options", error.to_string()),
+    }
 }
 
 /// The JS name of a request or sampling field: its serde name.
@@ -144,23 +100,6 @@ pub fn js_name(field: &str) -> String {
         return "explain".to_string();
     }
     camel_case(field)
-}
-
-/// `top_p` -> `topP`.
-pub fn camel_case(snake: &str) -> String {
-    let mut out = String::with_capacity(snake.len());
-    let mut upper = false;
-    for c in snake.chars() {
-        if c == '_' {
-            upper = true;
-        } else if upper {
-            out.extend(c.to_uppercase());
-            upper = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// A string or an array of strings.
@@ -325,10 +264,8 @@ mod tests {
     }
 
     #[test]
-    fn camel_case_renames_snake_names() {
-        assert_eq!(camel_case("top_p"), "topP");
-        assert_eq!(camel_case("repetition_penalty"), "repetitionPenalty");
-        assert_eq!(camel_case("seed"), "seed");
+    fn request_fields_have_their_js_names() {
         assert_eq!(js_name("explain_top_n"), "explain");
+        assert_eq!(js_name("top_logprobs"), "topLogprobs");
     }
 }

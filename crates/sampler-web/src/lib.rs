@@ -1,6 +1,6 @@
 //! The sampler alone, for the page: a second, small wasm module (no model, no Burn, no GPU) so
 //! that what the page shows about a step comes from the same Rust code that chose the token,
-//! also in a browser without WebGPU.
+//! also in a browser without WebGPU (a recorded run replayed from its trace).
 //!
 //! [`what_if`] re-runs the sampler's stages on a step's logits row with other settings: bias (and
 //! the mask, when there is one) as in the engine, then temperature and truncation
@@ -8,50 +8,35 @@
 //! draws). Penalties need the generation's history, which a what-if does not have: the row it
 //! takes is the one they were applied to, or the raw row when there were none.
 //!
-//! The options are the JS API's sampling options ([`SamplingParams`]'s serde form, camelCase),
-//! read with unknown keys refused by name. On wasm32 `whatIf(logits, options, chosen, topN)` returns
-//! the explanation as JSON text (`bindings`).
+//! A step usually reports only its top candidates, not the whole row: [`estimated_row`] makes a
+//! row of them and the rest of the vocabulary (see there for what is exact and what estimated).
+//!
+//! The options are the JS API's sampling options, read by the sampler's one reader of that
+//! spelling ([`SamplingParams::from_json`]). On wasm32 the module exports
+//! `whatIf(logits, options, chosen, topN)`, which returns the explanation as JSON text with the
+//! JS API's camelCase keys (`bindings`), and `estimateRow(ids, logits, logSumExp, vocabSize)`.
 
-use nucleus_sampler::{Explanation, PenaltyHistory, SamplerError, SamplingParams, adjust_logits, explain, process};
+use nucleus_sampler::{
+    Explanation, OptionError, PenaltyHistory, SamplerError, SamplingParams, adjust_logits, camel_keys, explain, process,
+};
 
 /// Why a what-if was refused.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum WhatIfError {
-    /// The options are not JSON of the sampling options: `option` names the offending key.
-    BadOptions {
-        /// The option, in the JS spelling (empty when the JSON itself is malformed).
-        option: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// The sampler refused the row or the options (an out-of-range value, a NaN logit, ...).
-    Sampler(SamplerError),
+    /// The options are not the sampling options, or a value is out of range: the error names
+    /// the option as JS spells it.
+    #[error(transparent)]
+    Options(#[from] OptionError),
+    /// The row cannot be sampled from (a NaN logit, an empty row, a chosen id outside it), or
+    /// the candidates cannot make one.
+    #[error("{0}")]
+    Row(String),
 }
 
-impl std::fmt::Display for WhatIfError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            WhatIfError::BadOptions { option, message } if option.is_empty() => write!(f, "{message}"),
-            WhatIfError::BadOptions { option, message } => write!(f, "{option}: {message}"),
-            WhatIfError::Sampler(error) => write!(f, "{error}"),
-        }
+impl From<SamplerError> for WhatIfError {
+    fn from(error: SamplerError) -> Self {
+        WhatIfError::Row(error.to_string())
     }
-}
-
-impl std::error::Error for WhatIfError {}
-
-/// Reads the sampling options from their JSON (the JS spelling; missing keys take their
-/// defaults), refusing keys that are not sampling options.
-pub fn parse_options(json: &str) -> Result<SamplingParams, WhatIfError> {
-    let mut unknown = Vec::new();
-    let mut deserializer = serde_json::Deserializer::from_str(json);
-    let params: SamplingParams =
-        serde_ignored::deserialize(&mut deserializer, |path| unknown.push(path.to_string()))
-            .map_err(|e| WhatIfError::BadOptions { option: String::new(), message: e.to_string() })?;
-    if let Some(option) = unknown.into_iter().next() {
-        return Err(WhatIfError::BadOptions { option, message: "not a sampling option".into() });
-    }
-    Ok(params)
 }
 
 /// The explanation of a step whose logits are `logits` under the sampling options `params`:
@@ -65,44 +50,108 @@ pub fn what_if(
     chosen: Option<u32>,
     top_n: usize,
 ) -> Result<Explanation, WhatIfError> {
-    let adjusted = adjust_logits(logits, params, PenaltyHistory::default(), None).map_err(WhatIfError::Sampler)?;
-    let distribution = process(&adjusted, params).map_err(WhatIfError::Sampler)?;
+    let adjusted = adjust_logits(logits, params, PenaltyHistory::default(), None)?;
+    let distribution = process(&adjusted, params)?;
     let chosen = chosen.unwrap_or_else(|| distribution.argmax());
-    explain(logits, &adjusted, &distribution, chosen, top_n).map_err(WhatIfError::Sampler)
+    Ok(explain(logits, &adjusted, &distribution, chosen, top_n)?)
 }
 
-/// The explanation as the page receives it: JSON text with the sampler's field names, each
-/// number written as its own type would (an f32 logit as the shortest f32 that reads back).
+/// A whole-vocabulary row from a step's top candidates (`ids` and their raw `logits`, any
+/// order) and the full row's log-sum-exp (a candidate's logit minus its log-probability):
+/// each candidate at its own logit, every other token at one logit, chosen so that the rest's
+/// total probability at temperature 1 is exact, and below the smallest candidate's (which no
+/// token outside the top can exceed).
+///
+/// So at temperature 1 every candidate's probability, and every truncation that ends inside
+/// the candidates, is exact; at other temperatures the rest's share is an estimate (the true
+/// rest is spread out, not flat). With no mass left for the rest its tokens are impossible
+/// (`-inf`).
+pub fn estimated_row(
+    ids: &[u32],
+    logits: &[f32],
+    log_sum_exp: f64,
+    vocab_size: usize,
+) -> Result<Vec<f32>, WhatIfError> {
+    if ids.len() != logits.len() {
+        return Err(WhatIfError::Row(format!("{} candidate ids but {} logits", ids.len(), logits.len())));
+    }
+    if !log_sum_exp.is_finite() || logits.iter().any(|l| !l.is_finite()) {
+        return Err(WhatIfError::Row("the candidates' logits and their log-sum-exp must be finite".into()));
+    }
+    let mut row = vec![f32::NAN; vocab_size];
+    for (&id, &logit) in ids.iter().zip(logits) {
+        let slot = row.get_mut(id as usize).ok_or_else(|| {
+            WhatIfError::Row(format!("candidate id {id} is outside the vocabulary (ids 0..{vocab_size})"))
+        })?;
+        if !slot.is_nan() {
+            return Err(WhatIfError::Row(format!("candidate id {id} is given twice")));
+        }
+        *slot = logit;
+    }
+    let rest_count = vocab_size - ids.len();
+    if rest_count == 0 {
+        return Ok(row);
+    }
+    let candidate_mass: f64 = logits.iter().map(|&l| (f64::from(l) - log_sum_exp).exp()).sum();
+    let rest_mass = 1.0 - candidate_mass;
+    let smallest = logits.iter().copied().fold(f32::INFINITY, f32::min);
+    let rest = if rest_mass > 0.0 {
+        let flat = (log_sum_exp + (rest_mass / rest_count as f64).ln()) as f32;
+        // Strictly below the smallest candidate, so every candidate keeps its place in the order.
+        flat.min(smallest.next_down())
+    } else {
+        f32::NEG_INFINITY
+    };
+    for slot in row.iter_mut().filter(|slot| slot.is_nan()) {
+        *slot = rest;
+    }
+    Ok(row)
+}
+
+/// The explanation as the page receives it: JSON text with the JS API's camelCase keys (those of
+/// a step's `explain`), each number written as its own type would (an f32 logit as the shortest
+/// f32 that reads back).
 pub fn to_json(explanation: &Explanation) -> String {
     // Plain numbers and strings: serialising cannot fail.
-    serde_json::to_string(explanation).unwrap_or_default()
+    serde_json::to_value(explanation).map(|value| camel_keys(value).to_string()).unwrap_or_default()
 }
 
 #[cfg(target_arch = "wasm32")]
 mod bindings {
     use js_sys::Reflect;
+    use nucleus_sampler::SamplingParams;
     use wasm_bindgen::prelude::*;
 
     use super::WhatIfError;
 
     /// `whatIf(logits: Float32Array, options: string, chosen?: number, topN: number): string`:
-    /// the explanation as JSON. Errors are JS `Error`s with `code` `bad-options` and, for an
-    /// unknown option, `option` naming it.
+    /// the explanation as JSON. Errors are JS `Error`s with `code` `bad-options` (and `option`
+    /// naming it) for the options, `bad-row` for the logits.
     #[wasm_bindgen(js_name = whatIf)]
     pub fn what_if(logits: &[f32], options: &str, chosen: Option<u32>, top_n: usize) -> Result<String, JsValue> {
-        let params = super::parse_options(options).map_err(to_js)?;
+        let params = SamplingParams::from_json(options, logits.len()).map_err(|e| to_js(e.into()))?;
         let explanation = super::what_if(logits, &params, chosen, top_n).map_err(to_js)?;
         Ok(super::to_json(&explanation))
+    }
+
+    /// `estimateRow(ids: Uint32Array, logits: Float32Array, logSumExp: number, vocabSize: number):
+    /// Float32Array`: a whole row from a step's top candidates (see `estimated_row`).
+    #[wasm_bindgen(js_name = estimateRow)]
+    pub fn estimate_row(ids: &[u32], logits: &[f32], log_sum_exp: f64, vocab_size: usize) -> Result<Vec<f32>, JsValue> {
+        super::estimated_row(ids, logits, log_sum_exp, vocab_size).map_err(to_js)
     }
 
     fn to_js(error: WhatIfError) -> JsValue {
         let js = js_sys::Error::new(&error.to_string());
         // Setting a property on a fresh Error object cannot fail.
-        let _ = Reflect::set(&js, &"code".into(), &"bad-options".into());
-        if let WhatIfError::BadOptions { option, .. } = &error
-            && !option.is_empty()
-        {
-            let _ = Reflect::set(&js, &"option".into(), &option.as_str().into());
+        match &error {
+            WhatIfError::Options(options) => {
+                let _ = Reflect::set(&js, &"code".into(), &"bad-options".into());
+                let _ = Reflect::set(&js, &"option".into(), &options.option.as_str().into());
+            }
+            WhatIfError::Row(_) => {
+                let _ = Reflect::set(&js, &"code".into(), &"bad-row".into());
+            }
         }
         js.into()
     }

@@ -3,8 +3,8 @@
 //! reproduce byte for byte in Node (`tests/wasm/sampler-what-if.mjs`, run by `./build.sh test`). After
 //! changing the sampler, run `NUCLEUS_UPDATE_FIXTURES=1 cargo test -p nucleus-sampler-web`.
 
-use nucleus_sampler::{SamplingParams, process};
-use nucleus_sampler_web::{WhatIfError, parse_options, to_json, what_if};
+use nucleus_sampler::{SamplingParams, log_softmax, process, top_k_ids};
+use nucleus_sampler_web::{WhatIfError, estimated_row, to_json, what_if};
 use serde_json::{Value, json};
 
 const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures");
@@ -36,7 +36,7 @@ fn generated() -> String {
     for name in ROWS {
         let logits = row(name);
         for options in option_cases() {
-            let params = parse_options(&options.to_string()).unwrap();
+            let params = SamplingParams::from_json(&options.to_string(), logits.len()).unwrap();
             // The text the page receives, kept as text: the wasm module must give it byte for byte.
             let explanation = to_json(&what_if(&logits, &params, None, TOP_N).unwrap());
             cases.push(json!({ "row": name, "options": options, "topN": TOP_N, "explanation": explanation }));
@@ -82,14 +82,58 @@ fn the_explanation_is_the_sampler_s_own_distribution() {
 }
 
 #[test]
-fn unknown_and_bad_options_are_refused_by_name() {
-    let unknown = parse_options(r#"{"temperature": 0.5, "topQ": 0.9}"#).unwrap_err();
-    assert_eq!(unknown, WhatIfError::BadOptions { option: "topQ".into(), message: "not a sampling option".into() });
-    let malformed = parse_options(r#"{"topP": "high"}"#).unwrap_err();
-    assert!(matches!(&malformed, WhatIfError::BadOptions { message, .. } if message.contains("invalid type")));
-    let params = parse_options(r#"{"topP": 1.5}"#).unwrap();
-    let error = what_if(&row("capital"), &params, None, TOP_N).unwrap_err();
-    assert!(error.to_string().contains("top_p"), "{error}");
+fn a_row_the_sampler_cannot_take_is_refused() {
     let nan = what_if(&[0.0, f32::NAN], &SamplingParams::default(), None, TOP_N).unwrap_err();
-    assert!(matches!(nan, WhatIfError::Sampler(_)), "{nan}");
+    assert!(matches!(nan, WhatIfError::Row(_)), "{nan}");
+    let outside = what_if(&[0.0, 1.0], &SamplingParams::default(), Some(2), TOP_N).unwrap_err();
+    assert!(matches!(outside, WhatIfError::Row(_)), "{outside}");
+}
+
+/// The reference row's top 64 and its log-sum-exp: what a step reports.
+fn top_64(logits: &[f32]) -> (Vec<u32>, Vec<f32>, f64) {
+    let ids = top_k_ids(logits, 64);
+    let top: Vec<f32> = ids.iter().map(|&id| logits[id as usize]).collect();
+    let log_sum_exp = f64::from(top[0]) - log_softmax(logits).unwrap()[ids[0] as usize];
+    (ids, top, log_sum_exp)
+}
+
+#[test]
+fn the_top_candidates_and_the_rest_give_the_step_s_own_probabilities_at_temperature_1() {
+    let logits = row("capital");
+    let (ids, top, log_sum_exp) = top_64(&logits);
+    let estimated = estimated_row(&ids, &top, log_sum_exp, logits.len()).unwrap();
+    let exact = what_if(&logits, &SamplingParams::default(), None, 64).unwrap();
+    let from_top = what_if(&estimated, &SamplingParams::default(), None, 64).unwrap();
+    for (a, b) in exact.candidates.iter().zip(&from_top.candidates) {
+        assert_eq!((a.id, a.rank), (b.id, b.rank));
+        assert!((a.prob - b.prob).abs() < 1e-9, "{} {} vs {}", a.id, a.prob, b.prob);
+    }
+    // A truncation that ends inside the candidates keeps the same tokens with the same weights.
+    for params in [
+        SamplingParams { top_p: 0.9, ..SamplingParams::default() },
+        SamplingParams { top_k: 10, ..SamplingParams::default() },
+        SamplingParams { min_p: 0.05, ..SamplingParams::default() },
+    ] {
+        let exact = what_if(&logits, &params, None, 64).unwrap();
+        let from_top = what_if(&estimated, &params, None, 64).unwrap();
+        assert_eq!(exact.stages, from_top.stages);
+        assert_eq!(exact.chosen.id, from_top.chosen.id);
+        assert!((exact.chosen.prob - from_top.chosen.prob).abs() < 1e-9);
+    }
+    // Elsewhere the rest is an estimate, and the candidates still lead the order.
+    let hot = SamplingParams { temperature: 1.5, ..SamplingParams::default() };
+    let from_top = what_if(&estimated, &hot, None, 64).unwrap();
+    assert_eq!(from_top.candidates.iter().map(|c| c.id).collect::<Vec<_>>(), ids);
+}
+
+#[test]
+fn candidates_that_cannot_make_a_row_are_refused() {
+    let cases: [(&[u32], &[f32], usize); 4] =
+        [(&[0, 0], &[1.0, 2.0], 8), (&[9], &[1.0], 8), (&[1, 2], &[1.0], 8), (&[1], &[f32::NAN], 8)];
+    for (ids, logits, vocab) in cases {
+        assert!(matches!(estimated_row(ids, logits, 3.0, vocab), Err(WhatIfError::Row(_))), "{ids:?} {logits:?}");
+    }
+    // All the mass in the candidates: the rest is impossible.
+    let row = estimated_row(&[0], &[0.0], 0.0, 3).unwrap();
+    assert_eq!(row, [0.0, f32::NEG_INFINITY, f32::NEG_INFINITY]);
 }

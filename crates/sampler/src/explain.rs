@@ -8,6 +8,7 @@
 //! `{"candidates":[{"id","rank","logit","adjusted_logit","prob","cumulative","kept",
 //! "kept_by_mask","kept_by_top_k","kept_by_top_p","kept_by_min_p","kept_by_typical_p",
 //! "removed_by","final_prob"}],"entropy","mass_outside","kept_count","kept_mass","temperature",
+//! "stages":{"possible","after_top_k","after_top_p","after_min_p","after_typical_p"},
 //! "chosen":{"id","rank","prob","logprob","temperature_prob"}}`. Non-finite numbers (a -inf
 //! logit) are written by serde_json as `null`. Token text is the caller's to add.
 
@@ -15,7 +16,7 @@ use std::cmp::Ordering;
 
 use serde::Serialize;
 
-use crate::distribution::{Distribution, RemovedBy};
+use crate::distribution::{Distribution, RemovedBy, StageCounts};
 use crate::error::SamplerError;
 use crate::math::{top_k_ids, top_n_by_key};
 use crate::penalties::AdjustedLogits;
@@ -88,6 +89,9 @@ pub struct Explanation {
     pub kept_mass: f64,
     /// The temperature used (0 = greedy).
     pub temperature: f64,
+    /// How many tokens each truncation left, along the processed order: where the visualiser
+    /// draws its cuts.
+    pub stages: StageCounts,
     /// The chosen token.
     pub chosen: Chosen,
 }
@@ -213,6 +217,7 @@ pub fn explain(
         kept_count: dist.kept_ids().len(),
         kept_mass: dist.kept_mass(),
         temperature: dist.temperature(),
+        stages: dist.counts(),
         chosen: Chosen {
             id: chosen,
             rank: chosen_rank,

@@ -60,6 +60,7 @@ pub mod candidates;
 pub mod distribution;
 pub mod error;
 pub mod explain;
+pub mod json;
 pub mod knobs;
 pub mod mask;
 pub mod math;
@@ -82,6 +83,7 @@ pub use candidates::{
 pub use distribution::{Distribution, RemovedBy, StageCounts, process};
 pub use error::SamplerError;
 pub use explain::{Candidate, Chosen, Explanation, MAX_EXPLAIN_TOP_N, explain};
+pub use json::{OptionError, camel_case, camel_keys};
 pub use mask::{AllowList, DenyList, TokenMask, TokenSet};
 pub use math::{entropy, log_softmax, softmax, top_k_ids};
 pub use params::{SamplingParams, parse_logit_bias};

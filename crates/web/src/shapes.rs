@@ -1,11 +1,9 @@
 //! The JSON the JS API hands out: the engine's values with camelCase keys, as JS expects them.
 
 use nucleus_engine::{GenerationResult, ModelInfo, Step};
-use nucleus_sampler::FinishReason;
+use nucleus_sampler::{FinishReason, camel_keys};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
-
-use nucleus_engine::camel_case;
 
 /// A step: `{ index, id, token, text, logprob, top: [{ id, text, logit, logprob }], explain?, finishReason? }`.
 pub fn step(step: &Step) -> Value {
@@ -53,15 +51,6 @@ fn insert_finish_reason(map: &mut Map<String, Value>, reason: Option<&FinishReas
 
 fn to_value(value: &impl Serialize) -> Value {
     serde_json::to_value(value).expect("engine values serialise")
-}
-
-/// Renames every object key from snake_case to camelCase, recursively.
-pub fn camel_keys(value: Value) -> Value {
-    match value {
-        Value::Object(map) => Value::Object(map.into_iter().map(|(k, v)| (camel_case(&k), camel_keys(v))).collect()),
-        Value::Array(items) => Value::Array(items.into_iter().map(camel_keys).collect()),
-        other => other,
-    }
 }
 
 #[cfg(test)]
