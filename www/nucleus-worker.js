@@ -108,6 +108,9 @@ const handlers = {
     const facts = await adapterFacts();
     wasmMemory = (await init()).memory;
     const { bytes, cache, fromCache } = await fetchModel(url, useCache, progress);
+    // The file's SHA-256 (lm.info.sha256, which a trace records), computed off this thread while
+    // the engine loads: WebCrypto copies the bytes when asked.
+    const digest = crypto.subtle.digest('SHA-256', bytes);
     try {
       engine = await loadEngine(bytes, contextLength ?? undefined, memoryBudget ?? undefined,
         (phase, loaded, total) => progress(phase, loaded, total, fromCache));
@@ -122,7 +125,8 @@ const handlers = {
       await cache.put(url, stored).catch((error) => console.warn(`nucleus: the model was not cached: ${error}`));
     }
     loadMs = performance.now() - started;
-    return { ...JSON.parse(engine.info(String(url))), ...facts, loadMs, fromCache };
+    const sha256 = Array.from(new Uint8Array(await digest), (b) => b.toString(16).padStart(2, '0')).join('');
+    return { ...JSON.parse(engine.info(String(url))), ...facts, sha256, loadMs, fromCache };
   },
 
   async [REQUEST.tokenize]({ text }) {

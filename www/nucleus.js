@@ -369,7 +369,7 @@ export class Nucleus {
 
   constructor(client, info) {
     this.#client = client;
-    /** `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, adapter, f16, loadMs, fromCache }` */
+    /** `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, adapter, f16, sha256, loadMs, fromCache }` */
     this.info = Object.freeze(info);
     this.chat = Object.freeze({ completions: Object.freeze({ create: (request) => createChatCompletion(this, request) }) });
   }

@@ -4,6 +4,7 @@
 
 import { Nucleus } from './nucleus.js';
 import { explainStep } from './what-if.js';
+import { runOfTrace, traceOf } from './trace.js';
 
 const $ = (id) => document.getElementById(id);
 const SVG = 'http://www.w3.org/2000/svg';
@@ -29,6 +30,8 @@ const state = {
   /** The current run: its steps, the settings it used, its generation. */
   steps: [],
   runSettings: null,
+  /** The model of the steps shown: { name, sha256, vocabSize } (a trace's, when replaying one). */
+  model: null,
   generation: null,
   /** The step the inspector shows; null follows the latest. */
   selected: null,
@@ -41,7 +44,8 @@ const state = {
   prefillReports: [],
   /**
    * The conversation (chat mode): { role, content } in order; an assistant turn also keeps its
-   * run ({ steps, runSettings, result }) for the inspector.
+   * run for the inspector: { request, settings, model, steps, runSettings, result } (request:
+   * { prompt } or { messages }; settings: the sampling options it used, seed included).
    */
   turns: [],
   /** The run whose chips are shown. */
@@ -175,6 +179,8 @@ function checkForm() {
 // load the URL wins over what is stored.
 
 const SETTINGS_KEY = 'nucleus-playground-settings';
+/** The link's parameter that names a trace to replay (kept in the link, not a setting). */
+const TRACE_PARAM = 'trace';
 
 /** Every setting: key -> { read(), write(text) -> true when the text was valid, expected }. */
 function settings() {
@@ -216,6 +222,7 @@ function loadSettings() {
   const all = settings();
   const apply = (params, report) => {
     for (const [key, text] of params) {
+      if (key === TRACE_PARAM) continue;
       const setting = all.get(key);
       if (!setting) report.push(`${key} (not a setting)`);
       else if (!setting.write(text)) report.push(`${key}=${text} (must be ${setting.expected})`);
@@ -241,7 +248,9 @@ function saveSettings() {
   const params = new URLSearchParams();
   for (const [key, setting] of settings()) params.set(key, setting.read());
   const query = params.toString();
-  history.replaceState(null, '', `${location.pathname}?${query}${location.hash}`);
+  const trace = new URLSearchParams(location.search).get(TRACE_PARAM);
+  const link = trace ? `${query}&${new URLSearchParams({ [TRACE_PARAM]: trace })}` : query;
+  history.replaceState(null, '', `${location.pathname}?${link}${location.hash}`);
   try {
     localStorage.setItem(SETTINGS_KEY, query);
   } catch {
@@ -309,6 +318,75 @@ function updateButtons() {
   const noMessage = isChat() && $('prompt').value.trim() === '';
   $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
   $('stop').disabled = !state.busy;
+  $('export-trace').disabled = state.busy || !state.shownRun;
+  $('trace-file').disabled = state.busy;
+}
+
+/** What a trace says about the model: `lm.info`'s title, file digest and vocabulary size. */
+const modelFacts = ({ title, sha256, vocabSize }) => ({ name: title, sha256: sha256 ?? null, vocabSize });
+
+// ---- recorded runs (traces): saved as JSON, replayed without the model --------------------------
+
+/** Saves the run shown as a trace file. */
+function exportTrace() {
+  const run = state.shownRun;
+  if (!run) return;
+  const text = JSON.stringify(traceOf(run, run.model), null, 1);
+  const link = document.createElement('a');
+  link.href = URL.createObjectURL(new Blob([text], { type: 'application/json' }));
+  link.download = `nucleus-trace-${run.model.name.replace(/[^\w.-]+/g, '-')}.json`;
+  link.click();
+  setTimeout(() => URL.revokeObjectURL(link.href), 10_000);
+}
+
+/**
+ * Replays a trace's text (`source` names where it came from): its steps as chips, its settings on
+ * the knobs, the inspector on its steps. A trace that does not read is an error naming what is
+ * wrong, and what the page showed stays as it was.
+ */
+function openTrace(text, source) {
+  let replay;
+  try {
+    replay = runOfTrace(text);
+  } catch (error) {
+    // The message names where the trace is wrong (`steps[3].candidates.ids[5]: …`).
+    showTraceProblem(`${source} is not a trace this page can replay: ${error.message}`);
+    return;
+  }
+  const { model, run } = replay;
+  $('trace-error').hidden = true;
+  const runSettings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, run.settings[k] ?? DEFAULTS[k]]));
+  showRun({ ...run, model, runSettings });
+  setKnobs(runSettings);
+  document.body.dataset.replay = 'true';
+  const prompt = run.request.prompt ?? run.request.messages.at(-1).content;
+  $('trace-status').textContent = `Replaying a recorded run of ${model.name} (${run.steps.length} steps) for “${prompt}”: `
+    + 'no model needed; the sliders re-run the sampler on its candidates.';
+}
+
+function showTraceProblem(message) {
+  $('trace-error').textContent = message;
+  $('trace-error').hidden = false;
+}
+
+async function openTraceFile(event) {
+  const [file] = event.target.files;
+  event.target.value = '';
+  if (file) openTrace(await file.text(), `The file ${file.name}`);
+}
+
+/** A trace from a URL (the page's `?trace=` parameter). */
+async function openTraceUrl(url) {
+  let text;
+  try {
+    const response = await fetch(url);
+    if (!response.ok) throw new Error(`HTTP ${response.status}`);
+    text = await response.text();
+  } catch (error) {
+    showTraceProblem(`The trace ${url} could not be fetched: ${error.message}`);
+    return;
+  }
+  openTrace(text, `The trace ${url}`);
 }
 
 async function generate(event) {
@@ -323,6 +401,8 @@ async function generate(event) {
   state.steps = [];
   state.selected = null;
   state.runSettings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, options[k]]));
+  state.model = modelFacts(state.lm.info);
+  delete document.body.dataset.replay;
   $('tokens').replaceChildren();
   $('stats').replaceChildren();
   renderInspector();
@@ -344,7 +424,14 @@ async function generate(event) {
     }
     const result = await generation.result;
     showStats({ result });
-    const run = { steps: state.steps, runSettings: state.runSettings, result };
+    const run = {
+      request: options.messages ? { messages: options.messages } : { prompt: options.prompt },
+      settings: { ...state.runSettings, seed: options.seed },
+      model: state.model,
+      steps: state.steps,
+      runSettings: state.runSettings,
+      result,
+    };
     state.shownRun = run;
     if (isChat()) {
       state.turns.push({ role: 'user', content: message }, { role: 'assistant', content: result.text, run });
@@ -397,6 +484,7 @@ function showRun(run) {
   if (state.generation) return;
   state.steps = run.steps;
   state.runSettings = run.runSettings;
+  state.model = run.model;
   state.selected = null;
   state.shownRun = run;
   $('tokens').replaceChildren();
@@ -457,7 +545,7 @@ function stop() {
 // ---- output ------------------------------------------------------------------------------------
 
 /** The sampler's explanation of a step under `settings`, listing the chart's bars. */
-const explained = (step, settings, topN = BARS) => explainStep(step, settings, { vocabSize: state.lm.info.vocabSize, topN });
+const explained = (step, settings, topN = BARS) => explainStep(step, settings, { vocabSize: state.model.vocabSize, topN });
 
 /** The chosen token's probability and rank under the settings the run used (null: not known). */
 function chosenUnderRun(step) {
@@ -561,7 +649,7 @@ function fillList(list, rows) {
 
 /** What a person wants to know about a run; what an engineer wants goes under "Details". */
 function showStats({ tokens, elapsedMs, result }) {
-  fillList($('run-facts'), result
+  fillList($('run-facts'), result?.transfer
     ? [
       ['read back', `${result.transfer.bytesPerToken.toFixed(0)} bytes/token`],
       ...(result.transfer.gpuQueue.perDecodeToken
@@ -572,6 +660,12 @@ function showStats({ tokens, elapsedMs, result }) {
         : []),
     ]
     : []);
+  if (result && !result.timing) {
+    // A replayed trace: what it recorded, no timings.
+    fillList($('stats'), [['tokens generated', String(state.steps.length)], ['finish reason', result.finishReason],
+      ['source', 'a recorded trace']]);
+    return;
+  }
   const rows = result
     ? [
       ['time to first token', `${result.timing.ttftMs.toFixed(0)} ms`],
@@ -600,7 +694,7 @@ function svg(tag, attributes, text) {
 function renderInspector() {
   const index = state.selected ?? state.steps.length - 1;
   const step = state.steps[index];
-  if (!step || !state.lm) {
+  if (!step) {
     $('whatif').textContent = 'Generate, then pick a token to see its step.';
     $('chart').replaceChildren();
     $('chart-table').replaceChildren();
@@ -650,8 +744,13 @@ function renderInspector() {
  */
 function drawChart(result, step, settings, sampler) {
   const text = new Map(step.top.map((c) => [c.id, c.text]));
-  const bars = result.candidates.slice(0, BARS).map((c) => ({ ...c, text: text.get(c.id) ?? null }));
-  const vocabSize = state.lm.info.vocabSize;
+  // Greedy puts all the mass on the first token: the pale bars then show the model's own p (T = 1).
+  const atOne = settings.temperature === 0
+    ? new Map(explained(step, { ...settings, temperature: 1 }).candidates.map((c) => [c.id, c.prob]))
+    : null;
+  const bars = result.candidates.slice(0, BARS)
+    .map((c) => ({ ...c, text: text.get(c.id) ?? null, prob: atOne?.get(c.id) ?? c.prob }));
+  const { vocabSize } = state.model;
   const beyondCount = vocabSize - bars.length;
   const beyondBefore = Math.max(0, 1 - bars.reduce((sum, g) => sum + g.prob, 0));
   const beyondAfter = Math.max(0, 1 - bars.reduce((sum, g) => sum + g.finalProb, 0));
@@ -792,6 +891,8 @@ async function start() {
   $('form').addEventListener('change', saveSettings);
   $('seed-random').addEventListener('change', checkForm);
   $('copy-link').addEventListener('click', copyLink);
+  $('export-trace').addEventListener('click', exportTrace);
+  $('trace-file').addEventListener('change', openTraceFile);
   $('form').addEventListener('submit', generate);
   $('stop').addEventListener('click', stop);
   $('new-chat').addEventListener('click', newConversation);
@@ -830,6 +931,9 @@ async function start() {
     event.preventDefault();
   });
 
+  // A trace in the link replays at once, with WebGPU or without.
+  const traceUrl = new URLSearchParams(location.search).get(TRACE_PARAM);
+  if (traceUrl) await openTraceUrl(traceUrl);
   if (!navigator.gpu) {
     showNoWebGpu('navigator.gpu is missing.');
     return;

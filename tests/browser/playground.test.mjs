@@ -3,7 +3,7 @@
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 import { startServer, REPO } from './server.mjs';
 import { launch, open } from './browser.mjs';
@@ -11,6 +11,10 @@ import { launch, open } from './browser.mjs';
 const OUTPUT = path.join(REPO, 'test-output');
 const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
 const capital = reference.logit_cases.capital;
+/** The committed trace of the greedy capital run (replayed by trace.test.mjs, read by the Rust tests). */
+const TRACE_FIXTURE = path.join(REPO, 'tests/fixtures/trace-capital-greedy.json');
+/** The default model file's digest: build.sh's, which checks the download against it. */
+const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
 
 let server;
 let context;
@@ -87,6 +91,38 @@ test('greedy tokens of a reference prompt stream as chips, and the inspector sho
   await page.keyboard.press('Home');
   assert.equal(await focusedIndex(), '0');
   assert.match(await page.textContent('#inspector-step'), /step 1 of 3/);
+});
+
+/** Asserts `actual` equals `expected` in shape and text, and each number to within `tolerance`. */
+function assertClose(actual, expected, tolerance, where = 'trace') {
+  if (typeof expected === 'number') {
+    assert.ok(typeof actual === 'number' && Math.abs(actual - expected) <= tolerance, `${where}: ${actual} vs ${expected}`);
+  } else if (expected && typeof expected === 'object') {
+    assert.deepEqual(Object.keys(actual ?? {}).sort(), Object.keys(expected).sort(), where);
+    for (const key of Object.keys(expected)) assertClose(actual[key], expected[key], tolerance, `${where}.${key}`);
+  } else {
+    assert.equal(actual, expected, where);
+  }
+}
+
+test('the run saves as a trace: the model digest, the candidates of each step, the committed trace', async () => {
+  const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-trace')]);
+  const saved = JSON.parse(readFileSync(await download.path(), 'utf8'));
+  if (process.env.NUCLEUS_UPDATE_FIXTURES) writeFileSync(TRACE_FIXTURE, `${JSON.stringify(saved, null, 1)}\n`);
+  assert.equal(saved.model.sha256, MODEL_SHA256, 'the digest the worker computed is the file\'s');
+  assert.equal(saved.prompt, capital.text);
+  assert.deepEqual(saved.steps.map((s) => s.token), [' Paris', '.', '\n']);
+  assert.equal(saved.steps[0].candidates.ids.length, 64);
+  // The first step's candidates are the reference's top 20, and their log-probabilities follow
+  // from the logits and the log-sum-exp.
+  const first = saved.steps[0];
+  capital.top20.forEach(({ id, logit }, i) => {
+    assert.equal(first.candidates.ids[i], id);
+    assert.ok(Math.abs(first.candidates.logits[i] - logit) < 1e-3, `${id}: ${first.candidates.logits[i]} vs ${logit}`);
+  });
+  assert.ok(Math.abs(first.logprob - (first.candidates.logits[0] - first.logSumExp)) < 1e-9);
+  // The same run gives the committed trace (numbers to 1e-4: another machine's SwiftShader).
+  assertClose(saved, JSON.parse(readFileSync(TRACE_FIXTURE, 'utf8')), 1e-4);
 });
 
 test('moving the temperature and top-p sliders redraws the chart without a new generation', async () => {

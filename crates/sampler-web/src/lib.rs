@@ -11,10 +11,15 @@
 //! A step usually reports only its top candidates, not the whole row: [`estimated_row`] makes a
 //! row of them and the rest of the vocabulary (see there for what is exact and what estimated).
 //!
+//! [`trace`] reads a recorded run (a trace), which the page replays with these functions.
+//!
 //! The options are the JS API's sampling options, read by the sampler's one reader of that
 //! spelling ([`SamplingParams::from_json`]). On wasm32 the module exports
 //! `whatIf(logits, options, chosen, topN)`, which returns the explanation as JSON text with the
-//! JS API's camelCase keys (`bindings`), and `estimateRow(ids, logits, logSumExp, vocabSize)`.
+//! JS API's camelCase keys (`bindings`), `estimateRow(ids, logits, logSumExp, vocabSize)` and
+//! `readTrace(text)` with `traceHeader()`.
+
+pub mod trace;
 
 use nucleus_sampler::{
     Explanation, OptionError, PenaltyHistory, SamplerError, SamplingParams, adjust_logits, camel_keys, explain, process,
@@ -63,7 +68,8 @@ pub fn what_if(
 /// token outside the top can exceed).
 ///
 /// So at temperature 1 every candidate's probability, and every truncation that ends inside
-/// the candidates, is exact; at other temperatures the rest's share is an estimate (the true
+/// the candidates, is exact (up to that one logit held as an f32: a relative 1e-7 of the rest's
+/// mass); at other temperatures the rest's share is an estimate (the true
 /// rest is spread out, not flat). With no mass left for the rest its tokens are impossible
 /// (`-inf`).
 pub fn estimated_row(
@@ -139,6 +145,26 @@ mod bindings {
     #[wasm_bindgen(js_name = estimateRow)]
     pub fn estimate_row(ids: &[u32], logits: &[f32], log_sum_exp: f64, vocab_size: usize) -> Result<Vec<f32>, JsValue> {
         super::estimated_row(ids, logits, log_sum_exp, vocab_size).map_err(to_js)
+    }
+
+    /// `readTrace(text: string): string`: the trace, checked whole, as JSON; a trace that is
+    /// not one is a JS `Error` with `code` `bad-trace` and `path` naming what is wrong.
+    #[wasm_bindgen(js_name = readTrace)]
+    pub fn read_trace(text: &str) -> Result<String, JsValue> {
+        let trace = crate::trace::read_trace(text).map_err(|error| {
+            let js = js_sys::Error::new(&error.to_string());
+            let _ = Reflect::set(&js, &"code".into(), &"bad-trace".into());
+            let _ = Reflect::set(&js, &"path".into(), &error.path.as_str().into());
+            JsValue::from(js)
+        })?;
+        // Plain data: serialising cannot fail.
+        Ok(serde_json::to_string(&trace).unwrap_or_default())
+    }
+
+    /// `traceHeader(): string`: the `format` and `version` a trace written now carries, as JSON.
+    #[wasm_bindgen(js_name = traceHeader)]
+    pub fn trace_header() -> String {
+        serde_json::json!({ "format": crate::trace::TRACE_FORMAT, "version": crate::trace::TRACE_VERSION }).to_string()
     }
 
     fn to_js(error: WhatIfError) -> JsValue {
