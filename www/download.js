@@ -105,6 +105,38 @@ export async function readStored(response, report) {
   return concatenate(chunks, loaded);
 }
 
+/** A file's SHA-256 as lowercase hex (WebCrypto: off the calling thread, on a copy of the bytes). */
+export async function sha256Hex(bytes) {
+  const digest = await crypto.subtle.digest('SHA-256', bytes);
+  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+}
+
+/**
+ * Keeps a downloaded model in `cache` under `url`. Resolves to null when it was stored, else to
+ * the `storage-quota` error (not thrown: the model then runs from the download, and the next
+ * load downloads it again), saying how much was needed and how much the browser had left.
+ * @param {Cache} cache
+ * @param {string} url
+ * @param {Uint8Array} bytes
+ * @returns {Promise<Error | null>}
+ */
+export async function storeModel(cache, url, bytes) {
+  const stored = new Response(bytes, { headers: { 'content-type': 'application/octet-stream',
+    'content-length': String(bytes.byteLength) } });
+  try {
+    await cache.put(url, stored);
+    return null;
+  } catch (error) {
+    const mb = (n) => `${(n / 1e6).toFixed(1)} MB`;
+    const { quota, usage } = await globalThis.navigator?.storage?.estimate?.().catch(() => ({})) ?? {};
+    const left = Number.isFinite(quota) && Number.isFinite(usage) ? `; the browser lets this site keep ${mb(quota)} and `
+      + `${mb(usage)} is in use, ${mb(Math.max(0, quota - usage))} free` : '';
+    const full = error?.name === 'QuotaExceededError';
+    return codedError('storage-quota', `the model was not kept for next time: ${full ? 'the storage quota is full' : error?.message ?? error}`
+      + ` (keeping it needs ${mb(bytes.byteLength)}${left}); it runs from this download, and the next load downloads it again`);
+  }
+}
+
 /** The file's whole size from a response: Content-Range's for a 206, else Content-Length. */
 function totalOf(response, offset) {
   if (response.headers.get('content-encoding')) return 0; // lengths of the encoded body: unknown

@@ -5,7 +5,7 @@
 
 import init, { loadEngine, lastPanic, loseDeviceForTesting, panicForTesting } from './pkg/nucleus_web.js';
 import { ERROR_CODES, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError } from './protocol.js';
-import { downloadModel, readStored } from './download.js';
+import { downloadModel, readStored, sha256Hex, storeModel } from './download.js';
 
 const MODEL_CACHE = 'nucleus-models-v1';
 
@@ -84,33 +84,37 @@ async function adapterFacts() {
 }
 
 /**
- * The model's bytes, from the Cache API when a previous load stored them, else downloaded
- * (download.js: resumed after a dropped connection, checked to begin like a GGUF file).
+ * The model's bytes, from the Cache API when a previous load stored a whole copy, else downloaded
+ * (download.js: resumed after a dropped connection, checked to begin like a GGUF file), with the
+ * file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and downloaded
+ * again, never used; a download that does not match is `bad-model`.
  */
-async function fetchModel(url, useCache, progress) {
+async function fetchModel(url, useCache, expectedSha256, progress) {
   const cache = useCache && self.caches ? await caches.open(MODEL_CACHE).catch(() => null) : null;
   const stored = cache ? await cache.match(url) : undefined;
   if (stored) {
     const bytes = await readStored(stored, (loaded, size) => progress('download', loaded, size, true));
-    if (bytes) return { bytes, cache, fromCache: true };
-    // A stored copy that is not the whole file is dropped and downloaded again, never parsed.
+    const sha256 = bytes && await sha256Hex(bytes);
+    if (bytes && (!expectedSha256 || sha256 === expectedSha256)) return { bytes, sha256, cache, fromCache: true };
+    // A stored copy that is not the whole file, or not the file, is dropped and downloaded again.
     await cache.delete(url).catch(() => {});
   }
   const bytes = await downloadModel(url, (loaded, total) => progress('download', loaded, total, false));
-  return { bytes, cache, fromCache: false };
+  const sha256 = await sha256Hex(bytes);
+  if (expectedSha256 && sha256 !== expectedSha256) {
+    throw fail('bad-model', `${url} is not the model expected: its sha256 is ${sha256}, not ${expectedSha256}`);
+  }
+  return { bytes, sha256, cache, fromCache: false };
 }
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ url, contextLength, memoryBudget, cache: useCache }, progress) {
+  async [REQUEST.load]({ url, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await adapterFacts();
     wasmMemory = (await init()).memory;
-    const { bytes, cache, fromCache } = await fetchModel(url, useCache, progress);
-    // The file's SHA-256 (lm.info.sha256, which a trace records), computed off this thread while
-    // the engine loads: WebCrypto copies the bytes when asked.
-    const digest = crypto.subtle.digest('SHA-256', bytes);
+    const { bytes, sha256, cache, fromCache } = await fetchModel(url, useCache, expectedSha256, progress);
     try {
       engine = await loadEngine(bytes, contextLength ?? undefined, memoryBudget ?? undefined,
         (phase, loaded, total) => progress(phase, loaded, total, fromCache));
@@ -119,14 +123,13 @@ const handlers = {
       if (fromCache) await cache.delete(url).catch(() => {});
       throw error;
     }
-    if (cache && !fromCache) {
-      const stored = new Response(bytes, { headers: { 'content-type': 'application/octet-stream',
-        'content-length': String(bytes.byteLength) } });
-      await cache.put(url, stored).catch((error) => console.warn(`nucleus: the model was not cached: ${error}`));
-    }
+    const cacheError = cache && !fromCache ? await storeModel(cache, url, bytes) : null;
+    if (cacheError) console.warn(`nucleus: ${cacheError.message}`);
     loadMs = performance.now() - started;
-    const sha256 = Array.from(new Uint8Array(await digest), (b) => b.toString(16).padStart(2, '0')).join('');
-    return { ...JSON.parse(engine.info(String(url))), ...facts, sha256, loadMs, fromCache };
+    return {
+      ...JSON.parse(engine.info(String(url))), ...facts, sha256, loadMs, fromCache,
+      cacheError: cacheError && { code: cacheError.code, message: cacheError.message },
+    };
   },
 
   async [REQUEST.tokenize]({ text }) {

@@ -336,15 +336,20 @@ export class Nucleus {
    * Loads a GGUF model into a new worker. Options: `model` (URL, same-origin or CORS; default
    * DEFAULT_MODEL_URL), `onProgress({ phase: 'download'|'parse'|'upload', loaded, total, cached })`,
    * `contextLength` (KV cache positions; default the model's), `memoryBudget` (bytes for every GPU
-   * buffer together; default none), `cache` (keep the file in the Cache API; default true).
+   * buffer together; default none), `cache` (keep the file in the Cache API; default true),
+   * `sha256` (the file's, lowercase hex: a stored copy that differs is replaced, a download that
+   * differs is `bad-model`; default: not checked beyond its length).
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
-    const known = ['model', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
+    const known = ['model', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
     const unknown = Object.keys(options).find((key) => !known.includes(key));
     if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${known.join(', ')})`);
-    const { model = DEFAULT_MODEL_URL, onProgress, contextLength, memoryBudget, cache = true } = options;
+    const { model = DEFAULT_MODEL_URL, sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
     if (typeof model !== 'string' && !(model instanceof URL)) throw badOption('model', 'model must be a URL');
+    if (sha256 !== undefined && !/^[0-9a-f]{64}$/.test(sha256)) {
+      throw badOption('sha256', `sha256 must be 64 lowercase hex digits, got ${JSON.stringify(sha256)}`);
+    }
     if (onProgress !== undefined && typeof onProgress !== 'function') throw badOption('onProgress', 'onProgress must be a function');
     if (contextLength !== undefined && !(Number.isInteger(contextLength) && contextLength >= 1)) {
       throw badOption('contextLength', `contextLength must be a whole number >= 1, got ${contextLength}`);
@@ -359,7 +364,7 @@ export class Nucleus {
     const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
     const client = new WorkerClient(worker);
     try {
-      const info = await client.call(REQUEST.load, { url, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
+      const info = await client.call(REQUEST.load, { url, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
       return new Nucleus(client, info);
     } catch (error) {
       client.terminate();
@@ -369,7 +374,7 @@ export class Nucleus {
 
   constructor(client, info) {
     this.#client = client;
-    /** `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, adapter, f16, sha256, loadMs, fromCache }` */
+    /** `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, adapter, f16, sha256, loadMs, fromCache, cacheError }` */
     this.info = Object.freeze(info);
     this.chat = Object.freeze({ completions: Object.freeze({ create: (request) => createChatCompletion(this, request) }) });
   }

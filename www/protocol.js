@@ -8,7 +8,8 @@
 // messages first.
 
 /**
- * @typedef {{ id: number, type: 'load', url: string, contextLength?: number, memoryBudget?: number, cache: boolean }} LoadRequest
+ * @typedef {{ id: number, type: 'load', url: string, sha256?: string, contextLength?: number, memoryBudget?: number,
+ *   cache: boolean }} LoadRequest
  *   Loads the model at `url` (one per worker). Replies with the model's `info`.
  * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
  *   Replies with the token ids (number[]).
@@ -75,6 +76,7 @@ export const ERROR_CODES = Object.freeze({
   'context-overflow': 'the prompt does not fit the context',
   'out-of-memory': 'a buffer the model needs is larger than the GPU allows, or all of them more than `memoryBudget`; checked before anything is uploaded, naming the largest `contextLength` that fits',
   'bad-logits': 'the model produced NaN or +inf logits, or none that is finite',
+  'storage-quota': 'the model could not be kept in the browser\'s storage (a full quota: how much was needed and how much is free); not thrown: `lm.info.cacheError` holds it, and the model runs from the download',
   busy: '`generate` while another generation runs',
   'device-lost': 'the GPU device was lost; load the model again',
   device: 'another GPU error',

@@ -456,6 +456,55 @@ test('a stored copy cut short is dropped and downloaded again, never parsed', as
   assert.deepEqual(ids, capital.greedy32.slice(0, 2));
 });
 
+test('with its sha256 given, a stored copy with one byte changed is dropped and downloaded again; a wrong digest is bad-model', async () => {
+  const sha256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
+  // The whole length, one byte of the tensor data changed: only the digest can tell.
+  await page.evaluate(async () => {
+    const { DEFAULT_MODEL_URL } = await import('/nucleus.js');
+    window.lm?.dispose();
+    const cache = await caches.open('nucleus-models-v1');
+    const bytes = new Uint8Array(await (await cache.match(DEFAULT_MODEL_URL)).arrayBuffer());
+    bytes[bytes.length - 100] ^= 0x40;
+    await cache.put(DEFAULT_MODEL_URL, new Response(bytes, { headers: { 'content-length': String(bytes.length) } }));
+  });
+  const before = server.requests.filter((r) => r.endsWith('.gguf')).length;
+  const info = await page.evaluate(async (expected) => {
+    const { Nucleus } = await import('/nucleus.js');
+    window.lm = await Nucleus.load({ sha256: expected });
+    return window.lm.info;
+  }, sha256);
+  assert.equal(info.fromCache, false, 'the changed copy was not used');
+  assert.equal(info.sha256, sha256);
+  assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before + 1, 'one download of the model');
+  const capital = reference.logit_cases.capital;
+  const ids = await inPage(async (lm, prompt) => {
+    const ids = [];
+    for await (const step of lm.generate({ prompt, maxTokens: 1, temperature: 0 })) ids.push(step.id);
+    return ids;
+  }, capital.text);
+  assert.deepEqual(ids, capital.greedy32.slice(0, 1));
+  // The replaced copy is the one kept: the next load takes it from the cache, digest and all.
+  const again = await page.evaluate(async (expected) => {
+    const { Nucleus } = await import('/nucleus.js');
+    window.lm.dispose();
+    window.lm = await Nucleus.load({ sha256: expected });
+    return window.lm.info.fromCache;
+  }, sha256);
+  assert.equal(again, true);
+
+  const wrong = await pageError(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    await Nucleus.load({ sha256: '0'.repeat(64), cache: false });
+  });
+  assert.equal(wrong.code, 'bad-model');
+  assert.match(wrong.message, new RegExp(`is not the model expected: its sha256 is ${sha256}, not 0{64}$`));
+  const malformed = await pageError(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    await Nucleus.load({ sha256: 'B179' });
+  });
+  assert.deepEqual([malformed.code, malformed.option], ['bad-options', 'sha256']);
+});
+
 test('a panic in the engine is internal with its message, ends the worker, and the next load starts a new one', async () => {
   const capital = reference.logit_cases.capital;
   const { errors, ids } = await page.evaluate(async (prompt) => {

@@ -362,3 +362,33 @@ test('without WebGPU the page says so, and which browsers work', async () => {
     await plain.close();
   }
 });
+
+test('after one visit, a reload with the network off loads the page and the model and generates', async () => {
+  // The service worker is installed and controls the page (it stored the page's files then).
+  await page.evaluate(() => navigator.serviceWorker.ready);
+  assert.ok(await page.evaluate(() => navigator.serviceWorker.controller !== null), 'the page is controlled');
+  const requests = server.requests.length;
+  // Offline twice over: the browser's emulation, and a server that answers nothing (Chromium
+  // checks the service worker's own script for an update past the emulation).
+  await context.setOffline(true);
+  server.setOffline(true);
+  try {
+    await page.reload();
+    await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: 120_000 });
+    assert.match(await page.textContent('#status'), /loaded in .* from the browser cache/);
+    await page.check('input[name="mode"][value="raw"]');
+    await page.fill('#prompt', capital.text);
+    await page.click('[data-preset="greedy"]');
+    await page.fill('#max-tokens', '1');
+    await page.click('#generate');
+    await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.querySelectorAll('#tokens .token').length === 1,
+      null, { timeout: 300_000 });
+    assert.deepEqual(await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent)), [' Paris']);
+    await page.screenshot({ path: path.join(OUTPUT, 'playground-offline.png'), fullPage: true });
+    const asked = server.requests.slice(requests);
+    assert.ok(asked.every((r) => r === '/sw.js'), `only the service worker's update check asked, and was refused: ${asked}`);
+  } finally {
+    server.setOffline(false);
+    await context.setOffline(false);
+  }
+});

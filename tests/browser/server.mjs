@@ -21,15 +21,21 @@ const TYPES = {
   '.gguf': 'application/octet-stream',
 };
 
-/** Serves `root` and `extra` (URL path -> Buffer, or { body, type }). Resolves to { url, close, requests }. */
+/** Serves `root` and `extra` (URL path -> Buffer, or { body, type }). Resolves to { url, close, requests, setOffline }. */
 export async function startServer({ root = path.join(REPO, 'www'), extra = {}, port = 0 } = {}) {
   await fs.access(MODEL_PATH).catch(() => {
     throw new Error(`the model is missing at ${MODEL_PATH}: run ./build.sh model (or set NUCLEUS_MODEL)`);
   });
   const requests = [];
+  let offline = false;
   const server = createServer(async (request, response) => {
     const pathname = decodeURIComponent(new URL(request.url, 'http://x').pathname);
     requests.push(pathname);
+    if (offline) {
+      // As if the network were gone: the connection closes with no answer.
+      request.socket.destroy();
+      return;
+    }
     if (extra[pathname]) {
       const { body, type } = Buffer.isBuffer(extra[pathname]) ? { body: extra[pathname] } : extra[pathname];
       response.writeHead(200, { 'content-type': type ?? 'application/octet-stream', 'content-length': body.length });
@@ -56,7 +62,13 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
   });
   await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
   const url = `http://127.0.0.1:${server.address().port}/`;
-  return { url, requests, close: () => new Promise((resolve) => server.close(resolve)) };
+  return {
+    url,
+    requests,
+    /** While on, every request is refused (the connection closed unanswered). */
+    setOffline: (on) => { offline = on; },
+    close: () => new Promise((resolve) => server.close(resolve)),
+  };
 }
 
 /**
