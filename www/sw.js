@@ -11,10 +11,11 @@
 // requests (*.gguf) and every Range request pass through untouched.
 
 const APP_CACHE = 'nucleus-app-v1';
-/** Every file the playground loads, relative to this worker (tests/browser checks the list). */
+/** Every file the playground and the embed page load, relative to this worker (tests/browser checks the list). */
 const APP_FILES = [
   './',
   'index.html',
+  'embed.html',
   'playground.css',
   'chart.css',
   'chart.js',
@@ -25,6 +26,7 @@ const APP_FILES = [
   'download.js',
   'what-if.js',
   'trace.js',
+  'nucleus-element.js',
   'sampling-knobs.json',
   'pkg/nucleus_web.js',
   'pkg/nucleus_web_bg.wasm',

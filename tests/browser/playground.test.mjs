@@ -12,7 +12,7 @@ const OUTPUT = path.join(REPO, 'test-output');
 const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
 const capital = reference.logit_cases.capital;
 /** The committed trace of the greedy capital run (replayed by trace.test.mjs, read by the Rust tests). */
-const TRACE_FIXTURE = path.join(REPO, 'tests/fixtures/trace-capital-greedy.json');
+const TRACE_FIXTURE = path.join(REPO, 'www/traces/capital-greedy.json');
 /** The default model file's digest: build.sh's, which checks the download against it. */
 const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
 

@@ -1,5 +1,5 @@
 // Replaying a recorded run (a trace) in Chromium without WebGPU: the committed trace
-// (tests/fixtures/trace-capital-greedy.json, saved by the playground) from a file and from the
+// (www/traces/capital-greedy.json, saved by the playground) from a file and from the
 // page's ?trace= link; its sliders re-run the sampler module; a damaged trace is refused naming
 // what is wrong, and what the page showed stays. Screenshots go to test-output/.
 
@@ -11,7 +11,7 @@ import { startServer, REPO } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const OUTPUT = path.join(REPO, 'test-output');
-const TRACE_FILE = path.join(REPO, 'tests/fixtures/trace-capital-greedy.json');
+const TRACE_FILE = path.join(REPO, 'www/traces/capital-greedy.json');
 const trace = JSON.parse(readFileSync(TRACE_FILE, 'utf8'));
 
 let server;

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 /// Recorded by the playground in Chromium (tests/browser/playground.test.mjs checks that an export
 /// of the same run gives it again).
-const FIXTURE: &str = "tests/fixtures/trace-capital-greedy.json";
+const FIXTURE: &str = "www/traces/capital-greedy.json";
 
 fn fixture() -> Value {
     let path = format!("{ROOT}/{FIXTURE}");

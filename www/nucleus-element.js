@@ -1,0 +1,337 @@
+// <nucleus-playground>: the playground as one element for documentation pages.
+//
+//   <script type="module" src=".../nucleus-element.js"></script>
+//   <nucleus-playground prompt="The cat sat on the" temperature="0.7" top-p="0.9"
+//                       mode="inspector" max-tokens="12" autoplay></nucleus-playground>
+//
+// Attributes: `model` (URL; default the default model) and `sha256` (its digest, checked before a
+// cached copy is used); `prompt`; the sampling settings `temperature`, `top-k`, `top-p`, `min-p`,
+// `typical-p`, `seed`; `max-tokens`; `mode`: `inspector` (the prompt fixed, its tokens as chips,
+// the chart of the step picked, what-if sliders), `full` (the prompt and the settings editable) or
+// `compare` (the same prompt and seed at three temperatures, `temperatures="0 0.7 1.5"`, side by
+// side, each with its chips and chart); `autoplay` (generate once loaded); `trace` (the URL of a
+// recorded run: replayed at once, and instead of failing where there is no WebGPU).
+//
+// Its DOM is a shadow root with its own styles; it takes its container's width. Every element on
+// a page that names the same model shares one loaded engine, and their generations run one at a
+// time, in the order asked, each waiting element saying where it is in the line.
+
+import { Nucleus } from './nucleus.js';
+import { explainStep } from './what-if.js';
+import { drawChart, shownToken } from './chart.js';
+import { runOfTrace } from './trace.js';
+
+/** The settings an element reads from its attributes: attribute -> option, default, range. */
+const SETTINGS = [
+  ['temperature', 'temperature', 0.7, 0, 2],
+  ['top-k', 'topK', 0, 0, 1000],
+  ['top-p', 'topP', 1, 0.01, 1],
+  ['min-p', 'minP', 0, 0, 1],
+  ['typical-p', 'typicalP', 1, 0.01, 1],
+];
+const MODES = ['inspector', 'full', 'compare'];
+const DEFAULT_TEMPERATURES = [0, 0.7, 1.5];
+/** Bars in an element's chart, and candidates asked of each step. */
+const BARS = 12;
+const CANDIDATES = 64;
+
+// ---- one engine per model, one generation at a time -----------------------------------------------
+
+/** model URL ('' for the default) -> Promise<Nucleus>, shared by every element of the page. */
+const engines = new Map();
+
+function sharedEngine(model, sha256) {
+  const key = model ?? '';
+  if (!engines.has(key)) {
+    const loading = Nucleus.load({ ...(model && { model }), ...(sha256 && { sha256 }) });
+    // A failed load is not kept: the next element (or a retry) tries again.
+    loading.catch(() => engines.delete(key));
+    engines.set(key, loading);
+  }
+  return engines.get(key);
+}
+
+/** The elements whose generation runs (the first) or waits its turn, in order. */
+const line = [];
+let lineTail = Promise.resolve();
+
+/** Runs `job` when every generation asked before it has finished; the line is shown as it moves. */
+async function inTurn(element, job) {
+  const previous = lineTail;
+  let done;
+  lineTail = new Promise((resolve) => { done = resolve; });
+  line.push(element);
+  showLine();
+  try {
+    await previous;
+    showLine();
+    return await job();
+  } finally {
+    line.splice(line.indexOf(element), 1);
+    showLine();
+    done();
+  }
+}
+
+function showLine() {
+  line.forEach((element, position) => element.showPlaceInLine(position));
+}
+
+// ---- the element --------------------------------------------------------------------------------
+
+const STYLE = `
+:host { display: block; font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--ink, #1d1d1f);
+  border: 1px solid var(--line, #dedbd2); border-radius: 10px; padding: 0.7rem; margin: 1rem 0; container-type: inline-size; }
+:host([hidden]) { display: none; }
+.top { display: flex; flex-wrap: wrap; gap: 0.4rem 0.7rem; align-items: center; }
+.prompt { font-family: ui-monospace, monospace; background: rgba(127,127,127,0.12); padding: 0.1rem 0.35rem; border-radius: 4px; }
+textarea { width: 100%; box-sizing: border-box; font: inherit; }
+button { font: inherit; font-size: 0.9rem; padding: 0.3rem 0.75rem; border-radius: 6px; border: 1px solid var(--line, #ccc);
+  background: var(--button, #f3f1ec); color: inherit; cursor: pointer; }
+button:focus-visible, input:focus-visible, textarea:focus-visible { outline: 3px solid var(--accent, #2f5fd0); outline-offset: 1px; }
+button:disabled { opacity: 0.55; cursor: default; }
+.status { font-size: 0.85rem; color: var(--muted, #66666e); }
+.status.error { color: var(--error, #b00020); }
+.columns { display: grid; grid-template-columns: repeat(auto-fit, minmax(14rem, 1fr)); gap: 0.8rem; margin-top: 0.6rem; }
+.column h3 { font-size: 0.9rem; margin: 0 0 0.3rem; }
+.tokens { line-height: 1.9; margin: 0.5rem 0; min-height: 1.9em; }
+.token { border: 1px solid transparent; border-radius: 4px; padding: 0 1px; font: inherit; background: rgba(127,127,127,0.12);
+  white-space: pre-wrap; cursor: pointer; color: inherit; }
+.token.selected { outline: 2px solid var(--chosen, #e0701b); }
+.knobs { display: flex; flex-wrap: wrap; gap: 0.3rem 1rem; font-size: 0.85rem; }
+.knobs label { display: flex; gap: 0.4rem; align-items: center; }
+.rest, .whatif { font-size: 0.8rem; color: var(--muted, #66666e); margin: 0.2rem 0; }
+`;
+
+class NucleusPlayground extends HTMLElement {
+  /** What changes the element's layout; the settings are read when a generation starts. */
+  static observedAttributes = ['prompt', 'mode', 'temperatures'];
+
+  #root;
+  /** Per column: { temperature?, steps, selected, settings (the run's), dom: { tokens, chart, rest } }. */
+  #columns = [];
+  #vocabSize = null;
+  #busy = false;
+  #ready = false;
+  /** The model is loaded: Generate can run. */
+  #loaded = false;
+
+  constructor() {
+    super();
+    this.#root = this.attachShadow({ mode: 'open' });
+  }
+
+  connectedCallback() {
+    if (this.#ready) return;
+    this.#ready = true;
+    this.#render();
+    this.#start();
+  }
+
+  attributeChangedCallback() {
+    if (this.#ready && !this.#busy) this.#render();
+  }
+
+  get mode() {
+    const mode = this.getAttribute('mode') ?? 'inspector';
+    return MODES.includes(mode) ? mode : 'inspector';
+  }
+
+  /** The run's settings from the attributes (each clamped to its range; a bad number is its default). */
+  settings() {
+    const number = (name, fallback, min, max) => {
+      const value = Number(this.getAttribute(name));
+      return this.hasAttribute(name) && Number.isFinite(value) ? Math.min(max, Math.max(min, value)) : fallback;
+    };
+    return Object.fromEntries(SETTINGS.map(([name, key, fallback, min, max]) => [key, number(name, fallback, min, max)]));
+  }
+
+  #temperatures() {
+    const given = (this.getAttribute('temperatures') ?? '').split(/[\s,]+/).filter(Boolean).map(Number);
+    return given.length && given.every((t) => Number.isFinite(t) && t >= 0) ? given : DEFAULT_TEMPERATURES;
+  }
+
+  #render() {
+    const compare = this.mode === 'compare';
+    const prompt = this.getAttribute('prompt') ?? 'The capital of France is';
+    this.#root.innerHTML = `<style>${STYLE}</style>
+      <link rel="stylesheet" href="${new URL('chart.css', import.meta.url)}">
+      <div class="top">
+        ${this.mode === 'full'
+    ? '<label style="flex:1 1 100%">Prompt <textarea class="prompt-box" rows="2"></textarea></label>'
+    : '<span class="prompt"></span>'}
+        <button type="button" class="go" disabled>Generate</button>
+        <span class="status" role="status" aria-live="polite">Loading the model…</span>
+      </div>
+      ${compare ? '' : `<div class="knobs" role="group" aria-label="What if: sampling settings">
+        <label>temperature <input type="range" class="knob" data-key="temperature" min="0" max="2" step="0.05"></label>
+        <label>top-p <input type="range" class="knob" data-key="topP" min="0.05" max="1" step="0.05"></label>
+      </div>`}
+      <div class="columns"></div>`;
+    const promptNode = this.#root.querySelector(this.mode === 'full' ? '.prompt-box' : '.prompt');
+    if (this.mode === 'full') promptNode.value = prompt;
+    else promptNode.textContent = prompt;
+    const settings = this.settings();
+    for (const knob of this.#root.querySelectorAll('.knob')) {
+      knob.value = settings[knob.dataset.key];
+      knob.setAttribute('aria-valuetext', String(settings[knob.dataset.key]));
+      knob.addEventListener('input', () => {
+        knob.setAttribute('aria-valuetext', knob.value);
+        this.#columns.forEach((column) => this.#drawStep(column));
+      });
+    }
+    const go = this.#root.querySelector('.go');
+    go.addEventListener('click', () => this.generate());
+    go.disabled = !this.#loaded || this.#busy;
+    const temperatures = compare ? this.#temperatures() : [null];
+    this.#columns = temperatures.map((temperature) => {
+      const column = document.createElement('section');
+      column.className = 'column';
+      column.innerHTML = `${temperature === null ? '' : `<h3>T = ${temperature}</h3>`}
+        <div class="tokens" role="group" aria-label="Generated tokens${temperature === null ? '' : ` at T = ${temperature}`}"></div>
+        <p class="whatif"></p><div class="chart"></div><p class="rest"></p>`;
+      this.#root.querySelector('.columns').append(column);
+      return { temperature, steps: [], selected: null, settings: null, dom: {
+        tokens: column.querySelector('.tokens'), whatif: column.querySelector('.whatif'),
+        chart: column.querySelector('.chart'), rest: column.querySelector('.rest') } };
+    });
+  }
+
+  #status(text, error = false) {
+    const status = this.#root.querySelector('.status');
+    status.textContent = text;
+    status.classList.toggle('error', error);
+  }
+
+  /** Called by the line of generations: 0 runs now, n waits behind n others. */
+  showPlaceInLine(position) {
+    this.dataset.queue = String(position);
+    if (position > 0) this.#status(`Waiting: ${position} generation${position === 1 ? '' : 's'} on this page before this one.`);
+  }
+
+  async #start() {
+    const trace = this.getAttribute('trace');
+    const replayed = trace ? await this.#replay(trace) : false;
+    // Without WebGPU a recorded run stays on show; without one the element says why it is empty.
+    const noWebGpu = (detail) => {
+      this.dataset.state = replayed ? 'replay' : 'no-webgpu';
+      if (!replayed) this.#status(`This example runs the model on the GPU, and ${detail}.`, true);
+    };
+    if (!navigator.gpu) {
+      noWebGpu('this browser has no WebGPU');
+      return;
+    }
+    try {
+      const lm = await sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'));
+      this.#vocabSize ??= lm.info.vocabSize;
+      this.dataset.state = 'ready';
+      this.#loaded = true;
+      if (!trace) this.#status(`${lm.info.title} is loaded.`);
+      this.#root.querySelector('.go').disabled = false;
+      if (this.hasAttribute('autoplay') && !trace) await this.generate();
+    } catch (error) {
+      if (error.code === 'no-webgpu') {
+        noWebGpu('this browser has no WebGPU adapter');
+        return;
+      }
+      this.dataset.state = 'error';
+      this.#status(`The model could not load (${error.code}): ${error.message}`, true);
+    }
+  }
+
+  async #replay(url) {
+    try {
+      const response = await fetch(new URL(url, document.baseURI));
+      if (!response.ok) throw new Error(`HTTP ${response.status}`);
+      const { model, run } = runOfTrace(await response.text());
+      this.#vocabSize = model.vocabSize;
+      const column = this.#columns[0];
+      column.settings = Object.fromEntries(SETTINGS.map(([, key, fallback]) => [key, run.settings[key] ?? fallback]));
+      column.steps = run.steps;
+      run.steps.forEach((step) => this.#appendChip(column, step));
+      this.#select(column, 0);
+      this.dataset.state = 'replay';
+      this.#status(`A recorded run of ${model.name}, replayed: the sliders re-run the sampler on its steps.`);
+      return true;
+    } catch (error) {
+      this.#status(`The trace ${url} could not be replayed: ${error.message}`, true);
+      return false;
+    }
+  }
+
+  /** Generates (each column in compare mode), in turn with the page's other elements. */
+  async generate() {
+    if (this.#busy) return;
+    this.#busy = true;
+    const button = this.#root.querySelector('.go');
+    button.disabled = true;
+    try {
+      const lm = await sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'));
+      await inTurn(this, async () => {
+        for (const column of this.#columns) await this.#generateColumn(lm, column);
+      });
+      this.#status('Done: pick a token to see its step.');
+    } catch (error) {
+      this.#status(`${error.code ? `${error.code}: ` : ''}${error.message}`, true);
+    } finally {
+      this.#busy = false;
+      button.disabled = false;
+      delete this.dataset.queue;
+    }
+  }
+
+  async #generateColumn(lm, column) {
+    // In full mode the sliders are the settings; elsewhere they only ask "what if".
+    const knobs = this.mode === 'full' ? this.#knobValues() : {};
+    const settings = { ...this.settings(), ...knobs, ...(column.temperature !== null && { temperature: column.temperature }) };
+    const prompt = this.mode === 'full' ? this.#root.querySelector('.prompt-box').value : this.getAttribute('prompt') ?? '';
+    const maxTokens = Math.max(1, Math.min(256, Number(this.getAttribute('max-tokens')) || 16));
+    const seed = Number(this.getAttribute('seed') ?? 42);
+    column.settings = settings;
+    column.steps = [];
+    column.selected = null;
+    column.dom.tokens.replaceChildren();
+    this.#status(column.temperature === null ? 'Generating…' : `Generating at T = ${column.temperature}…`);
+    for await (const step of lm.generate({ prompt, ...settings, maxTokens, seed, topLogprobs: CANDIDATES })) {
+      column.steps.push(step);
+      this.#appendChip(column, step);
+      if (column.selected === null) this.#drawStep(column);
+    }
+  }
+
+  /** The what-if sliders' values ({} in compare mode, which has none). */
+  #knobValues() {
+    return Object.fromEntries([...this.#root.querySelectorAll('.knob')].map((knob) => [knob.dataset.key, Number(knob.value)]));
+  }
+
+  #appendChip(column, step) {
+    const chip = document.createElement('button');
+    chip.type = 'button';
+    chip.className = 'token';
+    chip.dataset.index = String(step.index);
+    chip.dataset.id = String(step.id);
+    chip.textContent = step.token.replace(/\n/g, '↵\n');
+    chip.setAttribute('aria-label', `token ${step.index + 1}: ${JSON.stringify(step.token)}`);
+    chip.addEventListener('click', () => this.#select(column, step.index));
+    column.dom.tokens.append(chip);
+  }
+
+  #select(column, index) {
+    column.selected = index;
+    for (const chip of column.dom.tokens.children) chip.classList.toggle('selected', Number(chip.dataset.index) === index);
+    this.#drawStep(column);
+  }
+
+  /** The chart of the column's picked (else latest) step, at the sliders' settings (compare: the run's). */
+  #drawStep(column) {
+    const step = column.steps[column.selected ?? column.steps.length - 1];
+    if (!step || !this.#vocabSize) return;
+    const settings = { ...column.settings, ...this.#knobValues() };
+    const explanation = explainStep(step, settings, { vocabSize: this.#vocabSize, topN: BARS });
+    column.dom.whatif.textContent = `Step ${step.index + 1}: chose “${shownToken(step.token)}”; `
+      + `${explanation.keptCount.toLocaleString('en')} token${explanation.keptCount === 1 ? '' : 's'} kept.`;
+    drawChart({ chart: column.dom.chart, rest: column.dom.rest }, explanation, step, settings, { bars: BARS, vocabSize: this.#vocabSize });
+  }
+}
+
+customElements.define('nucleus-playground', NucleusPlayground);
