@@ -51,6 +51,8 @@
 //!   [`FinishReason`].
 //! * [`beam`]: beam search with length penalty and its search tree.
 //! * [`speculative`]: the speculative-decoding acceptance rule and its ledger.
+//! * [`json`]: the options' JSON form as the JS API spells it ([`SamplingParams::from_json`]),
+//!   read with `null` as not given, unknown keys refused, and every error naming the option.
 
 #![warn(missing_docs)]
 
