@@ -135,6 +135,8 @@ const STAGING_WORDS: usize = 2 * packed_words(MAX_K);
 /// bytes as [`Gpu::buffer`] does): what it allocates, and what a memory plan counts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TailSizes {
+    /// Block records the softmax and top-k passes write (one per workgroup invocation).
+    pub block_count: u32,
     /// The adjusted copy of the row.
     pub adjusted: u64,
     /// The softmax and top-k passes' block records.
@@ -153,12 +155,13 @@ const ADJUST_ENTRIES_BYTES: u64 = 5 * 4 * 64;
 impl TailSizes {
     /// The sizes for a row of `vocab` logits.
     pub fn new(vocab: u32) -> Self {
-        let block_count = u64::from(vocab.div_ceil(CHUNK_LEN) * WORKGROUP_SIZE);
+        let block_count = vocab.div_ceil(CHUNK_LEN) * WORKGROUP_SIZE;
         // Per target (the tail's, the raw row's): the packed result and two parameter buffers.
         let target = PACKED_BYTES + 2 * STATS_PARAMS_BYTES;
         Self {
+            block_count,
             adjusted: u64::from(vocab) * 4,
-            blocks: block_count * 16,
+            blocks: u64::from(block_count) * 16,
             mask: u64::from(vocab.div_ceil(32)) * 4,
             small: 2 * target + ADJUST_PARAMS_BYTES + ADJUST_ENTRIES_BYTES + STAGING_WORDS as u64 * 4 + 4,
         }
@@ -183,7 +186,6 @@ impl TailKernels {
         }
         let vocab = vocab as u32;
         let sizes = TailSizes::new(vocab);
-        let block_count = vocab.div_ceil(CHUNK_LEN) * WORKGROUP_SIZE;
         let softmax = Kernel::new(gpu, &SOFTMAX_STATS, &[])?;
         let topk = Kernel::new(gpu, &TOPK, &[])?;
         let adjust = Kernel::new(gpu, &LOGIT_ADJUST, &[])?;
@@ -218,7 +220,7 @@ impl TailKernels {
         Ok(Self {
             gpu: gpu.clone(),
             vocab,
-            block_count,
+            block_count: sizes.block_count,
             logits,
             adjusted,
             softmax: softmax.pipeline(1, 0),
