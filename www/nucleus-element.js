@@ -6,7 +6,7 @@
 //
 // Attributes: `model` (URL; default the default model) and `sha256` (its digest, checked before a
 // cached copy is used); `prompt`; the sampling settings `temperature`, `top-k`, `top-p`, `min-p`,
-// `typical-p`, `seed`; `max-tokens`; `mode`: `inspector` (the prompt fixed, its tokens as chips,
+// `typical-p` (ranges and defaults the sampler's own, from sampling-knobs.json), `seed`; `max-tokens`; `mode`: `inspector` (the prompt fixed, its tokens as chips,
 // the chart of the step picked, what-if sliders), `full` (the prompt and the settings editable) or
 // `compare` (the same prompt and seed at three temperatures, `temperatures="0 0.7 1.5"`, side by
 // side, each with its chips and chart); `autoplay` (generate once loaded); `trace` (the URL of a
@@ -17,18 +17,16 @@
 // time, in the order asked, each waiting element saying where it is in the line.
 
 import { Nucleus } from './nucleus.js';
-import { explainStep } from './what-if.js';
+import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep } from './what-if.js';
 import { drawChart, shownToken } from './chart.js';
 import { runOfTrace } from './trace.js';
 
-/** The settings an element reads from its attributes: attribute -> option, default, range. */
-const SETTINGS = [
-  ['temperature', 'temperature', 0.7, 0, 2],
-  ['top-k', 'topK', 0, 0, 1000],
-  ['top-p', 'topP', 1, 0.01, 1],
-  ['min-p', 'minP', 0, 0, 1],
-  ['typical-p', 'typicalP', 1, 0.01, 1],
-];
+/** `topP` -> `top-p`: a setting's attribute. */
+const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
+/** The settings an element takes as attributes, with their ranges: the sampler's own knobs. */
+const SETTINGS = KNOBS.filter((knob) => WHAT_IF_KEYS.includes(knob.key));
+/** The what-if sliders an element shows (not in compare mode). */
+const SLIDERS = ['temperature', 'topP'];
 const MODES = ['inspector', 'full', 'compare'];
 const DEFAULT_TEMPERATURES = [0, 0.7, 1.5];
 /** Bars in an element's chart, and candidates asked of each step. */
@@ -137,13 +135,16 @@ class NucleusPlayground extends HTMLElement {
     return MODES.includes(mode) ? mode : 'inspector';
   }
 
-  /** The run's settings from the attributes (each clamped to its range; a bad number is its default). */
+  /**
+   * The run's settings from the attributes: each clamped to its slider's range; a missing or bad
+   * number is the sampler's default.
+   */
   settings() {
-    const number = (name, fallback, min, max) => {
+    return Object.fromEntries(SETTINGS.map(({ key, min, max }) => {
+      const name = attributeOf(key);
       const value = Number(this.getAttribute(name));
-      return this.hasAttribute(name) && Number.isFinite(value) ? Math.min(max, Math.max(min, value)) : fallback;
-    };
-    return Object.fromEntries(SETTINGS.map(([name, key, fallback, min, max]) => [key, number(name, fallback, min, max)]));
+      return [key, this.hasAttribute(name) && Number.isFinite(value) ? Math.min(max, Math.max(min, value)) : DEFAULTS[key]];
+    }));
   }
 
   #temperatures() {
@@ -164,8 +165,8 @@ class NucleusPlayground extends HTMLElement {
         <span class="status" role="status" aria-live="polite">Loading the model…</span>
       </div>
       ${compare ? '' : `<div class="knobs" role="group" aria-label="What if: sampling settings">
-        <label>temperature <input type="range" class="knob" data-key="temperature" min="0" max="2" step="0.05"></label>
-        <label>top-p <input type="range" class="knob" data-key="topP" min="0.05" max="1" step="0.05"></label>
+        ${SETTINGS.filter(({ key }) => SLIDERS.includes(key)).map(({ key, label, min, max, step }) => `<label>${label}
+          <input type="range" class="knob" data-key="${key}" min="${min}" max="${max}" step="${step}"></label>`).join('')}
       </div>`}
       <div class="columns"></div>`;
     const promptNode = this.#root.querySelector(this.mode === 'full' ? '.prompt-box' : '.prompt');
@@ -246,7 +247,7 @@ class NucleusPlayground extends HTMLElement {
       const { model, run } = runOfTrace(await response.text());
       this.#vocabSize = model.vocabSize;
       const column = this.#columns[0];
-      column.settings = Object.fromEntries(SETTINGS.map(([, key, fallback]) => [key, run.settings[key] ?? fallback]));
+      column.settings = Object.fromEntries(WHAT_IF_KEYS.map((key) => [key, run.settings[key] ?? DEFAULTS[key]]));
       column.steps = run.steps;
       run.steps.forEach((step) => this.#appendChip(column, step));
       this.#select(column, 0);

@@ -3,7 +3,7 @@
 // reaches into the engine.
 
 import { Nucleus } from './nucleus.js';
-import { explainStep } from './what-if.js';
+import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep } from './what-if.js';
 import { drawChart, shownToken } from './chart.js';
 import { runOfTrace, traceOf } from './trace.js';
 
@@ -15,10 +15,6 @@ const BARS = 24;
 /** Rows of the softmax walkthrough. */
 const WALK_ROWS = 8;
 
-// The sliders and the sampling defaults, written from the Rust sampler (crates/sampler/src/knobs.rs
-// and SamplingParams::default) by its test, which keeps the file current.
-const { knobs: KNOBS, defaults: DEFAULTS } = await (await fetch(new URL('sampling-knobs.json', import.meta.url))).json();
-const TRUNCATION_KEYS = ['temperature', 'topK', 'topP', 'minP', 'typicalP'];
 const PRESETS = {
   greedy: { temperature: 0, topK: 0, topP: 1, minP: 0, typicalP: 1 },
   balanced: { temperature: 0.7, topK: 0, topP: 0.9, minP: 0, typicalP: 1 },
@@ -355,7 +351,7 @@ function openTrace(text, source) {
   }
   const { model, run } = replay;
   $('trace-error').hidden = true;
-  const runSettings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, run.settings[k] ?? DEFAULTS[k]]));
+  const runSettings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, run.settings[k] ?? DEFAULTS[k]]));
   showRun({ ...run, model, runSettings });
   setKnobs(runSettings);
   document.body.dataset.replay = 'true';
@@ -400,7 +396,7 @@ async function generate(event) {
   saveSettings();
   state.steps = [];
   state.selected = null;
-  state.runSettings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, options[k]]));
+  state.runSettings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, options[k]]));
   state.model = modelFacts(state.lm.info);
   delete document.body.dataset.replay;
   $('tokens').replaceChildren();
@@ -693,13 +689,13 @@ function renderInspector() {
     $('inspector-step').textContent = '';
     return;
   }
-  const settings = Object.fromEntries(TRUNCATION_KEYS.map((k) => [k, knobValues()[k]]));
+  const settings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, knobValues()[k]]));
   const now = explained(step, settings);
   const then = explained(step, state.runSettings, 1);
   const chosenKnown = now.known(step.id);
   $('inspector-step').textContent = `step ${index + 1} of ${state.steps.length}: chose “${shownToken(step.token)}”`;
 
-  const differs = TRUNCATION_KEYS.some((k) => settings[k] !== state.runSettings[k]);
+  const differs = WHAT_IF_KEYS.some((k) => settings[k] !== state.runSettings[k]);
   const fmt = (p) => (chosenKnown ? p.toFixed(4) : `below the top ${CANDIDATES}`);
   const parts = [
     `${now.keptCount.toLocaleString('en')} token${now.keptCount === 1 ? '' : 's'} kept (mass ${now.keptMass.toFixed(3)} after temperature); `,

@@ -6,6 +6,14 @@ import init, { estimateRow, whatIf } from './pkg/nucleus_sampler_web.js';
 
 await init();
 
+/**
+ * The sliders and the sampling defaults, written from the Rust sampler (crates/sampler/src/knobs.rs
+ * and SamplingParams::default) by its test, which keeps the file current.
+ */
+export const { knobs: KNOBS, defaults: DEFAULTS } = await (await fetch(new URL('sampling-knobs.json', import.meta.url))).json();
+/** The settings a what-if re-applies to a step: temperature and the truncations (penalties need the run's history). */
+export const WHAT_IF_KEYS = ['temperature', 'topK', 'topP', 'minP', 'typicalP'];
+
 /** The full vocabulary's log-sum-exp of a step: any candidate's logit minus its log-probability. */
 export const logSumExp = (step) => step.top[0].logit - step.top[0].logprob;
 
