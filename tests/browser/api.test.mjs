@@ -12,7 +12,7 @@ import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
-import { startServer, startModelOrigin, REPO, MODEL_PATH, BLANK_PAGE } from './server.mjs';
+import { startServer, startModelOrigin, REPO, MODEL_PATH, MODEL_SHA256, BLANK_PAGE } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
@@ -45,6 +45,24 @@ async function pageError(fn, arg) {
     }
   }, [fn.toString(), arg]);
 }
+
+/** Loads the model in the page as `window.lm` (ending the one before) with `options`; its `info`. */
+const loadInPage = (options = {}) => page.evaluate(async (given) => {
+  const { Nucleus } = await import('/nucleus.js');
+  window.lm?.dispose();
+  window.lm = await Nucleus.load(given);
+  return window.lm.info;
+}, options);
+
+/** The first `count` greedy token ids of a prompt, from the page's model. */
+const greedyIds = (prompt, count) => inPage(async (lm, [text, maxTokens]) => {
+  const ids = [];
+  for await (const step of lm.generate({ prompt: text, maxTokens, temperature: 0 })) ids.push(step.id);
+  return ids;
+}, [prompt, count]);
+
+/** How many times the model file has been asked of the server. */
+const modelRequests = () => server.requests.filter((r) => r.endsWith('.gguf')).length;
 
 before(async () => {
   server = await startServer({ extra });
@@ -417,14 +435,10 @@ test('a download cut part-way resumes from the byte it reached (or restarts wher
 
 test('a reload loads the model from the Cache API without downloading it', async () => {
   await page.reload();
-  const before = server.requests.filter((r) => r.endsWith('.gguf')).length;
-  const info = await page.evaluate(async () => {
-    const { Nucleus } = await import('/nucleus.js');
-    window.lm = await Nucleus.load();
-    return window.lm.info;
-  });
+  const before = modelRequests();
+  const info = await loadInPage();
   assert.equal(info.fromCache, true);
-  assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before, 'no request for the model');
+  assert.equal(modelRequests(), before, 'no request for the model');
 });
 
 test('a stored copy cut short is dropped and downloaded again, never parsed', async () => {
@@ -438,26 +452,17 @@ test('a stored copy cut short is dropped and downloaded again, never parsed', as
     const half = whole.slice(0, Math.floor(whole.byteLength / 2));
     await cache.put(DEFAULT_MODEL_URL, new Response(half, { headers: { 'content-length': String(whole.byteLength) } }));
   });
-  const before = server.requests.filter((r) => r.endsWith('.gguf')).length;
-  const info = await page.evaluate(async () => {
-    const { Nucleus } = await import('/nucleus.js');
-    window.lm = await Nucleus.load();
-    return window.lm.info;
-  });
+  const before = modelRequests();
+  const info = await loadInPage();
   assert.equal(info.fromCache, false, 'the short copy was not used');
-  assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before + 1, 'one download of the model');
+  assert.equal(modelRequests(), before + 1, 'one download of the model');
   // The downloaded copy is the model: it generates the reference's greedy tokens.
   const capital = reference.logit_cases.capital;
-  const ids = await inPage(async (lm, prompt) => {
-    const ids = [];
-    for await (const step of lm.generate({ prompt, maxTokens: 2, temperature: 0 })) ids.push(step.id);
-    return ids;
-  }, capital.text);
-  assert.deepEqual(ids, capital.greedy32.slice(0, 2));
+  assert.deepEqual(await greedyIds(capital.text, 2), capital.greedy32.slice(0, 2));
 });
 
 test('with its sha256 given, a stored copy with one byte changed is dropped and downloaded again; a wrong digest is bad-model', async () => {
-  const sha256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
+  const sha256 = MODEL_SHA256;
   // The whole length, one byte of the tensor data changed: only the digest can tell.
   await page.evaluate(async () => {
     const { DEFAULT_MODEL_URL } = await import('/nucleus.js');
@@ -467,30 +472,15 @@ test('with its sha256 given, a stored copy with one byte changed is dropped and 
     bytes[bytes.length - 100] ^= 0x40;
     await cache.put(DEFAULT_MODEL_URL, new Response(bytes, { headers: { 'content-length': String(bytes.length) } }));
   });
-  const before = server.requests.filter((r) => r.endsWith('.gguf')).length;
-  const info = await page.evaluate(async (expected) => {
-    const { Nucleus } = await import('/nucleus.js');
-    window.lm = await Nucleus.load({ sha256: expected });
-    return window.lm.info;
-  }, sha256);
+  const before = modelRequests();
+  const info = await loadInPage({ sha256 });
   assert.equal(info.fromCache, false, 'the changed copy was not used');
   assert.equal(info.sha256, sha256);
-  assert.equal(server.requests.filter((r) => r.endsWith('.gguf')).length, before + 1, 'one download of the model');
+  assert.equal(modelRequests(), before + 1, 'one download of the model');
   const capital = reference.logit_cases.capital;
-  const ids = await inPage(async (lm, prompt) => {
-    const ids = [];
-    for await (const step of lm.generate({ prompt, maxTokens: 1, temperature: 0 })) ids.push(step.id);
-    return ids;
-  }, capital.text);
-  assert.deepEqual(ids, capital.greedy32.slice(0, 1));
+  assert.deepEqual(await greedyIds(capital.text, 1), capital.greedy32.slice(0, 1));
   // The replaced copy is the one kept: the next load takes it from the cache, digest and all.
-  const again = await page.evaluate(async (expected) => {
-    const { Nucleus } = await import('/nucleus.js');
-    window.lm.dispose();
-    window.lm = await Nucleus.load({ sha256: expected });
-    return window.lm.info.fromCache;
-  }, sha256);
-  assert.equal(again, true);
+  assert.equal((await loadInPage({ sha256 })).fromCache, true);
 
   const wrong = await pageError(async () => {
     const { Nucleus } = await import('/nucleus.js');

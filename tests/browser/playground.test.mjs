@@ -5,7 +5,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { startServer, REPO } from './server.mjs';
+import { startServer, REPO, MODEL_SHA256 } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const OUTPUT = path.join(REPO, 'test-output');
@@ -13,8 +13,6 @@ const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm
 const capital = reference.logit_cases.capital;
 /** The committed trace of the greedy capital run (replayed by trace.test.mjs, read by the Rust tests). */
 const TRACE_FIXTURE = path.join(REPO, 'www/traces/capital-greedy.json');
-/** The default model file's digest: build.sh's, which checks the download against it. */
-const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
 
 let server;
 let context;

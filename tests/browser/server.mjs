@@ -2,7 +2,7 @@
 // model at /models/, and extra in-memory files (a corrupt model, a truncated one, a blank page).
 
 import { createServer } from 'node:http';
-import { createReadStream, promises as fs } from 'node:fs';
+import { createReadStream, readFileSync, promises as fs } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
 import { fileURLToPath } from 'node:url';
@@ -14,6 +14,8 @@ export const BLANK_PAGE = { '/blank.html': { body: Buffer.from('<!doctype html><
 export const MODEL_NAME = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 export const MODEL_PATH = process.env.NUCLEUS_MODEL
   ?? path.join(os.homedir(), '.cache/nucleus/models', MODEL_NAME);
+/** The default model file's digest: build.sh's, which checks the download against it. */
+export const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
 
 const TYPES = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
