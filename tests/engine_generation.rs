@@ -236,3 +236,49 @@ fn a_generation_that_fills_the_context_ends_with_length_and_keeps_its_text() {
     assert_eq!(error.code(), "context-overflow");
     assert!(error.to_string().contains("tokens but the context holds 16"), "{error}");
 }
+
+#[test]
+fn a_fork_forces_its_token_runs_only_that_token_and_continues_as_a_cold_run_would() {
+    let mut engine = engine();
+    let case = &reference().logit_cases["once"];
+    let (parent, _) = run(&mut engine, greedy_request(&case.text, 8));
+    let ids: Vec<u32> = parent.iter().map(|s| s.id).collect();
+    // Fork at step 3: the parent's first two tokens, then step 3's second candidate.
+    let at = 2;
+    let alternative = parent[at].top[1].id;
+    assert_ne!(alternative, ids[at]);
+    let mut fork = greedy_request(&case.text, 8);
+    fork.forced_tokens = [&ids[..at], &[alternative]].concat();
+    let mut generation = engine.generate(fork.clone()).unwrap();
+    let mut progress = Vec::new();
+    let mut steps = Vec::new();
+    while let Some(step) = pollster::block_on(generation.next_step_reporting(&mut |p| progress.push(p))).unwrap() {
+        steps.push(step);
+    }
+    let warm = generation.result();
+    // The cache held the prompt and the parent's tokens: only the forced token was run.
+    let context = case.ids.len() + at + 1;
+    assert_eq!(progress.last().map(|p| (p.done, p.total, p.cached)), Some((context, context, context - 1)));
+    assert_eq!(steps[0].index, at + 1, "steps are numbered after the forced tokens");
+    assert_eq!(steps.len(), 8 - (at + 1));
+    assert_eq!(warm.usage.completion_tokens, 8);
+    let output: Vec<u32> = fork.forced_tokens.iter().copied().chain(steps.iter().map(|s| s.id)).collect();
+    assert_eq!(warm.text, engine.tokenizer().decode(&output), "the text begins with the forced tokens'");
+
+    // A cold run of the same fork (nothing cached) gives the same tokens and logits.
+    engine.clear_cache();
+    let (cold, cold_result) = run(&mut engine, fork.clone());
+    assert_eq!(cold.iter().map(|s| s.id).collect::<Vec<_>>(), steps.iter().map(|s| s.id).collect::<Vec<_>>());
+    let worst = steps[0].top.iter().zip(&cold[0].top).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);
+    assert!(worst < 1e-4, "the forked step's logits differ from a cold run's by {worst}");
+    assert_eq!(cold_result.text, warm.text);
+
+    // A forced end-of-generation token ends the fork before any step; a forced id outside the
+    // vocabulary is refused.
+    fork.forced_tokens = vec![ids[0], engine.tokenizer().end_of_generation_ids()[0]];
+    let (none, ended) = run(&mut engine, fork.clone());
+    assert!(none.is_empty());
+    assert_eq!((ended.finish_reason, ended.usage.completion_tokens), (Some(FinishReason::Eos), 2));
+    fork.forced_tokens = vec![49_152];
+    assert_eq!(engine.generate(fork).err().expect("out of the vocabulary").code(), "bad-options");
+}

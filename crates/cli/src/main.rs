@@ -327,6 +327,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
         top_logprobs: args.top_logprobs,
         explain_top_n: if args.explain { args.top_logprobs.max(1) } else { 0 },
         return_logits: false,
+        forced_tokens: Vec::new(),
     };
     let title = engine.info().title(Some(&args.model.path().to_string_lossy()));
     let device = engine.model().device().describe();

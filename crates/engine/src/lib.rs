@@ -62,6 +62,8 @@ pub struct ModelInfo {
     pub path: &'static str,
     /// Bytes of the weights on the device.
     pub weight_bytes: u64,
+    /// Bytes each token of the context takes in the KV cache (keys and values of every block).
+    pub kv_bytes_per_token: u64,
 }
 
 impl ModelInfo {
@@ -179,6 +181,7 @@ impl Engine {
             file_bytes: bytes.len(),
             path: path.as_str(),
             weight_bytes: model.memory().weight_bytes,
+            kv_bytes_per_token: config.kv_token_bytes(),
         };
         let decode_tail = nucleus_kernels::supports_device(device.burn());
         Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail })
@@ -241,12 +244,11 @@ impl Engine {
         if prompt_tokens.is_empty() {
             return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
         }
-        // The prompt plus the first generated token must fit; decoding then stops at the context.
-        if prompt_tokens.len() >= self.cache.capacity() {
-            return Err(EngineError::ContextOverflow {
-                prompt_tokens: prompt_tokens.len(),
-                context_length: self.cache.capacity(),
-            });
+        // The prompt (with any forced tokens) plus the first sampled token must fit; decoding
+        // then stops at the context.
+        let context = prompt_tokens.len() + request.forced_tokens.len();
+        if context >= self.cache.capacity() {
+            return Err(EngineError::ContextOverflow { prompt_tokens: context, context_length: self.cache.capacity() });
         }
         let mut sampling = request.sampling.clone();
         if sampling.dry_enabled() {
@@ -261,7 +263,7 @@ impl Engine {
             max_tokens: Some(request.max_tokens),
             stop_strings: request.stop.clone(),
         });
-        Ok(GenerationState::new(request, prompt_tokens, sampler, stops))
+        GenerationState::new(request, prompt_tokens, sampler, stops, &self.tokenizer)
     }
 
     /// Makes the cache hold `tokens` minus at least the last one, keeping the longest prefix it
@@ -380,6 +382,7 @@ mod tests {
             file_bytes: 98_160_000,
             path: "fused",
             weight_bytes: 0,
+            kv_bytes_per_token: 30 * 2 * 192 * 4,
         }
     }
 

@@ -9,11 +9,11 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrefillProgress {
-    /// Prompt tokens in the KV cache: those it already held, then each chunk's.
+    /// Tokens of the prefill in the KV cache: those it already held, then each chunk's.
     pub done: usize,
-    /// The prompt's tokens.
+    /// The prefill's tokens: the prompt's, then the request's forced tokens.
     pub total: usize,
-    /// Prompt tokens the cache already held (not run again).
+    /// Of those, the tokens the cache already held (not run again).
     pub cached: usize,
 }
 
@@ -90,6 +90,7 @@ pub struct Step {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Usage {
     pub prompt_tokens: usize,
+    /// Output tokens, forced ones included.
     pub completion_tokens: usize,
     /// Prompt tokens found in the cache from an earlier generation and not run again.
     pub cached_prompt_tokens: usize,

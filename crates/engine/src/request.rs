@@ -45,6 +45,13 @@ pub struct GenerateRequest {
     /// Hand each step the whole raw logits row ([`Step::logits`]): the step reads the row back
     /// (`4·vocab` bytes) instead of ending on the GPU decode tail.
     pub return_logits: bool,
+    /// The output's first tokens, given instead of sampled (a fork: the same prompt, the tokens
+    /// of an earlier run up to a step, then another candidate at that step). They enter the
+    /// context, the penalties' history, the stop conditions and the output's text as generated
+    /// tokens, but no step reports them: the first [`Step`](crate::Step) is the first sampled
+    /// token, its index `forced_tokens.len()`. Whatever of them the KV cache still holds is not
+    /// run again.
+    pub forced_tokens: Vec<u32>,
 }
 
 impl GenerateRequest {
@@ -58,6 +65,7 @@ impl GenerateRequest {
             top_logprobs: DEFAULT_TOP_LOGPROBS,
             explain_top_n: 0,
             return_logits: false,
+            forced_tokens: Vec::new(),
         }
     }
 
@@ -92,6 +100,9 @@ impl GenerateRequest {
                 }
             }
             _ => {}
+        }
+        if let Some(&id) = self.forced_tokens.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(EngineError::bad_option("forced_tokens", format!("token ids below {vocab_size}"), id));
         }
         self.sampling.validate(vocab_size)?;
         Ok(())

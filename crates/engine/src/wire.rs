@@ -30,6 +30,7 @@ struct RequestOptions {
     #[serde(rename = "explain")]
     explain_top_n: usize,
     return_logits: bool,
+    forced_tokens: Vec<u32>,
 }
 
 impl Default for RequestOptions {
@@ -44,6 +45,7 @@ impl Default for RequestOptions {
             top_logprobs: defaults.top_logprobs,
             explain_top_n: defaults.explain_top_n,
             return_logits: defaults.return_logits,
+            forced_tokens: defaults.forced_tokens,
         }
     }
 }
@@ -76,6 +78,7 @@ impl GenerateRequest {
             top_logprobs: fields.top_logprobs,
             explain_top_n: fields.explain_top_n,
             return_logits: fields.return_logits,
+            forced_tokens: fields.forced_tokens,
         };
         request.validate(vocab_size).map_err(renamed)?;
         Ok(request)
@@ -143,7 +146,7 @@ mod tests {
             r#"{"prompt":"Hi","maxTokens":7,"temperature":0.7,"topK":40,"topP":0.9,"minP":0.05,"typicalP":0.95,
                 "repetitionPenalty":1.1,"presencePenalty":0.5,"frequencyPenalty":0.25,"penaltyLastN":64,
                 "penalizePrompt":true,"logitBias":{"2":"-Infinity","42":1.5},"stop":["\n\n","END"],"seed":9007199254740991,
-                "ignoreEos":true,"topLogprobs":256,"explain":30,"returnLogits":true}"#,
+                "ignoreEos":true,"topLogprobs":256,"explain":30,"returnLogits":true,"forcedTokens":[5,7]}"#,
         )
         .unwrap();
         assert_eq!(request.prompt, Prompt::Text("Hi".into()));
@@ -152,6 +155,7 @@ mod tests {
             (7, 256, 30, true)
         );
         assert!(request.return_logits);
+        assert_eq!(request.forced_tokens, [5, 7]);
         assert_eq!(request.stop, vec!["\n\n".to_string(), "END".to_string()]);
         let s = &request.sampling;
         assert_eq!((s.temperature, s.top_k, s.top_p, s.min_p, s.typical_p), (0.7, 40, 0.9, 0.05, 0.95));
@@ -218,6 +222,16 @@ mod tests {
                 r#"{"prompt":"a","topLogprobs":257}"#,
                 "topLogprobs",
                 "invalid option topLogprobs: must be 0..=256, got 257",
+            ),
+            (
+                r#"{"prompt":"a","forcedTokens":[3,49152]}"#,
+                "forcedTokens",
+                "invalid option forcedTokens: must be token ids below 49152, got 49152",
+            ),
+            (
+                r#"{"prompt":"a","forcedTokens":[-1]}"#,
+                "forcedTokens",
+                "invalid option forcedTokens[0]: invalid value: integer `-1`, expected u32",
             ),
             (r#"{"prompt":"a","explain":300}"#, "explain", "invalid option explain: must be 0..=256, got 300"),
             (r#"{"prompt":"a","seed":-1}"#, "seed", "invalid option seed: invalid value: integer `-1`, expected u64"),

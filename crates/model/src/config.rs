@@ -105,6 +105,16 @@ impl LlamaConfig {
         self.head_count_kv * self.head_dim
     }
 
+    /// Bytes one position takes in one block's KV cache: keys and values, f32 (both paths).
+    pub fn kv_position_bytes(&self) -> u64 {
+        2 * self.kv_dim() as u64 * 4
+    }
+
+    /// Bytes one token takes in the KV cache, every block together.
+    pub fn kv_token_bytes(&self) -> u64 {
+        self.block_count as u64 * self.kv_position_bytes()
+    }
+
     /// Parameters, counting the tied output layer once.
     pub fn parameter_count(&self, tied_output: bool) -> usize {
         let d = self.embedding_length;

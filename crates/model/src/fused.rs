@@ -150,11 +150,6 @@ impl ScratchSizes {
     }
 }
 
-/// Bytes of one position in one block's KV cache: keys and values, f32.
-pub(crate) fn kv_position_bytes(c: &LlamaConfig) -> u64 {
-    2 * c.kv_dim() as u64 * 4
-}
-
 impl FusedLlama {
     pub(crate) fn load(
         file: &GgufFile,
@@ -492,7 +487,7 @@ impl FusedCache {
     }
 
     fn position_bytes(&self) -> u64 {
-        kv_position_bytes(&self.shared.config)
+        self.shared.config.kv_position_bytes()
     }
 
     /// Makes room for `positions`, doubling the allocation (the filled positions are copied).

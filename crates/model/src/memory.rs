@@ -74,7 +74,7 @@ impl MemoryPlan {
         Self {
             weights,
             scratch,
-            position_bytes: crate::fused::kv_position_bytes(config),
+            position_bytes: config.kv_position_bytes(),
             blocks: config.block_count,
             context_length,
         }

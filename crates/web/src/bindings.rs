@@ -165,7 +165,7 @@ pub struct WasmEngine {
 #[wasm_bindgen]
 impl WasmEngine {
     /// `{ title, name, basename, sizeLabel, quantization, architecture, vocabSize, contextLength,
-    /// parameters, fileBytes, path, weightBytes }` as JSON; `title` is named from `file_name` (the
+    /// parameters, fileBytes, path, weightBytes, kvBytesPerToken }` as JSON; `title` is named from `file_name` (the
     /// model's URL) when given.
     pub fn info(&self, file_name: Option<String>) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;

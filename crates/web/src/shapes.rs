@@ -112,6 +112,7 @@ mod tests {
             file_bytes: 400,
             path: "fused",
             weight_bytes: 360,
+            kv_bytes_per_token: 48,
         };
         let value = super::info(&info, Some("https://example.org/tiny-q8_0.gguf"));
         assert_eq!(value["title"], "tiny · Q8_0 · 0 MB");
@@ -120,5 +121,6 @@ mod tests {
         assert_eq!(value["fileBytes"], 400);
         assert_eq!(value["path"], "fused");
         assert_eq!(value["weightBytes"], 360);
+        assert_eq!(value["kvBytesPerToken"], 48);
     }
 }

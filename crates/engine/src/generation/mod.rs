@@ -5,6 +5,7 @@ mod step;
 
 use nucleus_model::DeviceLogits;
 use nucleus_sampler::{FinishReason, Sampler, StopTracker};
+use nucleus_tokenizer::Tokenizer;
 
 use crate::{
     Engine, EngineError, GenerateRequest, GenerationResult, PrefillProgress, Step, StepExplanation, Stopwatch, Timing,
@@ -18,37 +19,73 @@ pub struct GenerationState {
     prompt_tokens: Vec<u32>,
     sampler: Sampler,
     stops: StopTracker,
-    /// The last chosen token, not yet run through the model.
+    /// The last chosen (or forced) token, not yet run through the model.
     pending: Option<u32>,
+    /// The first step (the prefill) has run.
+    started: bool,
     generated: Vec<u32>,
     text: String,
     finish_reason: Option<FinishReason>,
     /// Ended by [`GenerationState::stop`] before it finished.
     stopped: bool,
-    cached_prompt_tokens: usize,
+    /// Tokens of the prefill's context (the prompt, then any forced tokens) the cache held.
+    cached_context_tokens: usize,
     prefill_ms: f64,
     decode_ms: f64,
     transfer: Transfer,
 }
 
 impl GenerationState {
-    /// A generation of `request` from `prompt_tokens` (checked by the caller), nothing run yet.
-    pub(crate) fn new(request: GenerateRequest, prompt_tokens: Vec<u32>, sampler: Sampler, stops: StopTracker) -> Self {
-        Self {
+    /// A generation of `request` from `prompt_tokens` (checked by the caller), nothing run yet;
+    /// the request's forced tokens are taken as generated (they may finish it already).
+    pub(crate) fn new(
+        request: GenerateRequest,
+        prompt_tokens: Vec<u32>,
+        sampler: Sampler,
+        stops: StopTracker,
+        tokenizer: &Tokenizer,
+    ) -> Result<Self, EngineError> {
+        let forced = request.forced_tokens.clone();
+        let mut state = Self {
             request,
             prompt_tokens,
             sampler,
             stops,
             pending: None,
+            started: false,
             generated: Vec::new(),
             text: String::new(),
             finish_reason: None,
             stopped: false,
-            cached_prompt_tokens: 0,
+            cached_context_tokens: 0,
             prefill_ms: 0.0,
             decode_ms: 0.0,
             transfer: Transfer::default(),
+        };
+        for id in forced {
+            if state.finish_reason.is_some() {
+                break;
+            }
+            state.take_token(id, tokenizer)?;
         }
+        Ok(state)
+    }
+
+    /// Takes `id` as the next output token: the sampler's history, the stop conditions, the
+    /// text; returns the text it releases. Sets the finish reason if it ends the generation,
+    /// else makes it the pending token.
+    fn take_token(&mut self, id: u32, tokenizer: &Tokenizer) -> Result<String, EngineError> {
+        self.sampler.accept(id)?;
+        self.generated.push(id);
+        let output = self.stops.push_token(id, tokenizer.token_bytes(id));
+        let mut text = output.text;
+        if output.finish == Some(FinishReason::Length) {
+            text.push_str(&self.stops.flush());
+        }
+        self.text.push_str(&text);
+        self.finish_reason = output.finish;
+        self.pending = self.finish_reason.is_none().then_some(id);
+        Ok(text)
     }
 
     pub fn prompt_tokens(&self) -> &[u32] {
@@ -74,46 +111,40 @@ impl GenerationState {
             return Ok(None);
         }
         let step_clock = Stopwatch::start();
-        let first = self.pending.is_none();
+        let first = !self.started;
         let logits = match self.pending.take() {
-            None => self.prefill(engine, &mut on_prefill).await?,
-            Some(token) => {
+            Some(token) if !first => {
                 if !self.owns_cache(engine) {
                     self.pending = Some(token);
                     return Err(EngineError::Interleaved);
                 }
                 engine.forward_last(&[token])?
             }
+            _ => self.prefill(engine, &mut on_prefill).await?,
         };
+        self.started = true;
         let Choice { sampled, top, logprob, row } = self.choose(engine, logits).await?;
         if first {
             if let Some(report) = on_prefill {
-                let total = self.prompt_tokens.len();
-                report(PrefillProgress { done: total, total, cached: self.cached_prompt_tokens });
+                let total = self.prompt_tokens.len() + self.generated.len();
+                report(PrefillProgress { done: total, total, cached: self.cached_context_tokens });
             }
             self.prefill_ms = step_clock.elapsed_ms();
         } else {
             self.decode_ms += step_clock.elapsed_ms();
         }
         let id = sampled.id;
-        self.sampler.accept(id)?;
-        self.generated.push(id);
         let tokenizer = &engine.tokenizer;
-        let output = self.stops.push_token(id, tokenizer.token_bytes(id));
-        let mut finish = output.finish;
-        if finish.is_none() && engine.cached_tokens.len() + 1 > engine.cache.capacity() {
+        let mut text = self.take_token(id, tokenizer)?;
+        if self.finish_reason.is_none() && engine.cached_tokens.len() + 1 > engine.cache.capacity() {
             // No room to run this token: the context is full.
-            finish = Some(FinishReason::Length);
+            self.finish_reason = Some(FinishReason::Length);
+            self.pending = None;
+            let rest = self.stops.flush();
+            self.text.push_str(&rest);
+            text.push_str(&rest);
         }
-        let mut text = output.text;
-        if finish == Some(FinishReason::Length) {
-            text.push_str(&self.stops.flush());
-        }
-        self.text.push_str(&text);
-        if finish.is_none() {
-            self.pending = Some(id);
-        }
-        self.finish_reason = finish.clone();
+        let finish = self.finish_reason.clone();
         Ok(Some(Step {
             index: self.generated.len() - 1,
             id,
@@ -127,22 +158,24 @@ impl GenerationState {
         }))
     }
 
-    /// Runs what the cache does not hold of the prompt and returns the last position's logits,
-    /// still on the device. With `on_prefill`, in chunks of [`prefill_chunk_len`], each but the
-    /// last waited for and reported (the caller reports the last once its logits are read).
+    /// Runs what the cache does not hold of the context (the prompt, then any forced tokens) and
+    /// returns the last position's logits, still on the device. With `on_prefill`, in chunks of
+    /// [`prefill_chunk_len`], each but the last waited for and reported (the caller reports the
+    /// last once its logits are read).
     async fn prefill(
         &mut self,
         engine: &mut Engine,
         on_prefill: &mut Option<&mut dyn FnMut(PrefillProgress)>,
     ) -> Result<DeviceLogits, EngineError> {
-        let total = self.prompt_tokens.len();
-        let cached = engine.reuse_cache_prefix(&self.prompt_tokens);
-        self.cached_prompt_tokens = cached;
+        let context = [self.prompt_tokens.as_slice(), &self.generated].concat();
+        let total = context.len();
+        let cached = engine.reuse_cache_prefix(&context);
+        self.cached_context_tokens = cached;
         let chunk = if on_prefill.is_some() { prefill_chunk_len(total - cached) } else { total };
         let mut done = cached;
         loop {
             let end = (done + chunk).min(total);
-            let logits = engine.forward_last(&self.prompt_tokens[done..end])?;
+            let logits = engine.forward_last(&context[done..end])?;
             done = end;
             if done == total {
                 return Ok(logits);
@@ -178,8 +211,9 @@ impl GenerationState {
 
     /// The outcome so far.
     pub fn result(&self) -> GenerationResult {
-        let prompt_run = (self.prompt_tokens.len() - self.cached_prompt_tokens) as f64;
-        let decode_steps = self.generated.len().saturating_sub(1) as f64;
+        let forced = self.request.forced_tokens.len().min(self.generated.len());
+        let context_run = (self.prompt_tokens.len() + forced).saturating_sub(self.cached_context_tokens) as f64;
+        let decode_steps = (self.generated.len() - forced).saturating_sub(1) as f64;
         let per_s = |n: f64, ms: f64| if ms > 0.0 { n * 1000.0 / ms } else { 0.0 };
         GenerationResult {
             text: self.text.clone(),
@@ -187,12 +221,12 @@ impl GenerationState {
             usage: Usage {
                 prompt_tokens: self.prompt_tokens.len(),
                 completion_tokens: self.generated.len(),
-                cached_prompt_tokens: self.cached_prompt_tokens,
+                cached_prompt_tokens: self.cached_context_tokens.min(self.prompt_tokens.len()),
             },
             transfer: self.transfer,
             timing: Timing {
                 prefill_ms: self.prefill_ms,
-                prefill_tokens_per_s: per_s(prompt_run, self.prefill_ms),
+                prefill_tokens_per_s: per_s(context_run, self.prefill_ms),
                 ttft_ms: self.prefill_ms,
                 decode_ms: self.decode_ms,
                 decode_tokens_per_s: per_s(decode_steps, self.decode_ms),
