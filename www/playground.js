@@ -6,6 +6,8 @@ import { Nucleus } from './nucleus.js';
 import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep } from './what-if.js';
 import { drawChart, shownToken } from './chart.js';
 import { runOfTrace, traceOf } from './trace.js';
+import { addFork, drawBranches, forkOptions, forkPrefix } from './branches.js';
+import { drawTimeline } from './timeline.js';
 
 const $ = (id) => document.getElementById(id);
 /** Candidates per step: the GPU decode tail's own K, so asking for them costs no extra read. */
@@ -390,16 +392,46 @@ async function generate(event) {
   if (!state.lm || state.generation) return;
   // A bad box leaves everything on the page as it is (checkForm marks it and disables Generate).
   if (checkForm().size) return;
-  $('form-error').hidden = true;
   const options = generateOptions();
   const message = $('prompt').value;
   saveSettings();
-  state.steps = [];
+  const run = await stream(options);
+  if (run && isChat()) {
+    state.turns.push({ role: 'user', content: message }, { role: 'assistant', content: run.result.text, run });
+    $('prompt').value = '';
+    saveSettings();
+    renderConversation();
+  }
+}
+
+/**
+ * Forks the run shown at step `at`: the same request with that step's `candidate` in place of its
+ * choice; the engine keeps what its KV cache holds of the tokens before it. The fork joins the
+ * run's tree of branches and is shown.
+ */
+async function fork(at, candidate) {
+  const parent = state.shownRun;
+  if (!state.lm || state.generation || !parent?.options) return;
+  const prefix = forkPrefix(parent, at, candidate);
+  const run = await stream(forkOptions(parent, prefix), prefix);
+  if (run) addFork(parent, run, at);
+  drawBranches($('branches'), state.shownRun, showRun);
+}
+
+/**
+ * Runs `options` on the model and streams its steps as chips after `prefix` (a fork's first
+ * steps, shown at once); returns the run, or null when it failed (the error shown, the page
+ * usable).
+ */
+async function stream(options, prefix = []) {
+  $('form-error').hidden = true;
+  state.steps = [...prefix];
   state.selected = null;
   state.runSettings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, options[k]]));
   state.model = modelFacts(state.lm.info);
   delete document.body.dataset.replay;
   $('tokens').replaceChildren();
+  for (const step of prefix) appendChip(step);
   $('stats').replaceChildren();
   renderInspector();
   state.generateCalls += 1;
@@ -410,30 +442,32 @@ async function generate(event) {
   showPrefill(null);
   setBusy(true);
   const started = performance.now();
+  const timing = { times: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken };
   try {
     for await (const step of generation) {
+      timing.times.push(performance.now() - started);
+      timing.prefill = state.prefillReports.at(-1) ?? null;
       $('prefill').hidden = true;
       state.steps.push(step);
       appendChip(step);
       showStats({ tokens: state.steps.length, elapsedMs: performance.now() - started });
+      drawTimeline($('timeline'), $('timeline-summary'), timing);
       if (state.selected === null) renderInspector();
     }
     const result = await generation.result;
     showStats({ result });
     const run = {
       request: options.messages ? { messages: options.messages } : { prompt: options.prompt },
+      options,
       settings: { ...state.runSettings, seed: options.seed },
       model: state.model,
       steps: state.steps,
       runSettings: state.runSettings,
       result,
+      timing,
     };
     state.shownRun = run;
-    if (isChat()) {
-      state.turns.push({ role: 'user', content: message }, { role: 'assistant', content: result.text, run });
-      $('prompt').value = '';
-      saveSettings();
-    }
+    return run;
   } catch (error) {
     // The message names the option already.
     $('form-error').textContent = MODEL_GONE.includes(error.code)
@@ -441,12 +475,14 @@ async function generate(event) {
       : error.message;
     $('form-error').hidden = false;
     $('reload-model').hidden = !MODEL_GONE.includes(error.code);
+    return null;
   } finally {
     state.generation = null;
     $('prefill').hidden = true;
     markStopChips(await generation.result.catch(() => null));
     setBusy(false);
     renderConversation();
+    drawBranches($('branches'), state.shownRun, showRun);
     renderInspector();
   }
 }
@@ -487,7 +523,10 @@ function showRun(run) {
   for (const step of run.steps) appendChip(step);
   markStopChips(run.result);
   showStats({ result: run.result });
+  if (run.timing) drawTimeline($('timeline'), $('timeline-summary'), run.timing);
+  else drawTimeline($('timeline'), $('timeline-summary'), { times: [] });
   renderConversation();
+  drawBranches($('branches'), run, showRun);
   renderInspector();
 }
 
@@ -566,7 +605,7 @@ function appendChip(step) {
   const probability = greedy ? Math.exp(step.logprob) : underRun;
   const chip = document.createElement('button');
   chip.type = 'button';
-  chip.className = 'token';
+  chip.className = step.forced ? 'token forced' : 'token';
   chip.dataset.index = String(step.index);
   chip.dataset.probability = probability === null ? '' : String(probability);
   chip.style.setProperty('--chip', chipColour(probability));
@@ -575,8 +614,9 @@ function appendChip(step) {
   const pText = probability === null
     ? `below the top ${CANDIDATES}`
     : `${greedy ? 'model p' : 'p'} ${probability.toFixed(4)}, rank ${rank}`;
-  chip.title = `id ${step.id} · ${pText} · raw logprob ${step.logprob.toFixed(3)}`;
-  chip.setAttribute('aria-label', `token ${step.index + 1}: ${JSON.stringify(step.token)}, ${pText}`);
+  const forced = step.forced ? ' · chosen by you (a fork)' : '';
+  chip.title = `id ${step.id} · ${pText} · raw logprob ${step.logprob.toFixed(3)}${forced}`;
+  chip.setAttribute('aria-label', `token ${step.index + 1}: ${JSON.stringify(step.token)}, ${pText}${forced}`);
   chip.addEventListener('click', () => select(step.index));
   chip.addEventListener('mouseenter', () => showAlternatives(chip, step));
   chip.addEventListener('focus', () => showAlternatives(chip, step));
@@ -666,8 +706,9 @@ function showStats({ tokens, elapsedMs, result }) {
     ? [
       ['time to first token', `${result.timing.ttftMs.toFixed(0)} ms`],
       ['prefill', `${result.timing.prefillTokensPerS.toFixed(2)} tok/s (${result.usage.promptTokens} prompt tokens${result.usage.cachedPromptTokens ? `, ${result.usage.cachedPromptTokens} cached` : ''})`],
-      // The first token comes out of prefill: a decode rate needs a second one.
-      ...(result.usage.completionTokens > 1 ? [['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`]] : []),
+      // The first token comes out of prefill: a decode rate needs a second one (a fork's given
+      // tokens are not decoded).
+      ...(result.timing.decodeMs > 0 ? [['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`]] : []),
       ['tokens generated', String(result.usage.completionTokens)],
       ['finish reason', result.finishReason],
     ]
@@ -687,6 +728,7 @@ function renderInspector() {
     $('chart-rest').textContent = '';
     $('walkthrough').replaceChildren();
     $('inspector-step').textContent = '';
+    $('fork').hidden = true;
     return;
   }
   const settings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, knobValues()[k]]));
@@ -718,7 +760,27 @@ function renderInspector() {
     : null;
   drawChart({ chart: $('chart'), rest: $('chart-rest'), table: $('chart-table') }, now, step, settings,
     { bars: BARS, vocabSize: state.model.vocabSize, sampler });
+  drawForks(step);
   drawWalkthrough(step);
+}
+
+/** The inspected step's other top candidates, each a button that forks the run there. */
+const FORKS = 5;
+
+function drawForks(step) {
+  const run = state.shownRun;
+  const canFork = Boolean(state.lm && run?.options && run.steps === state.steps && !state.busy);
+  $('fork').hidden = !canFork;
+  if (!canFork) return;
+  $('fork-title').textContent = `Fork at step ${step.index + 1}: continue with another token instead of “${shownToken(step.token)}”`;
+  $('fork-choices').replaceChildren(...step.top.filter((c) => c.id !== step.id).slice(0, FORKS).map((candidate) => {
+    const button = document.createElement('button');
+    button.type = 'button';
+    button.dataset.id = String(candidate.id);
+    button.textContent = `“${shownToken(candidate.text)}” ${Math.exp(candidate.logprob).toFixed(3)}`;
+    button.addEventListener('click', () => fork(step.index, candidate));
+    return button;
+  }));
 }
 
 /**

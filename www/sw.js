@@ -10,7 +10,7 @@
 // (nucleus-models-v1, see nucleus-worker.js), downloaded once and checked before use, so model
 // requests (*.gguf) and every Range request pass through untouched.
 
-const APP_CACHE = 'nucleus-app-v1';
+const APP_CACHE = 'nucleus-app-v2';
 /** Every file the playground and the embed page load, relative to this worker (tests/browser checks the list). */
 const APP_FILES = [
   './',
@@ -26,6 +26,8 @@ const APP_FILES = [
   'download.js',
   'what-if.js',
   'trace.js',
+  'branches.js',
+  'timeline.js',
   'nucleus-element.js',
   'sampling-knobs.json',
   'pkg/nucleus_web.js',

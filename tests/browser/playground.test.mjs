@@ -215,6 +215,63 @@ test('Stop ends a run mid-generation and the page can generate again', async () 
   assert.equal(await page.isEnabled('#generate'), true);
 });
 
+test('a fork continues from another candidate, reusing the cache; the branches switch; the time line shows the steps', async () => {
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#prompt', capital.text);
+  await page.fill('#max-tokens', '3');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
+  const chips = () => page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent));
+  assert.deepEqual(await chips(), [' Paris', '.', '↵\n']);
+
+  // The time line: the prefill bar, then a bar per decode step; the cache grows a token a step.
+  const bars = await page.$$eval('#timeline rect.bar', (nodes) => nodes.map((n) => [n.dataset.kind, Number(n.dataset.kvTokens)]));
+  const n = capital.ids.length;
+  assert.deepEqual(bars, [['prefill', n], ['decode', n + 1], ['decode', n + 2]]);
+  // SmolLM2-135M's cache: 30 blocks, keys and values of 3 heads of 64, f32.
+  const kv = await page.evaluate(() => window.playground.lm.info.kvBytesPerToken);
+  assert.equal(kv, 30 * 2 * 3 * 64 * 4);
+  const mb = (tokens) => (tokens * kv / 1e6).toFixed(2).replace('.', '\\.');
+  // The same prompt ran just before: all but its last token came from the cache.
+  assert.match(await page.textContent('#timeline-summary'),
+    new RegExp(`^Prefill ran 1 token in one pass \\(${n - 1} more were in the KV cache already\\): \\d+ ms, [\\d.]+ tok/s\\. `
+      + `Decode ran 2 steps, one token per pass: [\\d.]+ tok/s\\. The KV cache grew from ${n} to ${n + 2} tokens \\(${mb(n)} MB to ${mb(n + 2)} MB\\)`));
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-timeline.png'), fullPage: true });
+
+  // Fork at step 2 ('.') with its best other candidate.
+  await page.click('#tokens .token >> nth=1');
+  assert.match(await page.textContent('#fork-title'), /^Fork at step 2: continue with another token instead of “\.”/);
+  const alternative = await page.$eval('#fork-choices button', (b) => ({ id: Number(b.dataset.id), text: b.textContent }));
+  const calls = await generateCalls();
+  await page.click('#fork-choices button >> nth=0');
+  await page.waitForFunction((c) => Number(document.body.dataset.generateCalls) > c && document.body.dataset.state === 'ready',
+    calls, { timeout: 300_000 });
+  const forked = await page.evaluate(() => window.playground.steps.map((s) => ({ id: s.id, index: s.index, forced: Boolean(s.forced) })));
+  assert.equal(forked.length, 3);
+  assert.deepEqual(forked[0], { id: capital.greedy32[0], index: 0, forced: false }, 'the tokens before the fork are the run\'s');
+  assert.deepEqual(forked[1], { id: alternative.id, index: 1, forced: true }, 'the fork\'s first token is the one clicked');
+  assert.deepEqual(forked[2].index, 2);
+  assert.equal(await page.getAttribute('#tokens .token >> nth=1', 'class'), 'token forced');
+  // The engine kept the prompt and ' Paris' in its cache and ran only the new token.
+  const report = await page.evaluate(() => window.playground.prefillReports.at(-1));
+  assert.deepEqual(report, { done: n + 2, total: n + 2, cached: n + 1 });
+  assert.equal(await page.textContent('[data-stat="tokens generated"]'), '3');
+
+  // The tree: the first run and its fork; each shows its own chips.
+  const branches = () => page.$$eval('#branches .branch', (nodes) => nodes.map((b) => [b.textContent, b.getAttribute('aria-pressed')]));
+  const tree = await branches();
+  assert.equal(tree.length, 2);
+  assert.match(tree[0][0], /^the first run · ␣Paris\.\\n$/);
+  assert.equal(tree[1][1], 'true');
+  assert.ok(tree[1][0].startsWith(`step 2: “${alternative.text.split('”')[0].slice(1)}” instead of “.”`), tree[1][0]);
+  assert.ok(await page.$('#branches ul .branch'), 'the fork is nested under the run it came from');
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-fork.png'), fullPage: true });
+  await page.click('#branches .branch >> nth=0');
+  assert.deepEqual(await chips(), [' Paris', '.', '↵\n']);
+  assert.equal((await branches())[0][1], 'true');
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core with the branches and the time line');
+});
+
 test('a conversation: the second turn prefills only the new message, and each answer keeps its inspector', async () => {
   const ready = () => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
   const prefill = async () => {

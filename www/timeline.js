@@ -1,0 +1,84 @@
+// Where a run's time goes, as the page saw its steps arrive: the prefill (every prompt token in
+// one pass, ending with the first new token) as one bar, then one bar per decode step (one token
+// per pass), the KV cache's size growing under them, and the rates. Drawn in SVG from
+// `timelineOf`, which the tests read too.
+
+const SVG = 'http://www.w3.org/2000/svg';
+
+function svg(tag, attributes, text) {
+  const element = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
+  if (text !== undefined) element.textContent = text;
+  return element;
+}
+
+const mb = (bytes) => `${(bytes / 1e6).toFixed(bytes < 1e7 ? 2 : 1)} MB`;
+
+/**
+ * The numbers of a timeline. `times`: ms from the request to each step's arrival (the run's own
+ * steps, not a fork's given ones); `prefill`: the last prefill report ({ total, cached }: the
+ * context's tokens and those the cache held); `kvBytesPerToken`: the model's (`lm.info`).
+ */
+export function timelineOf({ times, prefill, kvBytesPerToken }) {
+  const context = prefill?.total ?? 0;
+  const run = context - (prefill?.cached ?? 0);
+  const bars = times.map((end, i) => ({
+    kind: i === 0 ? 'prefill' : 'decode',
+    start: i === 0 ? 0 : times[i - 1],
+    end,
+    // Tokens in the KV cache once this step's token is known: the context, then one per decode.
+    kvTokens: context + i,
+  }));
+  const decodeMs = times.length > 1 ? times.at(-1) - times[0] : 0;
+  return {
+    bars,
+    prefillTokens: run,
+    cachedTokens: prefill?.cached ?? 0,
+    prefillMs: times[0] ?? 0,
+    prefillTokensPerS: times[0] ? (run * 1000) / times[0] : 0,
+    decodeSteps: times.length - 1,
+    decodeTokensPerS: decodeMs > 0 ? ((times.length - 1) * 1000) / decodeMs : 0,
+    kvBytes: (tokens) => tokens * kvBytesPerToken,
+  };
+}
+
+/** Draws the timeline of `run` ({ times, prefill, kvBytesPerToken }) into `chart`, its summary into `summary`. */
+export function drawTimeline(chart, summary, run) {
+  const t = timelineOf(run);
+  if (!t.bars.length) {
+    chart.replaceChildren();
+    summary.textContent = '';
+    return;
+  }
+  const width = Math.max(300, Math.min(720, chart.clientWidth || 520));
+  const left = 64;
+  const total = t.bars.at(-1).end || 1;
+  const x = (ms) => left + (ms / total) * (width - left - 4);
+  const maxKv = t.bars.at(-1).kvTokens || 1;
+  const root = svg('svg', { viewBox: `0 0 ${width} 92`, role: 'img',
+    'aria-label': `Time line: prefill ${t.prefillMs.toFixed(0)} ms, then ${t.decodeSteps} decode steps; the KV cache grows to ${maxKv} tokens` });
+  root.append(svg('text', { x: 0, y: 22, class: 'value' }, 'steps'), svg('text', { x: 0, y: 62, class: 'value' }, 'KV cache'));
+  for (const [i, bar] of t.bars.entries()) {
+    const rect = svg('rect', { x: x(bar.start), y: 10, width: Math.max(1, x(bar.end) - x(bar.start) - (bar.kind === 'decode' ? 1 : 0)),
+      height: 18, class: `bar ${bar.kind}`, 'data-kind': bar.kind, 'data-ms': (bar.end - bar.start).toFixed(1), 'data-kv-tokens': bar.kvTokens });
+    rect.append(svg('title', {}, bar.kind === 'prefill'
+      ? `prefill: ${t.prefillTokens} token${t.prefillTokens === 1 ? '' : 's'} in one pass, ${bar.end.toFixed(0)} ms`
+      : `step ${i + 1}: one token, ${(bar.end - bar.start).toFixed(0)} ms`));
+    root.append(rect);
+    // The cache as an area: its height is its size.
+    const h = (bar.kvTokens / maxKv) * 36;
+    root.append(svg('rect', { x: x(bar.start), y: 80 - h, width: Math.max(1, x(bar.end) - x(bar.start)), height: h, class: 'kv' }));
+  }
+  root.append(svg('text', { x: width - 4, y: 90, class: 'value', 'text-anchor': 'end' }, `${total.toFixed(0)} ms`));
+  chart.replaceChildren(root);
+  const kvFrom = t.bars[0].kvTokens;
+  const cached = t.cachedTokens ? ` (${t.cachedTokens} more were in the KV cache already)` : '';
+  summary.textContent = `Prefill ran ${t.prefillTokens} token${t.prefillTokens === 1 ? '' : 's'} in one pass${cached}: `
+    + `${t.prefillMs.toFixed(0)} ms, ${t.prefillTokensPerS.toFixed(1)} tok/s. `
+    + (t.decodeSteps
+      ? `Decode ran ${t.decodeSteps} step${t.decodeSteps === 1 ? '' : 's'}, one token per pass: ${t.decodeTokensPerS.toFixed(1)} tok/s. `
+      : '')
+    + `The KV cache grew from ${kvFrom} to ${maxKv} tokens (${mb(t.kvBytes(kvFrom))} to ${mb(t.kvBytes(maxKv))}). `
+    + 'Each pass reads every weight once, whatever its number of tokens: on a GPU that makes a prompt token far cheaper '
+    + 'than a decoded one, which has a pass to itself.';
+}
