@@ -282,3 +282,37 @@ fn a_fork_forces_its_token_runs_only_that_token_and_continues_as_a_cold_run_woul
     fork.forced_tokens = vec![49_152];
     assert_eq!(engine.generate(fork).err().expect("out of the vocabulary").code(), "bad-options");
 }
+
+#[test]
+fn the_logit_lens_of_a_step_ends_on_its_distribution_and_reuses_the_cache() {
+    use nucleus_engine::LensRequest;
+    let mut engine = engine();
+    let case = &reference().logit_cases["capital"];
+    let (steps, _) = run(&mut engine, greedy_request(&case.text, 3));
+    let prompt = Prompt::Text(case.text.clone());
+    // Step 2: the context is the prompt and the first token, which the cache holds but for it.
+    let request = LensRequest { prompt: prompt.clone(), generated: vec![steps[0].id], candidates: 5 };
+    let lens = pollster::block_on(engine.logit_lens(&request)).unwrap();
+    assert_eq!((lens.context_tokens, lens.cached_tokens), (case.ids.len() + 1, case.ids.len()));
+    assert_eq!(lens.layers.len(), 30);
+    assert_eq!(
+        lens.candidates.iter().map(|c| c.id).collect::<Vec<_>>(),
+        steps[1].top[..5].iter().map(|c| c.id).collect::<Vec<_>>()
+    );
+    let last = lens.layers.last().unwrap();
+    for (i, candidate) in steps[1].top[..5].iter().enumerate() {
+        assert!((last.probs[i] - (candidate.logprob as f64).exp()).abs() < 1e-5, "candidate {i}");
+        assert_eq!(lens.candidates[i].prob, last.probs[i]);
+    }
+    assert_eq!(last.top.id, steps[1].id);
+    // The first step's lens: " Paris" is the answer only near the top of the stack.
+    let first =
+        pollster::block_on(engine.logit_lens(&LensRequest { prompt, generated: vec![], candidates: 3 })).unwrap();
+    assert_eq!(first.candidates[0].text, " Paris");
+    assert_ne!(first.layers[0].top.text, " Paris");
+    // The cache stays usable: the same greedy run again gives the same tokens.
+    let (again, _) = run(&mut engine, greedy_request(&case.text, 3));
+    assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), steps.iter().map(|s| s.id).collect::<Vec<_>>());
+    let bad = LensRequest { prompt: Prompt::Text("a".into()), generated: vec![], candidates: 0 };
+    assert_eq!(pollster::block_on(engine.logit_lens(&bad)).unwrap_err().code(), "bad-options");
+}

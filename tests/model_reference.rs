@@ -214,3 +214,59 @@ fn check_errors(file: &GgufFile, device: &ModelDevice, path: Path) {
     assert!(model.new_cache(8193).is_err());
     assert_eq!(cache.len(), 0, "a failed forward leaves the cache untouched");
 }
+
+/// The logit lens on both paths that run on wgpu: each block's row is the CPU reference's final
+/// norm and output layer of that block's residual; the last row is the pass's own logits (and the
+/// reference's); the two paths' residuals agree at every depth; " Paris" wins only at the end.
+#[test]
+fn the_logit_lens_reads_each_blocks_residual_through_the_head_and_ends_on_the_passs_logits() {
+    use nucleus_kernels::reference::lm_head;
+    let file = GgufFile::parse(model_bytes()).unwrap();
+    let gamma = file.dequantize("output_norm.weight").unwrap();
+    let head = file.dequantize("token_embd.weight").unwrap();
+    let case = &reference().logit_cases["capital"];
+    let paris = case.top20[0].id;
+    let mut residuals = Vec::new();
+    for path in [Path::Fused, Path::BurnOps(LinearKernel::BurnMatmul)] {
+        let model = Llama::load(&file, &wgpu_device(), path).unwrap();
+        let blocks = model.config().block_count;
+        let mut cache = model.new_cache(case.ids.len() + 1).unwrap();
+        // The prompt but its last token first: the lens then runs one token over a filled cache.
+        let (context, last) = case.ids.split_at(case.ids.len() - 1);
+        model.forward(context, &mut cache, Logits::Last).unwrap();
+        let lens = pollster::block_on(model.logit_lens(last, &mut cache)).unwrap();
+        assert_eq!(cache.len(), case.ids.len());
+        assert_eq!((lens.hidden.len(), lens.logits.len()), (blocks, blocks));
+        let own = last_logits(&model, &case.ids);
+        let last_row = lens.logits.last().unwrap();
+        assert!(max_abs_diff(last_row, &own) < RECOMPUTE_TOLERANCE, "{path:?}: the last row is not the pass's logits");
+        assert!(
+            max_abs_diff(last_row, &case.last_logits()) < LOGIT_TOLERANCE,
+            "{path:?}: the last row against the reference"
+        );
+        for layer in [0, blocks / 2, blocks - 1] {
+            let expected: Vec<f32> = lm_head(&lens.hidden[layer], &gamma, model.config().rms_norm_eps, &head)
+                .into_iter()
+                .map(|v| v as f32)
+                .collect();
+            let diff = max_abs_diff(&lens.logits[layer], &expected);
+            assert!(
+                diff < LOGIT_TOLERANCE,
+                "{path:?}: layer {}: the head of its residual differs by {diff}",
+                layer + 1
+            );
+        }
+        assert_eq!(argmax(last_row), paris);
+        assert_ne!(argmax(&lens.logits[0]), paris, "the first block does not know the answer yet");
+        residuals.push(lens.hidden);
+    }
+    for (layer, (fused, burn)) in residuals[0].iter().zip(&residuals[1]).enumerate() {
+        let scale = fused.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+        let diff = max_abs_diff(fused, burn);
+        assert!(
+            diff < 1e-4 * scale,
+            "block {}: the paths' residuals differ by {diff} (largest value {scale})",
+            layer + 1
+        );
+    }
+}

@@ -21,6 +21,30 @@ pub struct BeamRequest {
     pub ignore_eos: bool,
 }
 
+/// Most beams a request may keep.
+pub const MAX_BEAMS: usize = 8;
+/// Default beams of `lm.beamSearch`.
+pub const DEFAULT_BEAMS: usize = 3;
+/// Most tokens a beam search may make, and the default of `lm.beamSearch`.
+pub const MAX_BEAM_TOKENS: usize = 64;
+pub const DEFAULT_BEAM_TOKENS: usize = 8;
+
+impl BeamRequest {
+    /// Checks every parameter; the error names it and its allowed range.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        if !(1..=MAX_BEAMS).contains(&self.beams) {
+            return Err(EngineError::bad_option("beams", format!("1..={MAX_BEAMS}"), self.beams));
+        }
+        if !(1..=MAX_BEAM_TOKENS).contains(&self.max_tokens) {
+            return Err(EngineError::bad_option("max_tokens", format!("1..={MAX_BEAM_TOKENS}"), self.max_tokens));
+        }
+        if !self.length_penalty.is_finite() {
+            return Err(EngineError::bad_option("length_penalty", "a finite number", self.length_penalty));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct BeamHypothesis {
     pub tokens: Vec<u32>,
@@ -45,6 +69,7 @@ impl Engine {
     /// Deterministic beam search. Each live beam has its own cache sized for the prompt and
     /// `max_tokens`; the engine's own cache is left as it was.
     pub async fn beam_search(&mut self, request: &BeamRequest) -> Result<BeamOutput, EngineError> {
+        request.validate()?;
         let prompt = self.prompt_tokens(&request.prompt)?;
         if prompt.is_empty() {
             return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));

@@ -9,7 +9,8 @@
 //!
 //! The modules: `request` (what to generate, validated), `report` (each step and the outcome),
 //! `generation` (a generation's state and its step; the choice of the next token in
-//! `generation::step`), `beam` (beam search), `error` (typed errors and their codes).
+//! `generation::step`), `beam` (beam search), `lens` (the logit lens of one step), `error`
+//! (typed errors and their codes).
 //!
 //! Consecutive generations reuse the cache: when a new prompt starts with tokens already in the
 //! cache (a chat that goes on, the same prompt sampled again), only the new suffix is prefilled.
@@ -17,6 +18,7 @@
 mod beam;
 mod error;
 mod generation;
+mod lens;
 mod report;
 mod request;
 mod timing;
@@ -28,9 +30,12 @@ use nucleus_sampler::{Sampler, StopConditions, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
 
-pub use beam::{BeamHypothesis, BeamOutput, BeamRequest};
+pub use beam::{
+    BeamHypothesis, BeamOutput, BeamRequest, DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS, MAX_BEAM_TOKENS, MAX_BEAMS,
+};
 pub use error::EngineError;
 pub use generation::GenerationState;
+pub use lens::{DEFAULT_LENS_CANDIDATES, LensLayer, LensReport, LensRequest, LensToken, MAX_LENS_CANDIDATES};
 pub use nucleus_model::{LinearKernel, ModelDevice, Path};
 pub use nucleus_sampler::json::{OptionError, camel_case};
 pub use report::{

@@ -8,12 +8,14 @@
 use std::collections::BTreeSet;
 
 use nucleus_sampler::SamplingParams;
-use nucleus_sampler::json::{OptionError, camel_case, options_object, read_options, unknown_option};
+use nucleus_sampler::json::{OptionError, camel_case, options_object, read_only_options, read_options, unknown_option};
 use nucleus_tokenizer::ChatMessage;
 use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
-use crate::{EngineError, GenerateRequest, Prompt};
+use crate::beam::{DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS};
+use crate::lens::DEFAULT_LENS_CANDIDATES;
+use crate::{BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt};
 
 /// The request's options other than sampling, as JSON spells them; defaults from
 /// [`GenerateRequest::new`].
@@ -63,14 +65,8 @@ impl GenerateRequest {
             return Err(unknown_option(unknown));
         }
 
-        let prompt = match (fields.prompt, fields.messages) {
-            (Some(_), Some(_)) => return Err(OptionError::new("prompt", "give either prompt or messages, not both")),
-            (None, None) => return Err(OptionError::new("prompt", "give a prompt (text) or messages (a chat)")),
-            (Some(text), None) => Prompt::Text(text),
-            (None, Some(messages)) => Prompt::Chat(messages),
-        };
         let request = GenerateRequest {
-            prompt,
+            prompt: prompt_of(fields.prompt, fields.messages)?,
             max_tokens: fields.max_tokens,
             sampling,
             stop: fields.stop,
@@ -81,6 +77,87 @@ impl GenerateRequest {
             forced_tokens: fields.forced_tokens,
         };
         request.validate(vocab_size).map_err(renamed)?;
+        Ok(request)
+    }
+}
+
+/// The prompt of a request that gives `prompt` (text) or `messages` (a chat), not both.
+fn prompt_of(prompt: Option<String>, messages: Option<Vec<ChatMessage>>) -> Result<Prompt, OptionError> {
+    match (prompt, messages) {
+        (Some(_), Some(_)) => Err(OptionError::new("prompt", "give either prompt or messages, not both")),
+        (None, None) => Err(OptionError::new("prompt", "give a prompt (text) or messages (a chat)")),
+        (Some(text), None) => Ok(Prompt::Text(text)),
+        (None, Some(messages)) => Ok(Prompt::Chat(messages)),
+    }
+}
+
+/// `lm.logitLens(options)`'s options.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct LensOptions {
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    generated: Vec<u32>,
+    candidates: usize,
+}
+
+impl Default for LensOptions {
+    fn default() -> Self {
+        Self { prompt: None, messages: None, generated: Vec::new(), candidates: DEFAULT_LENS_CANDIDATES }
+    }
+}
+
+impl LensRequest {
+    /// Reads and checks a logit-lens request from its JSON form (`lm.logitLens`'s options).
+    pub fn from_json(json: &str, vocab_size: usize) -> Result<Self, OptionError> {
+        let fields: LensOptions = read_only_options(json)?;
+        let request = LensRequest {
+            prompt: prompt_of(fields.prompt, fields.messages)?,
+            generated: fields.generated,
+            candidates: fields.candidates,
+        };
+        request.validate(vocab_size).map_err(renamed)?;
+        Ok(request)
+    }
+}
+
+/// `lm.beamSearch(options)`'s options.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct BeamOptions {
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    beams: usize,
+    length_penalty: f64,
+    max_tokens: usize,
+    ignore_eos: bool,
+}
+
+impl Default for BeamOptions {
+    fn default() -> Self {
+        Self {
+            prompt: None,
+            messages: None,
+            beams: DEFAULT_BEAMS,
+            length_penalty: 1.0,
+            max_tokens: DEFAULT_BEAM_TOKENS,
+            ignore_eos: false,
+        }
+    }
+}
+
+impl BeamRequest {
+    /// Reads and checks a beam-search request from its JSON form (`lm.beamSearch`'s options).
+    pub fn from_json(json: &str) -> Result<Self, OptionError> {
+        let fields: BeamOptions = read_only_options(json)?;
+        let request = BeamRequest {
+            prompt: prompt_of(fields.prompt, fields.messages)?,
+            beams: fields.beams,
+            length_penalty: fields.length_penalty,
+            max_tokens: fields.max_tokens,
+            ignore_eos: fields.ignore_eos,
+        };
+        request.validate().map_err(renamed)?;
         Ok(request)
     }
 }
@@ -132,7 +209,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
-    use crate::DEFAULT_MAX_TOKENS;
+    use crate::{DEFAULT_BEAM_TOKENS, DEFAULT_LENS_CANDIDATES, DEFAULT_MAX_TOKENS};
 
     const VOCAB: usize = 49_152;
 
@@ -274,6 +351,51 @@ mod tests {
             let error = parse(json).expect_err(json);
             assert_eq!(error.option, option, "{json}");
             assert!(error.message.starts_with(message), "{json}: {:?} does not start with {message:?}", error.message);
+        }
+    }
+
+    #[test]
+    fn lens_and_beam_requests_read_their_own_options_only() {
+        let lens = LensRequest::from_json(r#"{"prompt":"Hi","generated":[5,7],"candidates":3}"#, VOCAB).unwrap();
+        assert_eq!((lens.prompt, lens.generated, lens.candidates), (Prompt::Text("Hi".into()), vec![5, 7], 3));
+        let default = LensRequest::from_json(r#"{"messages":[{"role":"user","content":"Hi"}]}"#, VOCAB).unwrap();
+        assert_eq!(default.candidates, DEFAULT_LENS_CANDIDATES);
+        let beam = BeamRequest::from_json(r#"{"prompt":"Hi","beams":2,"lengthPenalty":0.5,"ignoreEos":true}"#).unwrap();
+        assert_eq!(
+            (beam.beams, beam.length_penalty, beam.max_tokens, beam.ignore_eos),
+            (2, 0.5, DEFAULT_BEAM_TOKENS, true)
+        );
+        let cases = [
+            (
+                LensRequest::from_json(r#"{"prompt":"a","candidates":0}"#, VOCAB).err(),
+                "candidates",
+                "invalid option candidates: must be 1..=64, got 0",
+            ),
+            (
+                LensRequest::from_json(r#"{"prompt":"a","generated":[49152]}"#, VOCAB).err(),
+                "generated",
+                "invalid option generated: must be token ids below 49152, got 49152",
+            ),
+            (
+                LensRequest::from_json(r#"{"prompt":"a","temperature":1}"#, VOCAB).err(),
+                "temperature",
+                "unknown option \"temperature\"",
+            ),
+            (
+                BeamRequest::from_json(r#"{"prompt":"a","beams":9}"#).err(),
+                "beams",
+                "invalid option beams: must be 1..=8, got 9",
+            ),
+            (
+                BeamRequest::from_json(r#"{"prompt":"a","maxTokens":65}"#).err(),
+                "maxTokens",
+                "invalid option maxTokens: must be 1..=64, got 65",
+            ),
+            (BeamRequest::from_json(r#"{}"#).err(), "prompt", "give a prompt (text) or messages (a chat)"),
+        ];
+        for (error, option, message) in cases {
+            let error = error.expect(message);
+            assert_eq!((error.option.as_str(), error.message.as_str()), (option, message));
         }
     }
 

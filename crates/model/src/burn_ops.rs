@@ -105,6 +105,34 @@ impl BurnLlama {
         start: usize,
         logits: Logits,
     ) -> Result<Tensor<2>, ModelError> {
+        self.forward_keeping(tokens, cache, start, logits, None)
+    }
+
+    /// The logit lens of the last of `tokens`, run as [`Self::forward`] runs them: its residual
+    /// stream after every block `[blocks, embedding]`, and the output norm and layer applied to
+    /// each `[blocks, vocab]`.
+    pub(crate) fn logit_lens(
+        &self,
+        tokens: &[u32],
+        cache: &mut BurnCache,
+        start: usize,
+    ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
+        let mut rows = Vec::with_capacity(self.weights.blocks.len());
+        self.forward_keeping(tokens, cache, start, Logits::Last, Some(&mut rows))?;
+        let hidden = Tensor::cat(rows, 0);
+        let normed = self.norm(self.architecture.block.norm, hidden.clone(), &self.weights.output_norm);
+        Ok((hidden, self.linear(normed, self.weights.output())?))
+    }
+
+    /// [`Self::forward`], keeping the last row's residual after each block in `lens`.
+    fn forward_keeping(
+        &self,
+        tokens: &[u32],
+        cache: &mut BurnCache,
+        start: usize,
+        logits: Logits,
+        mut lens: Option<&mut Vec<Tensor<2>>>,
+    ) -> Result<Tensor<2>, ModelError> {
         if cache.keys.len() != self.weights.blocks.len() {
             return Err(ModelError::Invalid("the cache was made for another model".into()));
         }
@@ -131,6 +159,9 @@ impl BurnLlama {
                     self.linear(gate * up, &block.down)?
                 }
             };
+            if let Some(rows) = lens.as_deref_mut() {
+                rows.push(x.clone().slice(s![seq - 1..seq, ..]));
+            }
         }
 
         if logits == Logits::Last && seq > 1 {

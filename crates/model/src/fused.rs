@@ -318,6 +318,48 @@ impl FusedLlama {
         start: usize,
         logits: Logits,
     ) -> Result<FusedLogits, ModelError> {
+        self.record(tokens, cache, start, logits, None)
+    }
+
+    /// The logit lens of the last of `tokens` (run as [`Self::forward`] runs them, in the same
+    /// command buffer): its residual stream after every block, `[blocks][embedding]`, and the
+    /// output norm and layer applied to each, `[blocks][vocab]`. After each block a copy keeps
+    /// the last row of `x`; after the last, each kept row goes back into that row for one
+    /// `lm_head` dispatch, whose logits are copied out. The last leaves `x` and the logits as a
+    /// plain pass would. Reads `blocks · (embedding + vocab) · 4` bytes (6 MB for SmolLM2-135M).
+    pub(crate) async fn logit_lens(
+        &self,
+        tokens: &[u32],
+        cache: &mut FusedCache,
+        start: usize,
+    ) -> Result<(Vec<Vec<f32>>, Vec<Vec<f32>>), ModelError> {
+        use wgpu::BufferUsages as U;
+        let (gpu, c) = (&self.shared.gpu, &self.shared.config);
+        let hidden_bytes = (c.block_count * c.embedding_length * 4) as u64;
+        let logits_bytes = (c.block_count * c.vocab_size * 4) as u64;
+        let lens = LensBuffers {
+            hidden: gpu.storage("lens residuals", hidden_bytes),
+            hidden_read: gpu.buffer("lens residuals readback", hidden_bytes, U::MAP_READ | U::COPY_DST),
+            logits_read: gpu.buffer("lens logits readback", logits_bytes, U::MAP_READ | U::COPY_DST),
+        };
+        self.record(tokens, cache, start, Logits::Last, Some(&lens))?.wait().await?;
+        let hidden: Vec<f32> = bytemuck::cast_slice(&gpu.read(lens.hidden_read.buffer(), hidden_bytes).await?).to_vec();
+        let logits: Vec<f32> = bytemuck::cast_slice(&gpu.read(lens.logits_read.buffer(), logits_bytes).await?).to_vec();
+        Ok((
+            hidden.chunks_exact(c.embedding_length).map(<[f32]>::to_vec).collect(),
+            logits.chunks_exact(c.vocab_size).map(<[f32]>::to_vec).collect(),
+        ))
+    }
+
+    /// [`Self::forward`], with the logit lens's copies and dispatches when `lens` is given.
+    fn record(
+        &self,
+        tokens: &[u32],
+        cache: &mut FusedCache,
+        start: usize,
+        logits: Logits,
+        lens: Option<&LensBuffers>,
+    ) -> Result<FusedLogits, ModelError> {
         let clock = web_time::Instant::now();
         let shared = &self.shared;
         if !Arc::ptr_eq(shared, &cache.shared) {
@@ -353,16 +395,42 @@ impl FusedLlama {
             shared.gpu.write(shared.step.buffer(), 0, &bytes);
 
             shared.embed.record(&mut recorder, &shape);
-            for (kernels, cached) in shared.blocks.iter().zip(&cache.blocks) {
+            // The last row of `x` (the lens's position) and a row's bytes.
+            let row_bytes = (shared.config.embedding_length * 4) as u64;
+            let last_row = (chunk.len() as u64 - 1) * row_bytes;
+            let lens = lens.filter(|_| last);
+            for (block, (kernels, cached)) in shared.blocks.iter().zip(&cache.blocks).enumerate() {
                 cached.qkv.record(&mut recorder, &shape);
                 cached.attention.record(&mut recorder, &shape);
                 kernels.combine.record(&mut recorder, &shape);
                 kernels.attention_output.record(&mut recorder, &shape);
                 kernels.gate_up.record(&mut recorder, &shape);
                 kernels.down.record(&mut recorder, &shape);
+                if let Some(lens) = lens {
+                    let to = block as u64 * row_bytes;
+                    recorder.copy(shared.x.buffer(), last_row, lens.hidden.buffer(), to, row_bytes);
+                }
+            }
+            if let Some(lens) = lens {
+                let vocab_bytes = (shared.config.vocab_size * 4) as u64;
+                for block in 0..shared.blocks.len() as u64 {
+                    recorder.copy(lens.hidden.buffer(), block * row_bytes, shared.x.buffer(), last_row, row_bytes);
+                    shared.lm_head.record(&mut recorder, &shape);
+                    recorder.copy(
+                        shared.logits.buffer(),
+                        0,
+                        lens.logits_read.buffer(),
+                        block * vocab_bytes,
+                        vocab_bytes,
+                    );
+                }
+                let all = lens.hidden.size().min(lens.hidden_read.size());
+                recorder.copy(lens.hidden.buffer(), 0, lens.hidden_read.buffer(), 0, all);
             }
             if last {
-                shared.lm_head.record(&mut recorder, &shape);
+                if lens.is_none() {
+                    shared.lm_head.record(&mut recorder, &shape);
+                }
                 rows = logit_rows;
             } else {
                 // The next pass's step write must land after this pass: submit it now.
@@ -463,6 +531,15 @@ fn all_weights<T>(weights: &ModelWeights<T>) -> impl Iterator<Item = &T> {
         ]
     });
     std::iter::once(&weights.token_embedding).chain(blocks).chain([&weights.output_norm]).chain(weights.output.as_ref())
+}
+
+/// The buffers of one logit-lens pass ([`FusedLlama::logit_lens`]).
+struct LensBuffers {
+    /// `[blocks, embedding]`: the kept residual rows.
+    hidden: GpuBuffer,
+    hidden_read: GpuBuffer,
+    /// `[blocks, vocab]`: the logits from each.
+    logits_read: GpuBuffer,
 }
 
 /// A KV cache of the fused path: per block `[positions, 2, kv_heads, head_dim]` f32 (keys, then

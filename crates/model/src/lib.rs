@@ -393,17 +393,7 @@ impl Llama {
     /// values, and returns the logits (see [`Logits`]), still on the device. Prefill is one call
     /// with the whole prompt; decode is one call per token. Nothing changes on an error.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Result<DeviceLogits, ModelError> {
-        if tokens.is_empty() {
-            return Err(ModelError::EmptyInput);
-        }
-        let start = cache.len;
-        let end = start + tokens.len();
-        if end > cache.capacity {
-            return Err(ModelError::ContextOverflow { needed: end, capacity: cache.capacity });
-        }
-        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= self.config.vocab_size) {
-            return Err(ModelError::TokenOutOfRange { id, vocab_size: self.config.vocab_size });
-        }
+        let (start, end) = self.check_pass(tokens, cache)?;
         let output = match (&self.route, &mut cache.inner) {
             #[cfg(feature = "burn-ops")]
             (Route::Burn(model), CacheKind::Burn(inner)) => {
@@ -424,6 +414,52 @@ impl Llama {
         cache.len = end;
         Ok(output)
     }
+
+    /// The positions a pass of `tokens` after what `cache` holds fills, once checked: some
+    /// tokens, room for them, ids in the vocabulary.
+    fn check_pass(&self, tokens: &[u32], cache: &KvCache) -> Result<(usize, usize), ModelError> {
+        if tokens.is_empty() {
+            return Err(ModelError::EmptyInput);
+        }
+        let start = cache.len;
+        let end = start + tokens.len();
+        if end > cache.capacity {
+            return Err(ModelError::ContextOverflow { needed: end, capacity: cache.capacity });
+        }
+        if let Some(&id) = tokens.iter().find(|&&id| id as usize >= self.config.vocab_size) {
+            return Err(ModelError::TokenOutOfRange { id, vocab_size: self.config.vocab_size });
+        }
+        Ok((start, end))
+    }
+
+    /// Runs `tokens` as [`Llama::forward`] does and returns the logit lens of the last one:
+    /// the residual stream after every block, and the final norm and output layer applied to
+    /// each (what the model would predict if it stopped there). The last block's row is the
+    /// pass's own logits. One pass, read back whole: for one inspected step, not for generation.
+    pub async fn logit_lens(&self, tokens: &[u32], cache: &mut KvCache) -> Result<LogitLens, ModelError> {
+        let (start, end) = self.check_pass(tokens, cache)?;
+        let (hidden, logits) = match (&self.route, &mut cache.inner) {
+            #[cfg(feature = "burn-ops")]
+            (Route::Burn(model), CacheKind::Burn(inner)) => {
+                let (hidden, logits) = model.logit_lens(tokens, inner, start)?;
+                (read_tensor(hidden).await?, read_tensor(logits).await?)
+            }
+            (Route::Fused(model), CacheKind::Fused(inner)) => model.logit_lens(tokens, inner, start).await?,
+            #[cfg(feature = "burn-ops")]
+            _ => return Err(ModelError::Invalid("the cache was made for another model".into())),
+        };
+        cache.len = end;
+        Ok(LogitLens { hidden, logits })
+    }
+}
+
+/// The logit lens of one position ([`Llama::logit_lens`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogitLens {
+    /// `[blocks][embedding]`: the residual stream after each block.
+    pub hidden: Vec<Vec<f32>>,
+    /// `[blocks][vocab]`: the raw logits the final norm and output layer make of each row.
+    pub logits: Vec<Vec<f32>>,
 }
 
 /// `(cos, sin)` of `position · base^(−2i/rope_dims)` for every position of the context and

@@ -87,16 +87,23 @@ pub fn unknown_option(key: &str) -> OptionError {
     OptionError::new(key, format!("unknown option {key:?}"))
 }
 
+/// Deserialises `T` from an options object `json` that holds `T`'s options only: a key `T` does
+/// not read is unknown.
+pub fn read_only_options<T: DeserializeOwned>(json: &str) -> Result<T, OptionError> {
+    let options = options_object(json)?;
+    let mut ignored = BTreeSet::new();
+    let value = read_options(&options, &mut ignored)?;
+    match ignored.first() {
+        Some(unknown) => Err(unknown_option(unknown)),
+        None => Ok(value),
+    }
+}
+
 impl SamplingParams {
     /// Reads and checks the sampling options alone from their JSON (every other key refused);
     /// `vocab_size` bounds `logitBias` ids.
     pub fn from_json(json: &str, vocab_size: usize) -> Result<Self, OptionError> {
-        let options = options_object(json)?;
-        let mut ignored = BTreeSet::new();
-        let params: SamplingParams = read_options(&options, &mut ignored)?;
-        if let Some(unknown) = ignored.first() {
-            return Err(unknown_option(unknown));
-        }
+        let params: SamplingParams = read_only_options(json)?;
         params.validate(vocab_size).map_err(|e| OptionError::from_sampler(&e))?;
         Ok(params)
     }

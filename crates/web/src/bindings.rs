@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
-    Engine, EngineError, GenerateRequest, GenerationState, LoadOptions, ModelDevice, OptionError, PrefillProgress,
-    js_name,
+    BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice,
+    OptionError, PrefillProgress, js_name,
 };
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
@@ -221,6 +221,40 @@ impl WasmEngine {
                 }
                 None => Ok(JsValue::NULL),
             }
+        })
+    }
+
+    /// The logit lens of one step (`lm.logitLens`'s options as JSON): resolves to the report as
+    /// JSON. Uses the KV cache: fails with `busy` while a generation has not finished.
+    #[wasm_bindgen(js_name = logitLens)]
+    #[allow(clippy::await_holding_refcell_ref)] // the borrow is the lock, as in next_step
+    pub fn logit_lens(&self, options_json: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let mut inner = inner.try_borrow_mut().map_err(|_| busy())?;
+            if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
+                return Err(busy());
+            }
+            let engine = &mut inner.engine;
+            let request = LensRequest::from_json(&options_json, engine.info().vocab_size).map_err(option_error)?;
+            let report = engine.logit_lens(&request).await.map_err(engine_error)?;
+            Ok(shapes::lens(&report).to_string().into())
+        })
+    }
+
+    /// A beam search (`lm.beamSearch`'s options as JSON): resolves to its hypotheses and its
+    /// tree as JSON. Its caches are its own; the engine's is left as it was.
+    #[wasm_bindgen(js_name = beamSearch)]
+    #[allow(clippy::await_holding_refcell_ref)] // the borrow is the lock, as in next_step
+    pub fn beam_search(&self, options_json: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let mut inner = inner.try_borrow_mut().map_err(|_| busy())?;
+            let request = BeamRequest::from_json(&options_json).map_err(option_error)?;
+            let engine = &mut inner.engine;
+            let output = engine.beam_search(&request).await.map_err(engine_error)?;
+            let tokenizer = engine.tokenizer();
+            Ok(shapes::beams(&output, |id| tokenizer.token_text(id)).to_string().into())
         })
     }
 

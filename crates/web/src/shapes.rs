@@ -1,6 +1,6 @@
 //! The JSON the JS API hands out: the engine's values with camelCase keys, as JS expects them.
 
-use nucleus_engine::{GenerationResult, ModelInfo, Step};
+use nucleus_engine::{BeamOutput, GenerationResult, LensReport, ModelInfo, Step};
 use nucleus_sampler::{FinishReason, camel_keys};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -33,6 +33,25 @@ pub fn result(result: &GenerationResult) -> Value {
 pub fn info(info: &ModelInfo, file_name: Option<&str>) -> Value {
     let mut value = camel_keys(to_value(info));
     value["title"] = Value::String(info.title(file_name));
+    value
+}
+
+/// A logit lens: `{ candidates: [{ id, text, prob }], layers: [{ layer, probs, top }],
+/// contextTokens, cachedTokens }`.
+pub fn lens(report: &LensReport) -> Value {
+    camel_keys(to_value(report))
+}
+
+/// A beam search: `{ hypotheses: [{ tokens, text, logprob, score, finishReason }], trace: { nodes:
+/// [{ id, parent, step, token, text, tokenLogprob, logprob, score, status }], steps }, promptTokens }`;
+/// each node of the trace with its token's text (`text_of`, the tokenizer's).
+pub fn beams(output: &BeamOutput, text_of: impl Fn(u32) -> String) -> Value {
+    let mut value = camel_keys(to_value(output));
+    if let Some(Value::Array(nodes)) = value.pointer_mut("/trace/nodes") {
+        for (node, traced) in nodes.iter_mut().zip(&output.trace.nodes) {
+            node["text"] = traced.token.map_or(Value::Null, |id| Value::String(text_of(id)));
+        }
+    }
     value
 }
 
