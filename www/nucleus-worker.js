@@ -19,7 +19,7 @@ let wasmMemory = null;
 /** Once the GPU device is lost, the error every later request that needs it gets. */
 let deviceLost = null;
 /** The requests that need the GPU. */
-const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next]);
+const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next, REQUEST.logitLens, REQUEST.beamSearch]);
 
 /**
  * The GPU calls this worker has made: every GPUComputePassEncoder.dispatchWorkgroups,
@@ -173,6 +173,20 @@ const handlers = {
     if (logits) step.logits = logits;
     if (step.finishReason) current.done = true;
     return step;
+  },
+
+  async [REQUEST.logitLens]({ options }) {
+    if (generation && !generation.done) {
+      throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
+    }
+    return JSON.parse(await engine.logitLens(options));
+  },
+
+  async [REQUEST.beamSearch]({ options }) {
+    if (generation && !generation.done) {
+      throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
+    }
+    return JSON.parse(await engine.beamSearch(options));
   },
 
   /** Stops the generation after the step in flight, if any; resolves to its result. */

@@ -384,6 +384,32 @@ export class Nucleus {
     return new Generation(this.#client, options);
   }
 
+  /**
+   * Where the answer forms: the logit lens of one step. `options`: the run's `prompt` or
+   * `messages`, `generated` (the ids generated before the step; [] for the first), `candidates`
+   * (1..=64, default 10). Resolves to `{ candidates: [{ id, text, prob }], layers: [{ layer, probs,
+   * top: { id, text, prob } }], contextTokens, cachedTokens }`: for each block, the probability of
+   * each candidate (the step's own top ones) if the model stopped there, and that depth's own top
+   * token. The last layer is the step itself. What the KV cache holds of the context is not run
+   * again. Refused with `busy` while a generation runs.
+   */
+  async logitLens(options) {
+    checkOptionsObject(options, 'logitLens');
+    return this.#client.call(REQUEST.logitLens, { options: encodeOptions(options) });
+  }
+
+  /**
+   * Beam search (deterministic). `options`: `prompt` or `messages`, `beams` (1..=8, default 3),
+   * `lengthPenalty` (α, default 1: hypotheses ranked by logprob / length^α), `maxTokens` (1..=64,
+   * default 8), `ignoreEos`. Resolves to `{ hypotheses: [{ tokens, text, logprob, score,
+   * finishReason }], trace: { nodes: [{ id, parent, step, token, text, tokenLogprob, logprob,
+   * score, status }], steps: [{ step, kept, finished, pruned }] }, promptTokens }`.
+   */
+  async beamSearch(options) {
+    checkOptionsObject(options, 'beamSearch');
+    return this.#client.call(REQUEST.beamSearch, { options: encodeOptions(options) });
+  }
+
   /** The token ids of `text`, as the model reads it. */
   async tokenize(text) {
     if (typeof text !== 'string') throw badOption('text', 'tokenize takes a string');

@@ -8,6 +8,8 @@ import { drawChart, shownToken } from './chart.js';
 import { runOfTrace, traceOf } from './trace.js';
 import { addFork, drawBranches, forkOptions, forkPrefix } from './branches.js';
 import { drawTimeline } from './timeline.js';
+import { drawLens } from './lens.js';
+import { drawBeams } from './beams.js';
 
 const $ = (id) => document.getElementById(id);
 /** Candidates per step: the GPU decode tail's own K, so asking for them costs no extra read. */
@@ -48,6 +50,8 @@ const state = {
   turns: [],
   /** The run whose chips are shown. */
   shownRun: null,
+  /** The step whose logit lens is shown: { run, index }, or null. */
+  lensOf: null,
 };
 
 // The page's state, for the browser's console and the tests.
@@ -315,6 +319,8 @@ function setBusy(busy) {
 function updateButtons() {
   const noMessage = isChat() && $('prompt').value.trim() === '';
   $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
+  $('beam-run').disabled = state.busy || !state.lm || noMessage;
+  $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps;
   $('stop').disabled = !state.busy;
   $('export-trace').disabled = state.busy || !state.shownRun;
   $('trace-file').disabled = state.busy;
@@ -761,7 +767,66 @@ function renderInspector() {
   drawChart({ chart: $('chart'), rest: $('chart-rest'), table: $('chart-table') }, now, step, settings,
     { bars: BARS, vocabSize: state.model.vocabSize, sampler });
   drawForks(step);
+  if (state.lensOf && (state.lensOf.run !== state.shownRun || state.lensOf.index !== index)) clearLens();
   drawWalkthrough(step);
+}
+
+/** The step the inspector shows. */
+const inspectedIndex = () => state.selected ?? state.steps.length - 1;
+
+/** The logit lens of the inspected step: its context runs once more (all but its last token from the cache). */
+async function lookInside() {
+  const run = state.shownRun;
+  const index = inspectedIndex();
+  if (!state.lm || state.busy || !run?.options || !run.steps[index]) return;
+  $('lens-error').hidden = true;
+  $('lens-summary').textContent = `Running step ${index + 1} once more, layer by layer…`;
+  setBusy(true);
+  try {
+    const report = await state.lm.logitLens({ ...run.request, generated: run.steps.slice(0, index).map((s) => s.id), candidates: LENS_CANDIDATES });
+    drawLens($('lens'), $('lens-summary'), report);
+    state.lensOf = { run, index };
+  } catch (error) {
+    $('lens-summary').textContent = '';
+    $('lens-error').textContent = `The lens could not run (${error.code}): ${error.message}`;
+    $('lens-error').hidden = false;
+  } finally {
+    setBusy(false);
+  }
+}
+
+/** Empties the lens (it showed another step). */
+function clearLens() {
+  state.lensOf = null;
+  $('lens').replaceChildren();
+  $('lens-summary').textContent = '';
+}
+
+/** Candidates (columns) of the lens's heatmap. */
+const LENS_CANDIDATES = 8;
+
+/** A beam search on the prompt in the box, drawn as its tree. */
+async function searchBeams() {
+  if (!state.lm || state.busy) return;
+  const { messages, prompt } = generateOptions();
+  const beams = Number($('beam-width').value);
+  const maxTokens = Math.max(1, Math.min(12, Math.round(Number($('beam-tokens').value)) || 6));
+  $('beam-error').hidden = true;
+  $('beam-status').textContent = `Searching with ${beams} beams…`;
+  setBusy(true);
+  try {
+    const output = await state.lm.beamSearch({ ...(messages ? { messages } : { prompt }), beams, maxTokens });
+    drawBeams($('beam-tree'), $('beam-hypotheses'), output);
+    const considered = output.trace.nodes.length - 1;
+    const kept = output.trace.nodes.filter((n) => n.status === 'kept').length;
+    $('beam-status').textContent = `${considered} sequences considered, ${kept} kept as beams; the hypotheses, best first:`;
+  } catch (error) {
+    $('beam-status').textContent = '';
+    $('beam-error').textContent = `The search could not run (${error.code}): ${error.message}`;
+    $('beam-error').hidden = false;
+  } finally {
+    setBusy(false);
+  }
 }
 
 /** The inspected step's other top candidates, each a button that forks the run there. */
@@ -846,6 +911,8 @@ async function start() {
   $('export-trace').addEventListener('click', exportTrace);
   $('trace-file').addEventListener('change', openTraceFile);
   $('form').addEventListener('submit', generate);
+  $('lens-run').addEventListener('click', lookInside);
+  $('beam-run').addEventListener('click', searchBeams);
   $('stop').addEventListener('click', stop);
   $('new-chat').addEventListener('click', newConversation);
   $('reload-model').addEventListener('click', () => {

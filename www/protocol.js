@@ -20,6 +20,11 @@
  *   Runs one step of generation `gen`. Replies with the step, or null when it has ended. With
  *   `reportPrefill`, a first step runs its prompt in chunks and sends a 'prefill' progress
  *   message after each.
+ * @typedef {{ id: number, type: 'logitLens', options: string }} LogitLensRequest
+ *   The logit lens of one step (`options`: `lm.logitLens`'s, as JSON). Replies with the report.
+ *   Uses the KV cache: refused with `busy` while a generation runs.
+ * @typedef {{ id: number, type: 'beamSearch', options: string }} BeamSearchRequest
+ *   A beam search (`options`: `lm.beamSearch`'s, as JSON). Replies with its hypotheses and tree.
  * @typedef {{ id: number, type: 'abort', gen: number }} AbortRequest
  *   Stops generation `gen` after the step in flight. Replies with its result.
  * @typedef {{ id: number, type: 'result', gen: number }} ResultRequest
@@ -30,7 +35,7 @@
  *   Replies with what the engine holds: { liveBuffers, liveBytes, kvCacheBytes, wasmMemoryBytes }.
  * @typedef {{ id: number, type: 'panicForTesting' }} PanicRequest
  *   Panics inside the engine, as a bug would. Replies with an `internal` error marked `crashed`.
- * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | AbortRequest
+ * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | BeamSearchRequest | AbortRequest
  *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest} Request
  *
  * @typedef {{ id: number, type: 'progress', phase: 'download' | 'parse' | 'upload', loaded: number,
@@ -56,6 +61,8 @@ export const REQUEST = Object.freeze({
   tokenize: 'tokenize',
   generate: 'generate',
   next: 'next',
+  logitLens: 'logitLens',
+  beamSearch: 'beamSearch',
   abort: 'abort',
   result: 'result',
   diagnostics: 'diagnostics',

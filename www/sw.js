@@ -28,6 +28,8 @@ const APP_FILES = [
   'trace.js',
   'branches.js',
   'timeline.js',
+  'lens.js',
+  'beams.js',
   'nucleus-element.js',
   'sampling-knobs.json',
   'pkg/nucleus_web.js',

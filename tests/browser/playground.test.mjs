@@ -216,6 +216,7 @@ test('Stop ends a run mid-generation and the page can generate again', async () 
 });
 
 test('a fork continues from another candidate, reusing the cache; the branches switch; the time line shows the steps', async () => {
+  await page.check('input[name="mode"][value="raw"]');
   await page.click('[data-preset="greedy"]');
   await page.fill('#prompt', capital.text);
   await page.fill('#max-tokens', '3');
@@ -232,9 +233,9 @@ test('a fork continues from another candidate, reusing the cache; the branches s
   const kv = await page.evaluate(() => window.playground.lm.info.kvBytesPerToken);
   assert.equal(kv, 30 * 2 * 3 * 64 * 4);
   const mb = (tokens) => (tokens * kv / 1e6).toFixed(2).replace('.', '\\.');
-  // The same prompt ran just before: all but its last token came from the cache.
+  // When the same prompt ran before (the earlier tests), all but its last token came from the cache.
   assert.match(await page.textContent('#timeline-summary'),
-    new RegExp(`^Prefill ran 1 token in one pass \\(${n - 1} more were in the KV cache already\\): \\d+ ms, [\\d.]+ tok/s\\. `
+    new RegExp(`^Prefill ran (1 token in one pass \\(${n - 1} more were in the KV cache already\\)|${n} tokens in one pass): \\d+ ms, [\\d.]+ tok/s\\. `
       + `Decode ran 2 steps, one token per pass: [\\d.]+ tok/s\\. The KV cache grew from ${n} to ${n + 2} tokens \\(${mb(n)} MB to ${mb(n + 2)} MB\\)`));
   await page.screenshot({ path: path.join(OUTPUT, 'playground-timeline.png'), fullPage: true });
 
@@ -270,6 +271,56 @@ test('a fork continues from another candidate, reusing the cache; the branches s
   assert.deepEqual(await chips(), [' Paris', '.', '↵\n']);
   assert.equal((await branches())[0][1], 'true');
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core with the branches and the time line');
+});
+
+test('the logit lens of a step: one row per layer, the last the step itself; " Paris" wins only near the top', async () => {
+  // The first run of the last test is shown: ' Paris', '.', '↵'.
+  await page.click('#tokens .token >> nth=0');
+  await page.click('#lens-panel summary');
+  await page.click('#lens-run');
+  await page.waitForSelector('#lens table', { timeout: 300_000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'ready');
+  const heads = await page.$$eval('#lens thead th', (nodes) => nodes.map((n) => n.textContent));
+  assert.equal(heads[1], '␣Paris', 'the step\'s own best candidate is the first column');
+  assert.equal(await page.$$eval('#lens tbody tr', (rows) => rows.length), 30);
+  // The last layer is the step's distribution: its first cell is " Paris"'s probability in the chart (T = 1, greedy pale bar).
+  const lastP = Number(await page.$eval('#lens tbody tr:last-child td[data-p]', (td) => td.dataset.p));
+  const chartP = Number(await page.$eval('#chart .candidate[data-rank="1"]', (g) => g.dataset.p));
+  assert.ok(Math.abs(lastP - chartP) < 1e-4, `${lastP} vs the chart's ${chartP}`);
+  const firstTop = await page.textContent('#lens tbody tr:first-child .lens-top');
+  assert.ok(!firstTop.startsWith('␣Paris '), `layer 1 already says ${firstTop}`);
+  const n = capital.ids.length;
+  assert.match(await page.textContent('#lens-summary'),
+    new RegExp(`^“␣Paris” is the top prediction (from layer \\d+ of 30 on|only at the last layer) \\(p 0\\.\\d{3} at the end\\)\\. The lens ran 1 token; the KV cache held the other ${n - 1}\\.$`));
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-logit-lens.png'), fullPage: true });
+  // Another step clears it.
+  await page.click('#tokens .token >> nth=1');
+  assert.equal(await page.$('#lens table'), null);
+});
+
+test('beam search on the prompt: its tree of kept, finished and pruned sequences, and its hypotheses', async () => {
+  await page.click('#beam-panel summary');
+  await page.selectOption('#beam-width', '2');
+  await page.fill('#beam-tokens', '3');
+  await page.click('#beam-run');
+  await page.waitForSelector('#beam-tree svg', { timeout: 300_000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'ready');
+  const nodes = await page.$$eval('#beam-tree .beam-node', (gs) => gs.map((g) => ({ status: g.dataset.status, step: Number(g.dataset.step),
+    token: g.dataset.token, label: g.querySelector('text').textContent })));
+  assert.equal(nodes[0].status, 'root');
+  for (let step = 1; step <= 3; step += 1) {
+    const atStep = nodes.filter((node) => node.step === step);
+    assert.ok(atStep.length <= 2 * 3, `step ${step}: ${atStep.length} considered (beams × (1 + end tokens))`);
+    assert.ok(atStep.filter((node) => node.status === 'kept').length <= 2);
+  }
+  // The greedy first token is among the first step's kept beams.
+  assert.ok(nodes.some((node) => node.step === 1 && node.status === 'kept' && Number(node.token) === capital.greedy32[0]));
+  assert.ok(nodes.some((node) => node.status === 'pruned'), 'some sequences were pruned');
+  const hypotheses = await page.$$eval('#beam-hypotheses li', (items) => items.map((li) => li.textContent));
+  assert.equal(hypotheses.length, 2);
+  assert.match(hypotheses[0], /^␣Paris.* \(score -?\d+\.\d{3}, log p -?\d+\.\d{3}, (length|eos)\)$/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-beams.png'), fullPage: true });
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core with the lens and the beam tree');
 });
 
 test('a conversation: the second turn prefills only the new message, and each answer keeps its inspector', async () => {
