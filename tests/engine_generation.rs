@@ -301,7 +301,7 @@ fn the_logit_lens_of_a_step_ends_on_its_distribution_and_reuses_the_cache() {
     );
     let last = lens.layers.last().unwrap();
     for (i, candidate) in steps[1].top[..5].iter().enumerate() {
-        assert!((last.probs[i] - (candidate.logprob as f64).exp()).abs() < 1e-5, "candidate {i}");
+        assert!((last.probs[i] - candidate.logprob.exp()).abs() < 1e-5, "candidate {i}");
         assert_eq!(lens.candidates[i].prob, last.probs[i]);
     }
     assert_eq!(last.top.id, steps[1].id);
