@@ -12,14 +12,15 @@
 // side, each with its chips and chart); `autoplay` (generate once loaded); `trace` (the URL of a
 // recorded run: replayed at once, and instead of failing where there is no WebGPU).
 //
-// Its DOM is a shadow root with its own styles; it takes its container's width. Every element on
+// Its DOM is a shadow root with its own styles; it takes its container's width; its chips are buttons
+// (arrows, Home and End move between them). Every element on
 // a page that names the same model shares one loaded engine, and their generations run one at a
 // time, in the order asked, each waiting element saying where it is in the line.
 
 import { Nucleus } from './nucleus.js';
-import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep } from './what-if.js';
-import { drawChart, shownToken } from './chart.js';
+import { DEFAULTS, KNOBS, WHAT_IF_KEYS } from './what-if.js';
 import { runOfTrace } from './trace.js';
+import { RunColumn } from './run-column.js';
 
 /** `topP` -> `top-p`: a setting's attribute. */
 const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
@@ -106,7 +107,7 @@ class NucleusPlayground extends HTMLElement {
   static observedAttributes = ['prompt', 'mode', 'temperatures'];
 
   #root;
-  /** Per column: { temperature?, steps, selected, settings (the run's), dom: { tokens, chart, rest } }. */
+  /** The runs shown: one RunColumn, or one per temperature in compare mode (its `temperature`). */
   #columns = [];
   #vocabSize = null;
   #busy = false;
@@ -178,7 +179,7 @@ class NucleusPlayground extends HTMLElement {
       knob.setAttribute('aria-valuetext', String(settings[knob.dataset.key]));
       knob.addEventListener('input', () => {
         knob.setAttribute('aria-valuetext', knob.value);
-        this.#columns.forEach((column) => this.#drawStep(column));
+        this.#columns.forEach((column) => column.draw());
       });
     }
     const go = this.#root.querySelector('.go');
@@ -186,15 +187,17 @@ class NucleusPlayground extends HTMLElement {
     go.disabled = !this.#loaded || this.#busy;
     const temperatures = compare ? this.#temperatures() : [null];
     this.#columns = temperatures.map((temperature) => {
-      const column = document.createElement('section');
-      column.className = 'column';
-      column.innerHTML = `${temperature === null ? '' : `<h3>T = ${temperature}</h3>`}
-        <div class="tokens" role="group" aria-label="Generated tokens${temperature === null ? '' : ` at T = ${temperature}`}"></div>
-        <p class="whatif"></p><div class="chart"></div><p class="rest"></p>`;
-      this.#root.querySelector('.columns').append(column);
-      return { temperature, steps: [], selected: null, settings: null, dom: {
-        tokens: column.querySelector('.tokens'), whatif: column.querySelector('.whatif'),
-        chart: column.querySelector('.chart'), rest: column.querySelector('.rest') } };
+      const section = document.createElement('section');
+      this.#root.querySelector('.columns').append(section);
+      const column = new RunColumn(section, {
+        title: temperature === null ? null : `T = ${temperature}`,
+        label: `Generated tokens${temperature === null ? '' : ` at T = ${temperature}`}`,
+        bars: BARS,
+        vocabSize: () => this.#vocabSize,
+        whatIf: () => this.#knobValues(),
+      });
+      column.temperature = temperature;
+      return column;
     });
   }
 
@@ -246,11 +249,7 @@ class NucleusPlayground extends HTMLElement {
       if (!response.ok) throw new Error(`HTTP ${response.status}`);
       const { model, run } = runOfTrace(await response.text());
       this.#vocabSize = model.vocabSize;
-      const column = this.#columns[0];
-      column.settings = Object.fromEntries(WHAT_IF_KEYS.map((key) => [key, run.settings[key] ?? DEFAULTS[key]]));
-      column.steps = run.steps;
-      run.steps.forEach((step) => this.#appendChip(column, step));
-      this.#select(column, 0);
+      this.#columns[0].replay(run.steps, Object.fromEntries(WHAT_IF_KEYS.map((key) => [key, run.settings[key] ?? DEFAULTS[key]])));
       this.dataset.state = 'replay';
       this.#status(`A recorded run of ${model.name}, replayed: the sliders re-run the sampler on its steps.`);
       return true;
@@ -288,50 +287,13 @@ class NucleusPlayground extends HTMLElement {
     const prompt = this.mode === 'full' ? this.#root.querySelector('.prompt-box').value : this.getAttribute('prompt') ?? '';
     const maxTokens = Math.max(1, Math.min(256, Number(this.getAttribute('max-tokens')) || 16));
     const seed = Number(this.getAttribute('seed') ?? 42);
-    column.settings = settings;
-    column.steps = [];
-    column.selected = null;
-    column.dom.tokens.replaceChildren();
     this.#status(column.temperature === null ? 'Generating…' : `Generating at T = ${column.temperature}…`);
-    for await (const step of lm.generate({ prompt, ...settings, maxTokens, seed, topLogprobs: CANDIDATES })) {
-      column.steps.push(step);
-      this.#appendChip(column, step);
-      if (column.selected === null) this.#drawStep(column);
-    }
+    await column.generate(lm, { prompt, maxTokens, seed, topLogprobs: CANDIDATES }, settings);
   }
 
   /** The what-if sliders' values ({} in compare mode, which has none). */
   #knobValues() {
     return Object.fromEntries([...this.#root.querySelectorAll('.knob')].map((knob) => [knob.dataset.key, Number(knob.value)]));
-  }
-
-  #appendChip(column, step) {
-    const chip = document.createElement('button');
-    chip.type = 'button';
-    chip.className = 'token';
-    chip.dataset.index = String(step.index);
-    chip.dataset.id = String(step.id);
-    chip.textContent = step.token.replace(/\n/g, '↵\n');
-    chip.setAttribute('aria-label', `token ${step.index + 1}: ${JSON.stringify(step.token)}`);
-    chip.addEventListener('click', () => this.#select(column, step.index));
-    column.dom.tokens.append(chip);
-  }
-
-  #select(column, index) {
-    column.selected = index;
-    for (const chip of column.dom.tokens.children) chip.classList.toggle('selected', Number(chip.dataset.index) === index);
-    this.#drawStep(column);
-  }
-
-  /** The chart of the column's picked (else latest) step, at the sliders' settings (compare: the run's). */
-  #drawStep(column) {
-    const step = column.steps[column.selected ?? column.steps.length - 1];
-    if (!step || !this.#vocabSize) return;
-    const settings = { ...column.settings, ...this.#knobValues() };
-    const explanation = explainStep(step, settings, { vocabSize: this.#vocabSize, topN: BARS });
-    column.dom.whatif.textContent = `Step ${step.index + 1}: chose “${shownToken(step.token)}”; `
-      + `${explanation.keptCount.toLocaleString('en')} token${explanation.keptCount === 1 ? '' : 's'} kept.`;
-    drawChart({ chart: column.dom.chart, rest: column.dom.rest }, explanation, step, settings, { bars: BARS, vocabSize: this.#vocabSize });
   }
 }
 

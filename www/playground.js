@@ -10,6 +10,7 @@ import { addFork, drawBranches, forkOptions, forkPrefix } from './branches.js';
 import { drawTimeline } from './timeline.js';
 import { drawLens } from './lens.js';
 import { drawBeams } from './beams.js';
+import { RunColumn, chipKeys } from './run-column.js';
 
 const $ = (id) => document.getElementById(id);
 /** Candidates per step: the GPU decode tail's own K, so asking for them costs no extra read. */
@@ -320,6 +321,7 @@ function updateButtons() {
   const noMessage = isChat() && $('prompt').value.trim() === '';
   $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
   $('beam-run').disabled = state.busy || !state.lm || noMessage;
+  $('compare-run').disabled = $('generate').disabled;
   $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps;
   $('stop').disabled = !state.busy;
   $('export-trace').disabled = state.busy || !state.shownRun;
@@ -805,6 +807,40 @@ function clearLens() {
 /** Candidates (columns) of the lens's heatmap. */
 const LENS_CANDIDATES = 8;
 
+/** The temperatures of the comparison. */
+const COMPARE_TEMPERATURES = [0, 0.7, 1.5];
+
+/** The prompt in the box with the settings and seed on the page, once per temperature, side by side. */
+async function compareTemperatures() {
+  if (!state.lm || state.busy || checkForm().size) return;
+  const options = generateOptions();
+  const { messages, prompt, maxTokens, seed, stop } = options;
+  const settings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, options[k]]));
+  const columns = COMPARE_TEMPERATURES.map((temperature) => {
+    const section = document.createElement('section');
+    const column = new RunColumn(section, { title: `T = ${temperature}`, label: `Tokens at T = ${temperature}`, bars: 10,
+      vocabSize: () => state.lm.info.vocabSize });
+    return { section, column, temperature };
+  });
+  $('compare-columns').replaceChildren(...columns.map((c) => c.section));
+  $('compare-error').hidden = true;
+  setBusy(true);
+  try {
+    for (const { column, temperature } of columns) {
+      $('compare-status').textContent = `Generating at T = ${temperature}…`;
+      await column.generate(state.lm, { ...(messages ? { messages } : { prompt }), maxTokens, seed, stop, topLogprobs: CANDIDATES },
+        { ...settings, temperature });
+    }
+    $('compare-status').textContent = `Seed ${seed}, ${maxTokens} tokens at most: the same start, three temperatures.`;
+  } catch (error) {
+    $('compare-status').textContent = '';
+    $('compare-error').textContent = `The comparison stopped (${error.code}): ${error.message}`;
+    $('compare-error').hidden = false;
+  } finally {
+    setBusy(false);
+  }
+}
+
 /** A beam search on the prompt in the box, drawn as its tree. */
 async function searchBeams() {
   if (!state.lm || state.busy) return;
@@ -913,6 +949,7 @@ async function start() {
   $('form').addEventListener('submit', generate);
   $('lens-run').addEventListener('click', lookInside);
   $('beam-run').addEventListener('click', searchBeams);
+  $('compare-run').addEventListener('click', compareTemperatures);
   $('stop').addEventListener('click', stop);
   $('new-chat').addEventListener('click', newConversation);
   $('reload-model').addEventListener('click', () => {
@@ -936,19 +973,7 @@ async function start() {
   }
   // Keyboard, from the focused chip: arrows to the previous or next, Home and End to the first or
   // last, each inspected as it is reached (Enter and Space inspect too: chips are buttons).
-  $('tokens').addEventListener('keydown', (event) => {
-    const chips = $('tokens').children;
-    const focused = event.target.closest?.('.token');
-    if (!focused || !chips.length) return;
-    const current = Number(focused.dataset.index);
-    const last = chips.length - 1;
-    const moves = { ArrowLeft: current - 1, ArrowRight: current + 1, Home: 0, End: last };
-    if (!(event.key in moves)) return;
-    const next = Math.max(0, Math.min(last, moves[event.key]));
-    select(next);
-    chips[next]?.focus();
-    event.preventDefault();
-  });
+  chipKeys($('tokens'), select);
 
   // A trace in the link replays at once, with WebGPU or without.
   const traceUrl = new URLSearchParams(location.search).get(TRACE_PARAM);

@@ -30,6 +30,7 @@ const APP_FILES = [
   'timeline.js',
   'lens.js',
   'beams.js',
+  'run-column.js',
   'nucleus-element.js',
   'sampling-knobs.json',
   'pkg/nucleus_web.js',

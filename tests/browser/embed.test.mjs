@@ -80,6 +80,29 @@ test('compare runs the prompt at T = 0, 0.7 and 1.5 side by side; the T = 0 colu
   await page.screenshot({ path: path.join(OUTPUT, 'embed-compare.png'), fullPage: true });
 });
 
+test('an embed works from the keyboard, and axe-core finds nothing serious inside the shadow roots', async () => {
+  // The greedy embed holds two chips from the queue test: End and Home move between them, each inspected.
+  await page.focus('#greedy .token >> nth=0');
+  await page.keyboard.press('End');
+  const focused = () => page.$eval('#greedy', (e) => e.shadowRoot.activeElement?.dataset.index);
+  assert.equal(await focused(), '1');
+  assert.match(await page.textContent('#greedy .whatif'), /^Step 2: chose/);
+  await page.keyboard.press('ArrowLeft');
+  assert.equal(await focused(), '0');
+  assert.match(await page.textContent('#greedy .whatif'), /^Step 1: chose/);
+  await page.addScriptTag({ path: path.join(REPO, 'node_modules/axe-core/axe.min.js') });
+  const { violations, checked } = await page.evaluate(async () => {
+    const result = await window.axe.run(document, { resultTypes: ['violations', 'passes'] });
+    // axe-core walks open shadow roots: the passes name nodes inside them (targets as arrays).
+    const inShadow = result.passes.some((rule) => rule.nodes.some((node) => Array.isArray(node.target[0])));
+    return { violations: result.violations, checked: inShadow };
+  });
+  assert.ok(checked, 'axe-core checked nodes inside the shadow roots');
+  const serious = violations.filter((v) => ['serious', 'critical'].includes(v.impact))
+    .map((v) => `${v.id}: ${v.help}: ${v.nodes.slice(0, 3).map((n) => JSON.stringify(n.target)).join('; ')}`);
+  assert.deepEqual(serious, []);
+});
+
 test('without WebGPU the trace embed replays and its sliders change the chart; the others say why they cannot run', async () => {
   const plain = await launch({ webgpu: false });
   try {

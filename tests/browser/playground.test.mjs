@@ -323,6 +323,24 @@ test('beam search on the prompt: its tree of kept, finished and pruned sequences
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core with the lens and the beam tree');
 });
 
+test('compare: the prompt at T = 0, 0.7 and 1.5 side by side, the T = 0 column the greedy reference', async () => {
+  // The capital prompt, greedy settings and 3 tokens, from the tests before.
+  await page.click('#compare-panel summary');
+  await page.click('#compare-run');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && /^Seed/.test(document.querySelector('#compare-status').textContent),
+    null, { timeout: 300_000 });
+  const headings = await page.$$eval('#compare-columns .column h3', (nodes) => nodes.map((n) => n.textContent));
+  assert.deepEqual(headings, ['T = 0', 'T = 0.7', 'T = 1.5']);
+  const ids = await page.$$eval('#compare-columns .column', (columns) => columns.map((c) => [...c.querySelectorAll('.token')].map((t) => Number(t.dataset.id))));
+  assert.deepEqual(ids[0], capital.greedy32.slice(0, 3));
+  assert.ok(ids.every((column) => column.length === 3), JSON.stringify(ids));
+  assert.ok(await page.$('#compare-columns .column:nth-of-type(3) .chart svg'), 'each column draws its chart');
+  // A chip of a column shows its step in that column.
+  await page.click('#compare-columns .column:nth-of-type(2) .token >> nth=1');
+  assert.match(await page.textContent('#compare-columns .column:nth-of-type(2) .whatif'), /^Step 2: chose/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-compare.png'), fullPage: true });
+});
+
 test('a conversation: the second turn prefills only the new message, and each answer keeps its inspector', async () => {
   const ready = () => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
   const prefill = async () => {
