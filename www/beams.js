@@ -3,16 +3,7 @@
 // beam, finished (a hypothesis), or pruned (greyed, struck through); a line joins it to the beam
 // it extends. Under it, the hypotheses, best first, with their length-penalised scores.
 
-import { shownToken } from './chart.js';
-
-const SVG = 'http://www.w3.org/2000/svg';
-
-function svg(tag, attributes, text) {
-  const element = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
-  if (text !== undefined) element.textContent = text;
-  return element;
-}
+import { shownToken, svg } from './chart.js';
 
 /** Draws `output` (lm.beamSearch's) into `tree` (the SVG) and `list` (an <ol> of hypotheses). */
 export function drawBeams(tree, list, output) {

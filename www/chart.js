@@ -9,7 +9,8 @@ const SVG = 'http://www.w3.org/2000/svg';
 /** A token's text for a label: escapes visible, spaces as ␣ (null: a token whose text is unknown). */
 export const shownToken = (text) => (text === null ? '?' : JSON.stringify(text).slice(1, -1).replace(/ /g, '␣'));
 
-function svg(tag, attributes, text) {
+/** An SVG element with `attributes` and, if given, its text (the page's drawings all use it). */
+export function svg(tag, attributes, text) {
   const element = document.createElementNS(SVG, tag);
   for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
   if (text !== undefined) element.textContent = text;

@@ -278,15 +278,13 @@ function parseStops(text) {
 
 function generateOptions() {
   const knobs = knobValues();
-  const prompt = $('prompt').value;
-  const chat = isChat();
   let seed = Number($('seed').value);
   if ($('seed-random').checked) {
     seed = Math.floor(Math.random() * 2 ** 32);
     $('seed').value = seed;
   }
   return {
-    ...(chat ? { messages: chatMessages(prompt) } : { prompt }),
+    ...promptOptions(),
     ...knobs,
     maxTokens: Number($('max-tokens').value),
     seed,
@@ -727,7 +725,7 @@ function showStats({ tokens, elapsedMs, result }) {
 // ---- inspector ---------------------------------------------------------------------------------
 
 function renderInspector() {
-  const index = state.selected ?? state.steps.length - 1;
+  const index = inspectedIndex();
   const step = state.steps[index];
   if (!step) {
     $('whatif').textContent = 'Generate, then pick a token to see its step.';
@@ -776,25 +774,48 @@ function renderInspector() {
 /** The step the inspector shows. */
 const inspectedIndex = () => state.selected ?? state.steps.length - 1;
 
+/**
+ * Runs `job` (a panel's work on the model) with the page busy: `status` (an element id) says
+ * `running`, then what `job` resolves to when it is a string; a failure goes to `error` as
+ * "`failed` (code): message", and the page stays usable.
+ */
+async function panelJob({ status, error: errorId }, running, failed, job) {
+  $(errorId).hidden = true;
+  $(status).textContent = running;
+  setBusy(true);
+  try {
+    const done = await job();
+    if (typeof done === 'string') $(status).textContent = done;
+  } catch (error) {
+    $(status).textContent = '';
+    $(errorId).textContent = `${failed} (${error.code}): ${error.message}`;
+    $(errorId).hidden = false;
+  } finally {
+    setBusy(false);
+  }
+}
+
+/** The prompt in the box as a request's `prompt`, or its `messages` in chat mode. */
+function promptOptions() {
+  const prompt = $('prompt').value;
+  return isChat() ? { messages: chatMessages(prompt) } : { prompt };
+}
+
+/** Candidates (columns) of the lens's heatmap. */
+const LENS_CANDIDATES = 8;
+
 /** The logit lens of the inspected step: its context runs once more (all but its last token from the cache). */
 async function lookInside() {
   const run = state.shownRun;
   const index = inspectedIndex();
   if (!state.lm || state.busy || !run?.options || !run.steps[index]) return;
-  $('lens-error').hidden = true;
-  $('lens-summary').textContent = `Running step ${index + 1} once more, layer by layer…`;
-  setBusy(true);
-  try {
-    const report = await state.lm.logitLens({ ...run.request, generated: run.steps.slice(0, index).map((s) => s.id), candidates: LENS_CANDIDATES });
-    drawLens($('lens'), $('lens-summary'), report);
-    state.lensOf = { run, index };
-  } catch (error) {
-    $('lens-summary').textContent = '';
-    $('lens-error').textContent = `The lens could not run (${error.code}): ${error.message}`;
-    $('lens-error').hidden = false;
-  } finally {
-    setBusy(false);
-  }
+  await panelJob({ status: 'lens-summary', error: 'lens-error' }, `Running step ${index + 1} once more, layer by layer…`,
+    'The lens could not run', async () => {
+      const generated = run.steps.slice(0, index).map((s) => s.id);
+      const report = await state.lm.logitLens({ ...run.request, generated, candidates: LENS_CANDIDATES });
+      drawLens($('lens'), $('lens-summary'), report);
+      state.lensOf = { run, index };
+    });
 }
 
 /** Empties the lens (it showed another step). */
@@ -804,9 +825,6 @@ function clearLens() {
   $('lens-summary').textContent = '';
 }
 
-/** Candidates (columns) of the lens's heatmap. */
-const LENS_CANDIDATES = 8;
-
 /** The temperatures of the comparison. */
 const COMPARE_TEMPERATURES = [0, 0.7, 1.5];
 
@@ -814,7 +832,7 @@ const COMPARE_TEMPERATURES = [0, 0.7, 1.5];
 async function compareTemperatures() {
   if (!state.lm || state.busy || checkForm().size) return;
   const options = generateOptions();
-  const { messages, prompt, maxTokens, seed, stop } = options;
+  const request = { ...promptOptions(), maxTokens: options.maxTokens, seed: options.seed, stop: options.stop, topLogprobs: CANDIDATES };
   const settings = Object.fromEntries(WHAT_IF_KEYS.map((k) => [k, options[k]]));
   const columns = COMPARE_TEMPERATURES.map((temperature) => {
     const section = document.createElement('section');
@@ -823,46 +841,27 @@ async function compareTemperatures() {
     return { section, column, temperature };
   });
   $('compare-columns').replaceChildren(...columns.map((c) => c.section));
-  $('compare-error').hidden = true;
-  setBusy(true);
-  try {
+  await panelJob({ status: 'compare-status', error: 'compare-error' }, 'Generating…', 'The comparison stopped', async () => {
     for (const { column, temperature } of columns) {
       $('compare-status').textContent = `Generating at T = ${temperature}…`;
-      await column.generate(state.lm, { ...(messages ? { messages } : { prompt }), maxTokens, seed, stop, topLogprobs: CANDIDATES },
-        { ...settings, temperature });
+      await column.generate(state.lm, request, { ...settings, temperature });
     }
-    $('compare-status').textContent = `Seed ${seed}, ${maxTokens} tokens at most: the same start, three temperatures.`;
-  } catch (error) {
-    $('compare-status').textContent = '';
-    $('compare-error').textContent = `The comparison stopped (${error.code}): ${error.message}`;
-    $('compare-error').hidden = false;
-  } finally {
-    setBusy(false);
-  }
+    return `Seed ${request.seed}, ${request.maxTokens} tokens at most: the same start, three temperatures.`;
+  });
 }
 
 /** A beam search on the prompt in the box, drawn as its tree. */
 async function searchBeams() {
   if (!state.lm || state.busy) return;
-  const { messages, prompt } = generateOptions();
   const beams = Number($('beam-width').value);
   const maxTokens = Math.max(1, Math.min(12, Math.round(Number($('beam-tokens').value)) || 6));
-  $('beam-error').hidden = true;
-  $('beam-status').textContent = `Searching with ${beams} beams…`;
-  setBusy(true);
-  try {
-    const output = await state.lm.beamSearch({ ...(messages ? { messages } : { prompt }), beams, maxTokens });
+  await panelJob({ status: 'beam-status', error: 'beam-error' }, `Searching with ${beams} beams…`, 'The search could not run', async () => {
+    const output = await state.lm.beamSearch({ ...promptOptions(), beams, maxTokens });
     drawBeams($('beam-tree'), $('beam-hypotheses'), output);
     const considered = output.trace.nodes.length - 1;
     const kept = output.trace.nodes.filter((n) => n.status === 'kept').length;
-    $('beam-status').textContent = `${considered} sequences considered, ${kept} kept as beams; the hypotheses, best first:`;
-  } catch (error) {
-    $('beam-status').textContent = '';
-    $('beam-error').textContent = `The search could not run (${error.code}): ${error.message}`;
-    $('beam-error').hidden = false;
-  } finally {
-    setBusy(false);
-  }
+    return `${considered} sequences considered, ${kept} kept as beams; the hypotheses, best first:`;
+  });
 }
 
 /** The inspected step's other top candidates, each a button that forks the run there. */

@@ -3,14 +3,7 @@
 // per pass), the KV cache's size growing under them, and the rates. Drawn in SVG from
 // `timelineOf`, which the tests read too.
 
-const SVG = 'http://www.w3.org/2000/svg';
-
-function svg(tag, attributes, text) {
-  const element = document.createElementNS(SVG, tag);
-  for (const [key, value] of Object.entries(attributes)) element.setAttribute(key, value);
-  if (text !== undefined) element.textContent = text;
-  return element;
-}
+import { svg } from './chart.js';
 
 const mb = (bytes) => `${(bytes / 1e6).toFixed(bytes < 1e7 ? 2 : 1)} MB`;
 
