@@ -1,8 +1,8 @@
 //! The generation loop on the real model: streaming, stop strings, cache reuse, seeded sampling.
 
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, Step};
-use nucleus_sampler::{FinishReason, SamplingParams};
-use nucleus_tests::{cpu_device, model_bytes, reference};
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, Step};
+use nucleus_sampler::{FinishReason, SamplingParams, Verdict};
+use nucleus_tests::{cpu_device, model_bytes, reference, wgpu_device};
 
 fn engine() -> Engine {
     Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(512), ..LoadOptions::default() })
@@ -315,4 +315,102 @@ fn the_logit_lens_of_a_step_ends_on_its_distribution_and_reuses_the_cache() {
     assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), steps.iter().map(|s| s.id).collect::<Vec<_>>());
     let bad = LensRequest { prompt: Prompt::Text("a".into()), generated: vec![], candidates: 0 };
     assert_eq!(pollster::block_on(engine.logit_lens(&bad)).unwrap_err().code(), "bad-options");
+}
+
+/// A prompt whose continuation repeats what it holds: prompt lookup drafts well on it.
+const REPETITIVE: &str = "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn sub(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n\
+                          fn mul(a: i32, b: i32) -> i32 {\n";
+
+/// Runs `request` plainly and with speculative decoding by prompt lookup, and checks what must
+/// hold of any pair: the same tokens, text and finish reason, each step's raw log-probability and
+/// candidates the same, and the draft reports adding up to the stats. Returns the speculative
+/// run's stats.
+fn same_with_speculation(engine: &mut Engine, request: GenerateRequest) -> nucleus_engine::SpeculationStats {
+    let (plain, plain_result) = run(engine, request.clone());
+    let speculative_request = GenerateRequest { speculative: Some(PromptLookup::default()), ..request };
+    let (steps, result) = run(engine, speculative_request);
+    let ids = |steps: &[Step]| steps.iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(ids(&steps), ids(&plain));
+    assert_eq!((&result.text, &result.finish_reason), (&plain_result.text, &plain_result.finish_reason));
+    for (a, b) in steps.iter().zip(&plain) {
+        assert_eq!(a.index, b.index);
+        assert!((a.logprob - b.logprob).abs() < 1e-4, "step {}: {} vs {}", a.index, a.logprob, b.logprob);
+        assert_eq!(ids_of(&a.top), ids_of(&b.top), "step {}", a.index);
+        assert_eq!(a.text, b.text);
+    }
+    let stats = result.speculation;
+    assert_eq!(plain_result.speculation.verify_passes, 0);
+    assert_eq!(plain_result.speculation.decode_passes, plain.len() - 1);
+    // Each pass's report: the accepted drafts are the next steps' tokens, then one more token.
+    let (mut drafted, mut accepted, mut passes) = (0, 0, 0);
+    for (i, step) in steps.iter().enumerate() {
+        let Some(report) = &step.draft else { continue };
+        passes += 1;
+        drafted += report.tokens.len();
+        accepted += report.accepted;
+        let verdicts: Vec<Verdict> = report.tokens.iter().map(|t| t.verdict).collect();
+        assert!(verdicts[..report.accepted].iter().all(|&v| v == Verdict::Accepted), "{verdicts:?}");
+        let yielded = &steps[i..(i + report.accepted + 1).min(steps.len())];
+        for (token, step) in report.tokens.iter().zip(yielded).take(report.accepted) {
+            assert_eq!(token.id, step.id);
+        }
+        if let Some(rejected) = report.tokens.get(report.accepted)
+            && yielded.len() > report.accepted
+        {
+            assert_eq!(rejected.verdict, Verdict::Rejected);
+            assert_ne!(rejected.id, yielded[report.accepted].id, "a rejected draft is replaced by another token");
+        }
+    }
+    assert_eq!((passes, drafted, accepted), (stats.verify_passes, stats.drafted_tokens, stats.accepted_tokens));
+    assert_eq!(stats.decode_passes, steps.len() - 1 - stats.accepted_tokens, "each accepted draft saves a pass");
+    stats
+}
+
+fn ids_of(top: &[nucleus_engine::TopCandidate]) -> Vec<u32> {
+    top.iter().map(|c| c.id).collect()
+}
+
+#[test]
+fn speculative_greedy_decoding_gives_plain_decodings_tokens_in_fewer_passes() {
+    let mut engine = engine();
+    for (name, case) in &reference().logit_cases {
+        let mut request = greedy_request(&case.text, case.greedy32.len());
+        request.speculative = Some(PromptLookup::default());
+        let (steps, _) = run(&mut engine, request);
+        assert_eq!(steps.iter().map(|s| s.id).collect::<Vec<_>>(), case.greedy32, "{name}");
+    }
+    let stats =
+        same_with_speculation(&mut engine, GenerateRequest { ignore_eos: true, ..greedy_request(REPETITIVE, 24) });
+    assert!(stats.acceptance_rate > 0.5 && stats.tokens_per_pass > 1.5, "{stats:?}");
+    // Penalties see each drafted position's own history.
+    let mut penalised = greedy_request(REPETITIVE, 16);
+    penalised.sampling.repetition_penalty = 1.3;
+    same_with_speculation(&mut engine, penalised);
+    // The cache was rolled back to the accepted tokens: the same prompt again reuses it and
+    // gives the same tokens.
+    let (again, result) = run(&mut engine, greedy_request(REPETITIVE, 16));
+    let (cold, _) = run(&mut self::engine(), greedy_request(REPETITIVE, 16));
+    assert!(result.usage.cached_prompt_tokens > 0);
+    assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), cold.iter().map(|s| s.id).collect::<Vec<_>>());
+}
+
+#[test]
+fn speculative_decoding_on_the_fused_path_verifies_drafts_in_one_pass() {
+    let options = LoadOptions { context_length: Some(256), ..LoadOptions::default() };
+    let mut engine = Engine::load(model_bytes(), &wgpu_device(), options).unwrap();
+    assert_eq!(engine.info().path, "fused");
+    let mut request = GenerateRequest { ignore_eos: true, ..greedy_request(REPETITIVE, 20) };
+    request.sampling.repetition_penalty = 1.1;
+    let stats = same_with_speculation(&mut engine, request);
+    assert!(stats.accepted_tokens > 0, "{stats:?}");
+    // Sampled: the same seed gives the same tokens (the acceptance rule draws from the same stream).
+    let sampled = |engine: &mut Engine| {
+        let mut request = GenerateRequest::new(Prompt::Text(REPETITIVE.into()));
+        request.max_tokens = 12;
+        request.ignore_eos = true;
+        request.sampling = SamplingParams { temperature: 0.7, seed: 11, ..SamplingParams::default() };
+        request.speculative = Some(PromptLookup { max_draft: 6, ngram: 2 });
+        run(engine, request).0.iter().map(|s| s.id).collect::<Vec<_>>()
+    };
+    assert_eq!(sampled(&mut engine), sampled(&mut engine));
 }

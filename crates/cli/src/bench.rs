@@ -1,7 +1,7 @@
 //! `nucleus bench`: prefill and decode speed of the real generation path, several runs, with the
 //! work each decode token asks of the GPU, side by side for the forward-pass paths.
 
-use nucleus_engine::{Engine, GenerateRequest, Path, Prompt, Stopwatch};
+use nucleus_engine::{Engine, GenerateRequest, Path, Prompt, PromptLookup, Stopwatch};
 use nucleus_sampler::SamplingParams;
 
 use crate::gpu_calls::{GpuCallCount, GpuCalls};
@@ -35,6 +35,10 @@ pub struct BenchArgs {
     /// Skip the comparison of the decode tail alone.
     #[arg(long)]
     no_tail: bool,
+    /// Tokens drafted per pass in the comparison of decoding with and without speculative
+    /// decoding by prompt lookup (0 = skip).
+    #[arg(long, value_name = "K", default_value_t = nucleus_engine::DEFAULT_MAX_DRAFT)]
+    speculative_lookup: usize,
 }
 
 /// Figures of one run.
@@ -85,7 +89,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     );
 
     let mut reports = Vec::new();
-    let mut tail_engine = None;
+    let mut first_engine = None;
     for path in paths {
         let flags = DeviceArgs { backend: args.backend, path: Some(path), linear: args.linear };
         let context = (args.prompt_tokens + args.gen_tokens).max(if long_context > 0 { long_context + 32 } else { 0 });
@@ -124,14 +128,21 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             cache_bytes: engine.cache().device_bytes(),
             long_context: long,
         });
-        if engine.decode_tail() && !args.no_tail && tail_engine.is_none() {
-            tail_engine = Some((engine, prompt));
+        // The first path's engine stays loaded for the comparisons below.
+        if first_engine.is_none() {
+            first_engine = Some((engine, prompt));
         }
     }
     print_reports(&reports, args, long_context);
-    if let Some((engine, prompt)) = tail_engine {
-        println!();
-        decode_tail_alone(&engine, &prompt, args.runs.max(5))?;
+    if let Some((mut engine, prompt)) = first_engine {
+        if args.speculative_lookup > 0 {
+            println!();
+            speculative_comparison(&mut engine, args)?;
+        }
+        if engine.decode_tail() && !args.no_tail {
+            println!();
+            decode_tail_alone(&engine, &prompt, args.runs.max(5))?;
+        }
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
     if let Some(gpu) = device.gpu() {
@@ -268,6 +279,83 @@ fn one_run(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<Run
         decode_tokens_per_s: result.timing.decode_tokens_per_s,
         decode_ms_per_token: result.timing.decode_ms / decoded,
     })
+}
+
+/// The prompts of the speculative comparison: one whose continuation repeats what it holds, one
+/// that asks for new text.
+const SPECULATIVE_PROMPTS: [(&str, &str); 2] = [
+    (
+        "repetitive (code)",
+        "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn sub(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n\
+         fn mul(a: i32, b: i32) -> i32 {\n    a * b\n}\n\nfn div(a: i32, b: i32) -> i32 {\n",
+    ),
+    ("non-repetitive (chat)", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
+];
+
+/// Decoding with and without speculative decoding by prompt lookup, greedy, on each of
+/// [`SPECULATIVE_PROMPTS`]: decode tok/s, the acceptance rate and tokens per pass, and whether
+/// the outputs are the same (they must be).
+fn speculative_comparison(engine: &mut Engine, args: &BenchArgs) -> Result<(), String> {
+    let lookup = PromptLookup { max_draft: args.speculative_lookup, ..PromptLookup::default() };
+    lookup.validate().map_err(|e| e.to_string())?;
+    println!(
+        "speculative decoding by prompt lookup on the {} path (greedy, {} tokens, draft <= {}, n-gram <= {}); median of {} runs",
+        engine.info().path,
+        args.gen_tokens,
+        lookup.max_draft,
+        lookup.ngram,
+        args.runs
+    );
+    println!(
+        "{:<24} {:>14} {:>14} {:>8} {:>12} {:>12} {:>10}",
+        "prompt", "plain tok/s", "spec. tok/s", "speedup", "accepted", "tokens/pass", "same text"
+    );
+    for (name, text) in SPECULATIVE_PROMPTS {
+        let prompt = if name.contains("chat") {
+            Prompt::Chat(vec![nucleus_tokenizer::ChatMessage::user(text)])
+        } else {
+            Prompt::Text(text.to_string())
+        };
+        let mut measure =
+            |speculative: Option<PromptLookup>| -> Result<(f64, nucleus_engine::GenerationResult), String> {
+                let mut rates = Vec::new();
+                let mut last = None;
+                for index in 0..=args.runs {
+                    engine.clear_cache();
+                    let mut request = GenerateRequest::new(prompt.clone());
+                    request.max_tokens = args.gen_tokens;
+                    request.sampling = SamplingParams::greedy();
+                    request.ignore_eos = true;
+                    request.top_logprobs = 0;
+                    request.speculative = speculative;
+                    let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+                    while pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?.is_some() {}
+                    let result = generation.result();
+                    if index > 0 {
+                        rates.push(result.timing.decode_tokens_per_s);
+                    }
+                    last = Some(result);
+                }
+                rates.sort_by(f64::total_cmp);
+                Ok((rates[rates.len() / 2], last.expect("at least one run")))
+            };
+        let (plain_rate, plain) = measure(None)?;
+        let (rate, speculative) = measure(Some(lookup))?;
+        let stats = speculative.speculation;
+        println!(
+            "{:<24} {:>14.2} {:>14.2} {:>7.2}x {:>5}/{:<3} {:>3.0}% {:>11.2} {:>10}",
+            name,
+            plain_rate,
+            rate,
+            rate / plain_rate,
+            stats.accepted_tokens,
+            stats.drafted_tokens,
+            stats.acceptance_rate * 100.0,
+            stats.tokens_per_pass,
+            if plain.text == speculative.text { "yes" } else { "NO" },
+        );
+    }
+    Ok(())
 }
 
 /// GPU calls of one run: the first step (prefill and the first token) and each later step.

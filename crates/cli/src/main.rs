@@ -12,8 +12,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use nucleus_engine::{
-    BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, Stopwatch, Timing,
-    Transfer, Usage,
+    BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, PromptLookup,
+    SpeculationStats, Stopwatch, Timing, Transfer, Usage,
 };
 use nucleus_sampler::{SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
@@ -219,6 +219,13 @@ struct GenerateArgs {
     /// Beam search length penalty α (score = logprob / len^α).
     #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
     length_penalty: f64,
+    /// Speculative decoding by prompt lookup: draft up to K tokens per pass from an earlier
+    /// occurrence of the context's last n-gram, verified in one pass (same output, fewer passes).
+    #[arg(long, value_name = "K")]
+    speculative_lookup: Option<usize>,
+    /// The longest n-gram --speculative-lookup matches.
+    #[arg(long, value_name = "N", default_value_t = nucleus_engine::DEFAULT_LOOKUP_NGRAM, requires = "speculative_lookup")]
+    lookup_ngram: usize,
     /// KV cache positions [default: the model's context length].
     #[arg(long)]
     context: Option<usize>,
@@ -328,6 +335,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
         explain_top_n: if args.explain { args.top_logprobs.max(1) } else { 0 },
         return_logits: false,
         forced_tokens: Vec::new(),
+        speculative: args.speculative_lookup.map(|max_draft| PromptLookup { max_draft, ngram: args.lookup_ngram }),
     };
     let title = engine.info().title(Some(&args.model.path().to_string_lossy()));
     let device = engine.model().device().describe();
@@ -354,6 +362,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
             usage: result.usage,
             timing: SummaryTiming { load_ms, timing: result.timing },
             transfer: result.transfer,
+            speculation: result.speculation,
         };
         writeln!(out, "{}", serde_json::to_string(&summary).expect("summary serializes")).map_err(|e| e.to_string())?;
     } else {
@@ -367,6 +376,16 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
             result.timing.prefill_tokens_per_s,
             result.timing.decode_tokens_per_s,
         );
+        let speculation = result.speculation;
+        if speculation.verify_passes > 0 {
+            eprintln!(
+                "[speculative: {} of {} drafted tokens accepted ({:.0} %), {:.2} tokens per decode pass]",
+                speculation.accepted_tokens,
+                speculation.drafted_tokens,
+                speculation.acceptance_rate * 100.0,
+                speculation.tokens_per_pass,
+            );
+        }
     }
     Ok(())
 }
@@ -385,6 +404,7 @@ struct Summary<'a> {
     usage: Usage,
     timing: SummaryTiming,
     transfer: Transfer,
+    speculation: SpeculationStats,
 }
 
 #[derive(Serialize)]

@@ -9,8 +9,9 @@
 //!
 //! The modules: `request` (what to generate, validated), `report` (each step and the outcome),
 //! `generation` (a generation's state and its step; the choice of the next token in
-//! `generation::step`), `beam` (beam search), `lens` (the logit lens of one step), `error`
-//! (typed errors and their codes).
+//! `generation::step`, the verification of a draft in `generation::verify`), `speculative`
+//! (prompt-lookup drafting and what it reports), `beam` (beam search), `lens` (the logit lens of
+//! one step), `error` (typed errors and their codes).
 //!
 //! Consecutive generations reuse the cache: when a new prompt starts with tokens already in the
 //! cache (a chat that goes on, the same prompt sampled again), only the new suffix is prefilled.
@@ -21,6 +22,7 @@ mod generation;
 mod lens;
 mod report;
 mod request;
+mod speculative;
 mod timing;
 mod wire;
 
@@ -43,6 +45,10 @@ pub use report::{
 };
 pub use request::{
     DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
+};
+pub use speculative::{
+    DEFAULT_LOOKUP_NGRAM, DEFAULT_MAX_DRAFT, DraftReport, DraftedToken, MAX_DRAFT, MAX_LOOKUP_NGRAM, PromptLookup,
+    SpeculationStats,
 };
 pub use timing::Stopwatch;
 pub use wire::js_name;
@@ -287,6 +293,20 @@ impl Engine {
         let logits = self.model.forward(tokens, &mut self.cache, Logits::Last)?;
         self.cached_tokens.extend_from_slice(tokens);
         Ok(logits)
+    }
+
+    /// Runs `tokens` after what the cache holds and returns every position's logits (a draft's
+    /// verification), still on the device.
+    fn forward_all(&mut self, tokens: &[u32]) -> Result<DeviceLogits, EngineError> {
+        let logits = self.model.forward(tokens, &mut self.cache, Logits::All)?;
+        self.cached_tokens.extend_from_slice(tokens);
+        Ok(logits)
+    }
+
+    /// Forgets cached positions from `len` on (the rejected part of a draft).
+    fn rollback_cache(&mut self, len: usize) {
+        self.cache.truncate(len);
+        self.cached_tokens.truncate(len);
     }
 }
 

@@ -4,6 +4,8 @@ use nucleus_sampler::{Candidate, Chosen, Explanation, FinishReason, StageCounts}
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
 
+use crate::speculative::{DraftReport, SpeculationStats};
+
 /// How far a generation's first step has run its prompt: reported after each chunk of the
 /// prefill has run on the device (see [`crate::Engine::step_reporting`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -82,6 +84,9 @@ pub struct Step {
     /// Set on the last step.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub finish_reason: Option<FinishReason>,
+    /// Set on the first step of a speculative verification pass: the draft it judged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub draft: Option<DraftReport>,
     /// The whole raw logits row, when the request asked for it.
     #[serde(skip)]
     pub logits: Option<Vec<f32>>,
@@ -135,4 +140,6 @@ pub struct GenerationResult {
     pub usage: Usage,
     pub timing: Timing,
     pub transfer: Transfer,
+    /// Forward passes after the prefill and what speculative decoding did in them.
+    pub speculation: SpeculationStats,
 }

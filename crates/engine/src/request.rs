@@ -4,6 +4,7 @@ use nucleus_sampler::SamplingParams;
 use nucleus_tokenizer::ChatMessage;
 
 use crate::EngineError;
+use crate::speculative::PromptLookup;
 
 /// Most candidates a step can report (`top_logprobs`, explanation size).
 pub const MAX_TOP_LOGPROBS: usize = 256;
@@ -52,6 +53,9 @@ pub struct GenerateRequest {
     /// token, its index `forced_tokens.len()`. Whatever of them the KV cache still holds is not
     /// run again.
     pub forced_tokens: Vec<u32>,
+    /// Speculative decoding by prompt lookup (see [`crate::speculative`]): the same output,
+    /// fewer forward passes when the context repeats itself.
+    pub speculative: Option<PromptLookup>,
 }
 
 impl GenerateRequest {
@@ -66,6 +70,7 @@ impl GenerateRequest {
             explain_top_n: 0,
             return_logits: false,
             forced_tokens: Vec::new(),
+            speculative: None,
         }
     }
 
@@ -103,6 +108,9 @@ impl GenerateRequest {
         }
         if let Some(&id) = self.forced_tokens.iter().find(|&&id| id as usize >= vocab_size) {
             return Err(EngineError::bad_option("forced_tokens", format!("token ids below {vocab_size}"), id));
+        }
+        if let Some(lookup) = &self.speculative {
+            lookup.validate()?;
         }
         self.sampling.validate(vocab_size)?;
         Ok(())

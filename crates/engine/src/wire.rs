@@ -15,6 +15,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::beam::{DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS};
 use crate::lens::DEFAULT_LENS_CANDIDATES;
+use crate::speculative::PromptLookup;
 use crate::{BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt};
 
 /// The request's options other than sampling, as JSON spells them; defaults from
@@ -33,6 +34,14 @@ struct RequestOptions {
     explain_top_n: usize,
     return_logits: bool,
     forced_tokens: Vec<u32>,
+    speculative: Option<SpeculativeOptions>,
+}
+
+/// `speculative: { lookup: { maxDraft, ngram } }`: the drafting method and its settings.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpeculativeOptions {
+    lookup: Option<PromptLookup>,
 }
 
 impl Default for RequestOptions {
@@ -48,6 +57,7 @@ impl Default for RequestOptions {
             explain_top_n: defaults.explain_top_n,
             return_logits: defaults.return_logits,
             forced_tokens: defaults.forced_tokens,
+            speculative: None,
         }
     }
 }
@@ -75,6 +85,7 @@ impl GenerateRequest {
             explain_top_n: fields.explain_top_n,
             return_logits: fields.return_logits,
             forced_tokens: fields.forced_tokens,
+            speculative: fields.speculative.and_then(|s| s.lookup),
         };
         request.validate(vocab_size).map_err(renamed)?;
         Ok(request)
@@ -223,7 +234,8 @@ mod tests {
             r#"{"prompt":"Hi","maxTokens":7,"temperature":0.7,"topK":40,"topP":0.9,"minP":0.05,"typicalP":0.95,
                 "repetitionPenalty":1.1,"presencePenalty":0.5,"frequencyPenalty":0.25,"penaltyLastN":64,
                 "penalizePrompt":true,"logitBias":{"2":"-Infinity","42":1.5},"stop":["\n\n","END"],"seed":9007199254740991,
-                "ignoreEos":true,"topLogprobs":256,"explain":30,"returnLogits":true,"forcedTokens":[5,7]}"#,
+                "ignoreEos":true,"topLogprobs":256,"explain":30,"returnLogits":true,"forcedTokens":[5,7],
+                "speculative":{"lookup":{"maxDraft":6,"ngram":2}}}"#,
         )
         .unwrap();
         assert_eq!(request.prompt, Prompt::Text("Hi".into()));
@@ -233,6 +245,9 @@ mod tests {
         );
         assert!(request.return_logits);
         assert_eq!(request.forced_tokens, [5, 7]);
+        assert_eq!(request.speculative, Some(PromptLookup { max_draft: 6, ngram: 2 }));
+        let defaults = parse(r#"{"prompt":"Hi","speculative":{"lookup":{}}}"#).unwrap();
+        assert_eq!(defaults.speculative, Some(PromptLookup::default()));
         assert_eq!(request.stop, vec!["\n\n".to_string(), "END".to_string()]);
         let s = &request.sampling;
         assert_eq!((s.temperature, s.top_k, s.top_p, s.min_p, s.typical_p), (0.7, 40, 0.9, 0.05, 0.95));
@@ -309,6 +324,21 @@ mod tests {
                 r#"{"prompt":"a","forcedTokens":[-1]}"#,
                 "forcedTokens",
                 "invalid option forcedTokens[0]: invalid value: integer `-1`, expected u32",
+            ),
+            (
+                r#"{"prompt":"a","speculative":{"lookup":{"maxDraft":16}}}"#,
+                "speculative.lookup.maxDraft",
+                "invalid option speculative.lookup.maxDraft: must be 1..=15, got 16",
+            ),
+            (
+                r#"{"prompt":"a","speculative":{"lookup":{"ngram":0}}}"#,
+                "speculative.lookup.ngram",
+                "invalid option speculative.lookup.ngram: must be 1..=16, got 0",
+            ),
+            (
+                r#"{"prompt":"a","speculative":{"medusa":{}}}"#,
+                "speculative",
+                "invalid option speculative: unknown field `medusa`, expected `lookup`",
             ),
             (r#"{"prompt":"a","explain":300}"#, "explain", "invalid option explain: must be 0..=256, got 300"),
             (r#"{"prompt":"a","seed":-1}"#, "seed", "invalid option seed: invalid value: integer `-1`, expected u64"),

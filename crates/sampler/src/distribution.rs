@@ -363,6 +363,20 @@ impl Distribution {
         draw_with_total(items, self.kept_weight, u).map_or(self.argmax, |i| i as u32)
     }
 
+    /// Like [`Self::draw`], over the final distribution without `excluded` (renormalised): the
+    /// residual a rejected point-mass draft is replaced from. `None` when nothing else survives.
+    pub fn draw_excluding(&self, excluded: u32, u: f64) -> Option<u32> {
+        if self.is_greedy() {
+            return (self.argmax != excluded && self.is_kept(self.argmax)).then_some(self.argmax);
+        }
+        let items = self.kept.iter().filter(|&&id| id != excluded).map(|&id| (id as usize, self.weights[id as usize]));
+        let total = self.kept_weight - if self.is_kept(excluded) { self.weights[excluded as usize] } else { 0.0 };
+        if total <= 0.0 {
+            return None;
+        }
+        draw_with_total(items, total, u).map(|i| i as u32)
+    }
+
     /// Why `id` is not in the final distribution, or `None` if it is. `rank` is its 1-based
     /// position in the processed order (see [`mod@crate::explain`]).
     pub fn removed_by(&self, adjusted: &AdjustedLogits, id: u32, rank: usize) -> Option<RemovedBy> {

@@ -92,5 +92,5 @@ pub use params::{SamplingParams, parse_logit_bias};
 pub use penalties::{AdjustedLogits, PenaltyHistory, adjust_logits};
 pub use rng::SamplerRng;
 pub use sampler::{SampleStep, Sampler};
-pub use speculative::{DraftProbs, DraftToken, Ledger, LedgerEntry, Verdict, speculative_accept};
+pub use speculative::{DraftProbs, DraftToken, Ledger, LedgerEntry, Verdict, judge_point_draft, speculative_accept};
 pub use stop::{Emitted, FinishReason, StopConditions, StopStreamer, StopTracker, TokenOutput};

@@ -11,12 +11,17 @@
 //! [`DraftProbs::PointMass`]: `p_i(x_i) = 1`, so acceptance has probability `q_i(x_i)` and the
 //! replacement comes from `q_i` without `x_i`.
 //!
+//! [`judge_point_draft`] is the same rule for one token of a deterministic draft against the
+//! target's processed [`Distribution`], for a decoder that verifies position by position (the
+//! history, and so the penalties, of each position include the drafts accepted before it).
+//!
 //! Distributions are probabilities (for example [`crate::Distribution::final_probs`] of the
 //! target's processed distribution), normalised here by their sums. Random numbers come from a
 //! [`SamplerRng`]: one per examined position, then one for the replacement or bonus token.
 
 use serde::Serialize;
 
+use crate::distribution::Distribution;
 use crate::error::SamplerError;
 use crate::math::draw_categorical;
 use crate::rng::SamplerRng;
@@ -187,9 +192,85 @@ pub fn speculative_accept(
     Ok(Ledger { accepted: draft.len(), entries, correction: None, bonus: Some(bonus), tokens })
 }
 
+/// Judges token `id`, drafted deterministically at `position`, against the target's processed
+/// distribution there: accepted with probability `target.final_prob(id)`, else replaced by a
+/// draw from the target without `id`. Draws one uniform number, and one more on rejection (the
+/// order [`speculative_accept`] draws in). Returns the ledger entry and the replacement.
+///
+/// Greedy targets are deterministic: the draft is accepted exactly when it is the argmax, and
+/// replaced by the argmax otherwise.
+pub fn judge_point_draft(
+    position: usize,
+    id: u32,
+    target: &Distribution,
+    rng: &mut SamplerRng,
+) -> (LedgerEntry, Option<u32>) {
+    let target_prob = target.final_prob(id);
+    let u = rng.next_f64();
+    let accepted = u < target_prob;
+    let entry = LedgerEntry {
+        position,
+        token: id,
+        draft_prob: 1.0,
+        target_prob,
+        acceptance_prob: target_prob.min(1.0),
+        uniform: Some(u),
+        verdict: if accepted { Verdict::Accepted } else { Verdict::Rejected },
+    };
+    if accepted {
+        return (entry, None);
+    }
+    let u = rng.next_f64();
+    // Something else survives whenever `id` was rejected (its probability was below 1); the
+    // argmax is the fallback for rounding.
+    let replacement = target.draw_excluding(id, u).unwrap_or_else(|| target.argmax());
+    (entry, Some(replacement))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{SamplingParams, adjust_logits, process};
+
+    fn distribution(logits: &[f32], params: &SamplingParams) -> Distribution {
+        let adjusted =
+            adjust_logits(logits, params, crate::PenaltyHistory { prompt: &[], generated: &[] }, None).unwrap();
+        process(&adjusted, params).unwrap()
+    }
+
+    #[test]
+    fn judging_a_point_draft_is_the_acceptance_rule() {
+        let logits = [1.0, 2.5, 0.3, 2.4, -1.0, 0.9];
+        let params = SamplingParams { temperature: 0.8, top_k: 4, ..SamplingParams::default() };
+        let target = distribution(&logits, &params);
+        let q = target.final_probs();
+        for id in 0..logits.len() as u32 {
+            for seed in 0..40 {
+                let (entry, replacement) = judge_point_draft(0, id, &target, &mut SamplerRng::from_seed(seed));
+                let draft = [DraftToken { id, probs: DraftProbs::PointMass }];
+                let ledger = speculative_accept(&draft, &[&q, &q], &mut SamplerRng::from_seed(seed)).unwrap();
+                assert_eq!(entry.verdict, ledger.entries[0].verdict, "id {id} seed {seed}");
+                assert!((entry.target_prob - ledger.entries[0].target_prob).abs() < 1e-12);
+                assert_eq!(replacement, ledger.correction, "id {id} seed {seed}");
+                if let Some(r) = replacement {
+                    assert_ne!(r, id);
+                    assert!(target.is_kept(r), "a replacement survives the sampler's cuts");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_greedy_target_accepts_exactly_its_argmax() {
+        let logits = [1.0, 2.5, 0.3, 2.4];
+        let target = distribution(&logits, &SamplingParams { temperature: 0.0, ..SamplingParams::default() });
+        let mut rng = SamplerRng::from_seed(9);
+        for _ in 0..20 {
+            assert_eq!(judge_point_draft(0, 1, &target, &mut rng).0.verdict, Verdict::Accepted);
+            let (entry, replacement) = judge_point_draft(1, 3, &target, &mut rng);
+            assert_eq!((entry.verdict, replacement), (Verdict::Rejected, Some(1)));
+        }
+    }
 
     #[test]
     fn identical_draft_and_target_always_accept() {

@@ -5,7 +5,9 @@ use nucleus_sampler::{FinishReason, camel_keys};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
 
-/// A step: `{ index, id, token, text, logprob, top: [{ id, text, logit, logprob }], explain?, finishReason? }`.
+/// A step: `{ index, id, token, text, logprob, top: [{ id, text, logit, logprob }], explain?, finishReason?,
+/// draft? }` (`draft`: `{ tokens: [{ id, text, targetProb, verdict }], accepted }` on the first step of a
+/// speculative verification pass; verdicts `accepted`, `rejected`, `not_reached`).
 pub fn step(step: &Step) -> Value {
     let mut value = camel_keys(to_value(step));
     if let (Some(reason), Value::Object(map)) = (&step.finish_reason, &mut value) {
@@ -14,7 +16,7 @@ pub fn step(step: &Step) -> Value {
     value
 }
 
-/// A generation's outcome: `{ text, finishReason, usage, timing, transfer }`. A generation that
+/// A generation's outcome: `{ text, finishReason, usage, timing, transfer, speculation }`. A generation that
 /// ended without a finish reason was aborted.
 pub fn result(result: &GenerationResult) -> Value {
     let mut value = camel_keys(to_value(result));
@@ -75,7 +77,8 @@ fn to_value(value: &impl Serialize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nucleus_engine::{TopCandidate, Usage};
+    use nucleus_engine::{DraftReport, DraftedToken, SpeculationStats, TopCandidate, Usage};
+    use nucleus_sampler::Verdict;
 
     #[test]
     fn keys_are_camel_case_and_finish_reasons_are_js_names() {
@@ -88,6 +91,15 @@ mod tests {
             top: vec![TopCandidate { id: 2, text: "<|im_end|>".into(), logit: 20.0, logprob: -0.5 }],
             explain: None,
             finish_reason: Some(FinishReason::Stop { index: 0, sequence: "END".into() }),
+            draft: Some(DraftReport {
+                tokens: vec![DraftedToken {
+                    id: 2,
+                    text: "<|im_end|>".into(),
+                    target_prob: 0.5,
+                    verdict: Verdict::Accepted,
+                }],
+                accepted: 1,
+            }),
             logits: Some(vec![0.0; 3]),
         };
         let value = super::step(&step);
@@ -95,6 +107,8 @@ mod tests {
         assert_eq!(value["stopSequence"], "END");
         assert_eq!(value["top"][0]["logprob"], -0.5);
         assert!(value.get("finish_reason").is_none());
+        assert_eq!(value["draft"]["tokens"][0]["targetProb"], 0.5);
+        assert_eq!(value["draft"]["tokens"][0]["verdict"], "accepted");
         assert!(value.get("logits").is_none(), "the row travels as a Float32Array, not JSON");
 
         let result = GenerationResult {
@@ -109,12 +123,14 @@ mod tests {
                 decode_tokens_per_s: 200.0,
             },
             transfer: nucleus_engine::Transfer { readback_bytes: 1056, tail_steps: 2, full_read_steps: 0 },
+            speculation: SpeculationStats { tokens_per_pass: 2.5, ..SpeculationStats::default() },
         };
         let value = super::result(&result);
         assert_eq!(value["finishReason"], "abort", "no finish reason: aborted");
         assert_eq!(value["usage"]["cachedPromptTokens"], 1);
         assert_eq!(value["timing"]["prefillTokensPerS"], 300.0);
         assert_eq!(value["transfer"]["bytesPerToken"], 528.0);
+        assert_eq!(value["speculation"]["tokensPerPass"], 2.5);
     }
 
     #[test]

@@ -1,15 +1,20 @@
 //! The state of one generation and its step: run the model on the pending token (or the
-//! prompt), choose the next token ([`step`]), stream its text through the stop strings.
+//! prompt), choose the next token ([`step`]), stream its text through the stop strings. With
+//! speculation, a decode step runs the pending token and a draft in one pass and judges the
+//! draft ([`verify`]); the tokens it yields are queued and returned one step at a time.
 
 mod step;
+mod verify;
+
+use std::collections::VecDeque;
 
 use nucleus_model::DeviceLogits;
 use nucleus_sampler::{FinishReason, Sampler, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 
 use crate::{
-    Engine, EngineError, GenerateRequest, GenerationResult, PrefillProgress, Step, StepExplanation, Stopwatch, Timing,
-    Transfer, Usage, prefill_chunk_len,
+    Engine, EngineError, GenerateRequest, GenerationResult, PrefillProgress, SpeculationStats, Step, StepExplanation,
+    Stopwatch, Timing, Transfer, Usage, prefill_chunk_len,
 };
 use step::Choice;
 
@@ -33,6 +38,10 @@ pub struct GenerationState {
     prefill_ms: f64,
     decode_ms: f64,
     transfer: Transfer,
+    /// Steps a verification pass produced that were not returned yet.
+    queued: VecDeque<Step>,
+    /// Decode passes and drafts (the rates are filled in by [`GenerationState::result`]).
+    speculation: SpeculationStats,
 }
 
 impl GenerationState {
@@ -61,6 +70,8 @@ impl GenerationState {
             prefill_ms: 0.0,
             decode_ms: 0.0,
             transfer: Transfer::default(),
+            queued: VecDeque::new(),
+            speculation: SpeculationStats::default(),
         };
         for id in forced {
             if state.finish_reason.is_some() {
@@ -96,9 +107,9 @@ impl GenerationState {
         &self.generated
     }
 
-    /// Finished by itself or stopped.
+    /// Finished by itself or stopped, and every step returned.
     pub fn is_finished(&self) -> bool {
-        self.finish_reason.is_some() || self.stopped
+        (self.finish_reason.is_some() || self.stopped) && self.queued.is_empty()
     }
 
     /// Runs one step; a first step reports its prefill to `on_prefill` when there is one.
@@ -107,6 +118,9 @@ impl GenerationState {
         engine: &mut Engine,
         mut on_prefill: Option<&mut dyn FnMut(PrefillProgress)>,
     ) -> Result<Option<Step>, EngineError> {
+        if let Some(step) = self.queued.pop_front() {
+            return Ok(Some(step));
+        }
         if self.finish_reason.is_some() || self.stopped {
             return Ok(None);
         }
@@ -118,12 +132,20 @@ impl GenerationState {
                     self.pending = Some(token);
                     return Err(EngineError::Interleaved);
                 }
+                self.speculation.decode_passes += 1;
+                let draft = self.draft(engine);
+                if !draft.is_empty() {
+                    let steps = self.verify(engine, token, &draft).await?;
+                    self.decode_ms += step_clock.elapsed_ms();
+                    self.queued.extend(steps);
+                    return Ok(self.queued.pop_front());
+                }
                 engine.forward_last(&[token])?
             }
             _ => self.prefill(engine, &mut on_prefill).await?,
         };
         self.started = true;
-        let Choice { sampled, top, logprob, row } = self.choose(engine, logits).await?;
+        let choice = self.choose(engine, logits).await?;
         if first {
             if let Some(report) = on_prefill {
                 let total = self.prompt_tokens.len() + self.generated.len();
@@ -133,10 +155,17 @@ impl GenerationState {
         } else {
             self.decode_ms += step_clock.elapsed_ms();
         }
+        self.emit(engine, choice).map(Some)
+    }
+
+    /// Takes the chosen token ([`Self::take_token`]), ends the generation when the context has no
+    /// room to run it, and reports it as a step.
+    fn emit(&mut self, engine: &Engine, choice: Choice) -> Result<Step, EngineError> {
+        let Choice { sampled, top, logprob, row } = choice;
         let id = sampled.id;
         let tokenizer = &engine.tokenizer;
         let mut text = self.take_token(id, tokenizer)?;
-        if self.finish_reason.is_none() && engine.cached_tokens.len() + 1 > engine.cache.capacity() {
+        if self.finish_reason.is_none() && self.prompt_tokens.len() + self.generated.len() > engine.cache.capacity() {
             // No room to run this token: the context is full.
             self.finish_reason = Some(FinishReason::Length);
             self.pending = None;
@@ -144,8 +173,7 @@ impl GenerationState {
             self.text.push_str(&rest);
             text.push_str(&rest);
         }
-        let finish = self.finish_reason.clone();
-        Ok(Some(Step {
+        Ok(Step {
             index: self.generated.len() - 1,
             id,
             token: tokenizer.token_text(id),
@@ -153,9 +181,10 @@ impl GenerationState {
             logprob,
             top,
             explain: sampled.explanation.map(|e| StepExplanation::new(e, tokenizer)),
-            finish_reason: finish,
+            finish_reason: self.finish_reason.clone(),
+            draft: None,
             logits: row,
-        }))
+        })
     }
 
     /// Runs what the cache does not hold of the context (the prompt, then any forced tokens) and
@@ -199,13 +228,16 @@ impl GenerationState {
     /// returns it. Later steps return `None`, and the result's
     /// finish reason stays `None`.
     pub fn stop(&mut self) -> String {
+        // Tokens a verification pass yielded but no step returned yet: their text is released now.
+        let mut text: String = self.queued.drain(..).map(|step| step.text).collect();
         if self.finish_reason.is_some() || self.stopped {
-            return String::new();
+            return text;
         }
         self.stopped = true;
         self.pending = None;
-        let text = self.stops.flush();
-        self.text.push_str(&text);
+        let rest = self.stops.flush();
+        self.text.push_str(&rest);
+        text.push_str(&rest);
         text
     }
 
@@ -231,6 +263,7 @@ impl GenerationState {
                 decode_ms: self.decode_ms,
                 decode_tokens_per_s: per_s(decode_steps, self.decode_ms),
             },
+            speculation: self.speculation_stats(decode_steps),
         }
     }
 }

@@ -5,6 +5,7 @@ use nucleus_kernels::tail::fused::TailRequest;
 use nucleus_kernels::{LogitAdjustments, RawRow};
 use nucleus_model::DeviceLogits;
 use nucleus_sampler::{CandidateSet, SampleStep, log_softmax, top_k_ids};
+use nucleus_tokenizer::Tokenizer;
 
 use super::GenerationState;
 use crate::{DECODE_TAIL_CANDIDATES, Engine, EngineError, MAX_TOP_LOGPROBS, TopCandidate};
@@ -99,8 +100,20 @@ impl GenerationState {
         self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
         self.transfer.full_read_steps += 1;
         let sampled = self.sampler.sample(&row, None, self.request.explain_top_n)?;
-        let raw_logprobs = log_softmax(&row)?;
-        let top = top_k_ids(&row, self.request.top_logprobs)
+        let (top, logprob) = self.raw_candidates(&row, sampled.id, tokenizer)?;
+        let row = self.request.return_logits.then_some(row);
+        Ok(Choice { sampled, top, logprob, row })
+    }
+
+    /// From a whole raw row: the request's top candidates and `chosen`'s raw log-probability.
+    pub(super) fn raw_candidates(
+        &self,
+        row: &[f32],
+        chosen: u32,
+        tokenizer: &Tokenizer,
+    ) -> Result<(Vec<TopCandidate>, f64), EngineError> {
+        let raw_logprobs = log_softmax(row)?;
+        let top = top_k_ids(row, self.request.top_logprobs)
             .into_iter()
             .map(|c| TopCandidate {
                 id: c,
@@ -109,9 +122,7 @@ impl GenerationState {
                 logprob: raw_logprobs[c as usize],
             })
             .collect();
-        let logprob = raw_logprobs[sampled.id as usize];
-        let row = self.request.return_logits.then_some(row);
-        Ok(Choice { sampled, top, logprob, row })
+        Ok((top, raw_logprobs[chosen as usize]))
     }
 }
 
