@@ -11,6 +11,7 @@ import { drawTimeline } from './timeline.js';
 import { drawLens } from './lens.js';
 import { drawBeams } from './beams.js';
 import { RunColumn, chipKeys } from './run-column.js';
+import { drawLedger } from './ledger.js';
 
 const $ = (id) => document.getElementById(id);
 /** Candidates per step: the GPU decode tail's own K, so asking for them costs no extra read. */
@@ -151,6 +152,7 @@ function checkedFields() {
     [`a number from ${knob.min} to ${knob.max}`, (text) => numberIn(text, knob.min, knob.max) !== null]]));
   fields.set('seed', ['a whole number from 0 to 2^53 - 1', (text) => $('seed-random').checked || numberIn(text, 0, Number.MAX_SAFE_INTEGER, true) !== null]);
   fields.set('max-tokens', ['a whole number from 1 to 2048', (text) => numberIn(text, 1, 2048, true) !== null]);
+  fields.set('max-draft', ['a whole number from 1 to 15', (text) => !$('speculative').checked || numberIn(text, 1, 15, true) !== null]);
   return fields;
 }
 
@@ -216,6 +218,18 @@ function settings() {
     ['seed', { ...checked('seed', 0, Number.MAX_SAFE_INTEGER, true), expected: 'a whole number >= 0' }],
     ['maxTokens', { ...checked('max-tokens', 1, 2048, true), expected: 'a whole number from 1 to 2048' }],
     ['stop', box('stop-strings')],
+    // Tokens drafted per pass by prompt lookup; 0: no speculation.
+    ['speculative', {
+      read: () => ($('speculative').checked ? $('max-draft').value : '0'),
+      write: (text) => {
+        const draft = numberIn(text, 0, 15, true);
+        if (draft === null) return false;
+        $('speculative').checked = draft > 0;
+        if (draft > 0) $('max-draft').value = text;
+        return true;
+      },
+      expected: 'a whole number from 0 (off) to 15',
+    }],
   ];
   return new Map(entries);
 }
@@ -291,6 +305,7 @@ function generateOptions() {
     stop: parseStops($('stop-strings').value),
     topLogprobs: CANDIDATES,
     returnLogits: $('exact').checked,
+    ...($('speculative').checked ? { speculative: { lookup: { maxDraft: Number($('max-draft').value) } } } : {}),
     // The sampler's own account of each step, for the chart to show beside its own numbers; it
     // needs the whole row, which an exact what-if reads anyway.
     explain: $('exact').checked ? BARS : 0,
@@ -320,6 +335,7 @@ function updateButtons() {
   $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
   $('beam-run').disabled = state.busy || !state.lm || noMessage;
   $('compare-run').disabled = $('generate').disabled;
+  $('ledger-compare').disabled = state.busy || !state.lm || !state.shownRun?.options?.speculative;
   $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps;
   $('stop').disabled = !state.busy;
   $('export-trace').disabled = state.busy || !state.shownRun;
@@ -439,6 +455,8 @@ async function stream(options, prefix = []) {
   $('tokens').replaceChildren();
   for (const step of prefix) appendChip(step);
   $('stats').replaceChildren();
+  const speculating = Boolean(options.speculative);
+  showLedger(prefix, null, speculating);
   renderInspector();
   state.generateCalls += 1;
   document.body.dataset.generateCalls = String(state.generateCalls);
@@ -448,20 +466,26 @@ async function stream(options, prefix = []) {
   showPrefill(null);
   setBusy(true);
   const started = performance.now();
-  const timing = { times: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken };
+  const timing = { times: [], joined: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken };
+  // Steps still to come from the speculative pass in flight (they arrive with its first).
+  let passLeft = 0;
   try {
     for await (const step of generation) {
       timing.times.push(performance.now() - started);
+      timing.joined.push(!step.draft && passLeft > 0);
+      passLeft = step.draft ? step.draft.accepted : Math.max(0, passLeft - 1);
       timing.prefill = state.prefillReports.at(-1) ?? null;
       $('prefill').hidden = true;
       state.steps.push(step);
       appendChip(step);
       showStats({ tokens: state.steps.length, elapsedMs: performance.now() - started });
       drawTimeline($('timeline'), $('timeline-summary'), timing);
+      if (step.draft) showLedger(state.steps, null, speculating);
       if (state.selected === null) renderInspector();
     }
     const result = await generation.result;
     showStats({ result });
+    showLedger(state.steps, result, speculating);
     const run = {
       request: options.messages ? { messages: options.messages } : { prompt: options.prompt },
       options,
@@ -531,6 +555,7 @@ function showRun(run) {
   showStats({ result: run.result });
   if (run.timing) drawTimeline($('timeline'), $('timeline-summary'), run.timing);
   else drawTimeline($('timeline'), $('timeline-summary'), { times: [] });
+  showLedger(run.steps, run.result, Boolean(run.options?.speculative));
   renderConversation();
   drawBranches($('branches'), run, showRun);
   renderInspector();
@@ -715,6 +740,10 @@ function showStats({ tokens, elapsedMs, result }) {
       // The first token comes out of prefill: a decode rate needs a second one (a fork's given
       // tokens are not decoded).
       ...(result.timing.decodeMs > 0 ? [['decode', `${result.timing.decodeTokensPerS.toFixed(2)} tok/s`]] : []),
+      ...(result.speculation?.verifyPasses
+        ? [['speculation', `${result.speculation.acceptedTokens} of ${result.speculation.draftedTokens} drafted tokens accepted `
+          + `(${(result.speculation.acceptanceRate * 100).toFixed(0)} %), ${result.speculation.tokensPerPass.toFixed(2)} tokens/pass`]]
+        : []),
       ['tokens generated', String(result.usage.completionTokens)],
       ['finish reason', result.finishReason],
     ]
@@ -823,6 +852,35 @@ function clearLens() {
   state.lensOf = null;
   $('lens').replaceChildren();
   $('lens-summary').textContent = '';
+}
+
+/**
+ * The speculative ledger of `steps` (the run shown; `result` once it has ended), its panel shown
+ * when the run has a pass, or has ended having `asked` for speculation.
+ */
+function showLedger(steps, result, asked) {
+  const passes = drawLedger($('ledger'), $('ledger-summary'), steps, result);
+  $('ledger-panel').hidden = !passes && !(result?.speculation && asked);
+  $('ledger-compare-status').textContent = '';
+}
+
+/** The shown run once more without speculation: its decode rate and passes beside the run's. */
+async function compareWithoutSpeculation() {
+  const run = state.shownRun;
+  if (!state.lm || state.busy || !run?.options?.speculative) return;
+  const { speculative: _, ...plain } = run.options;
+  await panelJob({ status: 'ledger-compare-status', error: 'ledger-compare-error' }, 'Running it again without speculation…',
+    'The run without speculation stopped', async () => {
+      const generation = state.lm.generate(plain);
+      const ids = [];
+      for await (const step of generation) ids.push(step.id);
+      const result = await generation.result;
+      const same = ids.length === run.steps.length && ids.every((id, i) => id === run.steps[i].id);
+      const rate = (r) => `${r.timing.decodeTokensPerS.toFixed(2)} tok/s`;
+      return `Without speculation: ${rate(result)}, ${result.speculation.tokensPerPass.toFixed(2)} tokens per pass. `
+        + `With: ${rate(run.result)}, ${run.result.speculation.tokensPerPass.toFixed(2)} tokens per pass. `
+        + `The same tokens: ${same ? 'yes' : 'no'}.`;
+    });
 }
 
 /** The temperatures of the comparison. */
@@ -949,6 +1007,8 @@ async function start() {
   $('lens-run').addEventListener('click', lookInside);
   $('beam-run').addEventListener('click', searchBeams);
   $('compare-run').addEventListener('click', compareTemperatures);
+  $('ledger-compare').addEventListener('click', compareWithoutSpeculation);
+  $('speculative').addEventListener('change', checkForm);
   $('stop').addEventListener('click', stop);
   $('new-chat').addEventListener('click', newConversation);
   $('reload-model').addEventListener('click', () => {

@@ -1,6 +1,7 @@
 // Where a run's time goes, as the page saw its steps arrive: the prefill (every prompt token in
-// one pass, ending with the first new token) as one bar, then one bar per decode step (one token
-// per pass), the KV cache's size growing under them, and the rates. Drawn in SVG from
+// one pass, ending with the first new token) as one bar, then one bar per decode pass (one token,
+// or with speculation the several a verified draft yields), the KV cache's size growing under
+// them, and the rates. Drawn in SVG from
 // `timelineOf`, which the tests read too.
 
 import { svg } from './chart.js';
@@ -10,18 +11,23 @@ const mb = (bytes) => `${(bytes / 1e6).toFixed(bytes < 1e7 ? 2 : 1)} MB`;
 /**
  * The numbers of a timeline. `times`: ms from the request to each step's arrival (the run's own
  * steps, not a fork's given ones); `prefill`: the last prefill report ({ total, cached }: the
- * context's tokens and those the cache held); `kvBytesPerToken`: the model's (`lm.info`).
+ * context's tokens and those the cache held); `kvBytesPerToken`: the model's (`lm.info`);
+ * `joined` (optional): per step, whether it came out of the same forward pass as the step before
+ * (a speculative pass yields its accepted drafts and one more token at once).
  */
-export function timelineOf({ times, prefill, kvBytesPerToken }) {
+export function timelineOf({ times, prefill, kvBytesPerToken, joined = [] }) {
   const context = prefill?.total ?? 0;
   const run = context - (prefill?.cached ?? 0);
-  const bars = times.map((end, i) => ({
-    kind: i === 0 ? 'prefill' : 'decode',
-    start: i === 0 ? 0 : times[i - 1],
-    end,
+  const bars = [];
+  times.forEach((end, i) => {
     // Tokens in the KV cache once this step's token is known: the context, then one per decode.
-    kvTokens: context + i,
-  }));
+    const kvTokens = context + i;
+    if (i > 0 && joined[i]) {
+      Object.assign(bars.at(-1), { end, kvTokens, tokens: bars.at(-1).tokens + 1 });
+    } else {
+      bars.push({ kind: i === 0 ? 'prefill' : 'decode', start: i === 0 ? 0 : times[i - 1], end, kvTokens, tokens: 1 });
+    }
+  });
   const decodeMs = times.length > 1 ? times.at(-1) - times[0] : 0;
   return {
     bars,
@@ -30,6 +36,7 @@ export function timelineOf({ times, prefill, kvBytesPerToken }) {
     prefillMs: times[0] ?? 0,
     prefillTokensPerS: times[0] ? (run * 1000) / times[0] : 0,
     decodeSteps: times.length - 1,
+    decodePasses: bars.length - 1,
     decodeTokensPerS: decodeMs > 0 ? ((times.length - 1) * 1000) / decodeMs : 0,
     kvBytes: (tokens) => tokens * kvBytesPerToken,
   };
@@ -49,14 +56,14 @@ export function drawTimeline(chart, summary, run) {
   const x = (ms) => left + (ms / total) * (width - left - 4);
   const maxKv = t.bars.at(-1).kvTokens || 1;
   const root = svg('svg', { viewBox: `0 0 ${width} 92`, role: 'img',
-    'aria-label': `Time line: prefill ${t.prefillMs.toFixed(0)} ms, then ${t.decodeSteps} decode steps; the KV cache grows to ${maxKv} tokens` });
+    'aria-label': `Time line: prefill ${t.prefillMs.toFixed(0)} ms, then ${t.decodeSteps} decode steps in ${t.decodePasses} passes; the KV cache grows to ${maxKv} tokens` });
   root.append(svg('text', { x: 0, y: 22, class: 'value' }, 'steps'), svg('text', { x: 0, y: 62, class: 'value' }, 'KV cache'));
   for (const [i, bar] of t.bars.entries()) {
     const rect = svg('rect', { x: x(bar.start), y: 10, width: Math.max(1, x(bar.end) - x(bar.start) - (bar.kind === 'decode' ? 1 : 0)),
       height: 18, class: `bar ${bar.kind}`, 'data-kind': bar.kind, 'data-ms': (bar.end - bar.start).toFixed(1), 'data-kv-tokens': bar.kvTokens });
     rect.append(svg('title', {}, bar.kind === 'prefill'
       ? `prefill: ${t.prefillTokens} token${t.prefillTokens === 1 ? '' : 's'} in one pass, ${bar.end.toFixed(0)} ms`
-      : `step ${i + 1}: one token, ${(bar.end - bar.start).toFixed(0)} ms`));
+      : `pass ${i}: ${bar.tokens === 1 ? 'one token' : `${bar.tokens} tokens (a verified draft)`}, ${(bar.end - bar.start).toFixed(0)} ms`));
     root.append(rect);
     // The cache as an area: its height is its size.
     const h = (bar.kvTokens / maxKv) * 36;
@@ -68,8 +75,12 @@ export function drawTimeline(chart, summary, run) {
   const cached = t.cachedTokens ? ` (${t.cachedTokens} more were in the KV cache already)` : '';
   summary.textContent = `Prefill ran ${t.prefillTokens} token${t.prefillTokens === 1 ? '' : 's'} in one pass${cached}: `
     + `${t.prefillMs.toFixed(0)} ms, ${t.prefillTokensPerS.toFixed(1)} tok/s. `
-    + (t.decodeSteps
+    + (t.decodeSteps === t.decodePasses && t.decodeSteps
       ? `Decode ran ${t.decodeSteps} step${t.decodeSteps === 1 ? '' : 's'}, one token per pass: ${t.decodeTokensPerS.toFixed(1)} tok/s. `
+      : '')
+    + (t.decodeSteps > t.decodePasses
+      ? `Decode ran ${t.decodeSteps} tokens in ${t.decodePasses} passes (speculative: `
+        + `${(t.decodeSteps / t.decodePasses).toFixed(2)} tokens per pass): ${t.decodeTokensPerS.toFixed(1)} tok/s. `
       : '')
     + `The KV cache grew from ${kvFrom} to ${maxKv} tokens (${mb(t.kvBytes(kvFrom))} to ${mb(t.kvBytes(maxKv))}). `
     + 'Each pass reads every weight once, whatever its number of tokens: on a GPU that makes a prompt token far cheaper '

@@ -341,6 +341,72 @@ test('compare: the prompt at T = 0, 0.7 and 1.5 side by side, the T = 0 column t
   await page.screenshot({ path: path.join(OUTPUT, 'playground-compare.png'), fullPage: true });
 });
 
+/**
+ * A raw prompt whose greedy continuation partly repeats it: prompt lookup drafts from it, and the
+ * model accepts some drafted tokens and rejects others (" 5," is drafted where it counts on).
+ */
+const REPEATING = '1, 2, 3, 4, 1, 2, 3, 4, 1, 2, 3, 4, 5,';
+
+test('speculative decoding: the ledger shows each pass\'s draft, accepted green and rejected red, and plain decoding gives the same tokens', async () => {
+  await page.check('input[name="mode"][value="raw"]');
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#prompt', REPEATING);
+  await page.fill('#max-tokens', '10');
+  await page.check('#speculative');
+  await page.fill('#max-draft', '4');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
+  const ids = await page.evaluate(() => window.playground.steps.map((s) => s.id));
+  assert.equal(ids.length, 10);
+  const passes = await page.$$eval('#ledger .ledger-pass', (items) => items.map((li) => ({
+    first: Number(li.dataset.first),
+    accepted: Number(li.dataset.accepted),
+    drafted: [...li.querySelectorAll('.draft:not(.added)')].map((c) => ({ id: Number(c.dataset.id), verdict: c.dataset.verdict })),
+    added: li.querySelector('.draft.added') ? Number(li.querySelector('.draft.added').dataset.id) : null,
+  })));
+  assert.ok(passes.length > 0, 'the repeating prompt gave drafts');
+  for (const pass of passes) {
+    const verdicts = pass.drafted.map((d) => d.verdict);
+    // The accepted drafts are the run's next tokens; then one rejected (and replaced) or none.
+    assert.deepEqual(verdicts.slice(0, pass.accepted), Array(pass.accepted).fill('accepted'), JSON.stringify(pass));
+    assert.deepEqual(pass.drafted.slice(0, pass.accepted).map((d) => d.id), ids.slice(pass.first, pass.first + pass.accepted));
+    if (pass.added !== null) assert.equal(pass.added, ids[pass.first + pass.accepted]);
+    if (pass.accepted < pass.drafted.length) {
+      assert.equal(verdicts[pass.accepted], 'rejected');
+      assert.ok(verdicts.slice(pass.accepted + 1).every((v) => v === 'not_reached'));
+      if (pass.added !== null) assert.notEqual(pass.added, pass.drafted[pass.accepted].id, 'the sampler drew another token');
+    }
+  }
+  const accepted = passes.reduce((n, pass) => n + pass.accepted, 0);
+  assert.ok(accepted > 0, JSON.stringify(passes));
+  assert.ok(passes.some((pass) => pass.accepted < pass.drafted.length), `some draft was rejected: ${JSON.stringify(passes)}`);
+  // The colours: accepted green, rejected red (and struck through).
+  const colour = (verdict) => page.evaluate((v) => {
+    const chip = document.querySelector(`#ledger .draft.${v}`);
+    return chip && getComputedStyle(chip).borderTopColor;
+  }, verdict);
+  assert.equal(await colour('accepted'), 'rgb(46, 157, 79)');
+  assert.equal(await colour('rejected'), 'rgb(210, 58, 58)');
+  assert.match(await page.textContent('[data-stat="speculation"]'), new RegExp(`^${accepted} of \\d+ drafted tokens accepted \\(\\d+ %\\), [\\d.]+ tokens/pass$`));
+  assert.match(await page.textContent('#ledger-summary'), new RegExp(`^${passes.length} of \\d+ decode passes verified a draft: ${accepted} of \\d+ drafted tokens accepted`));
+  // The time line has a bar per pass: a pass's tokens share one.
+  const bars = await page.$$eval('#timeline rect.bar', (nodes) => nodes.length);
+  const decodePasses = ids.length - 1 - accepted;
+  assert.equal(bars, 1 + decodePasses);
+  assert.match(await page.textContent('#timeline-summary'),
+    new RegExp(`Decode ran ${ids.length - 1} tokens in ${decodePasses} passes \\(speculative: [\\d.]+ tokens per pass\\)`));
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-speculative.png'), fullPage: true });
+
+  // The same request without speculation: the same tokens, one per pass.
+  await page.click('#ledger-compare');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && /same tokens/.test(document.querySelector('#ledger-compare-status').textContent),
+    null, { timeout: 300_000 });
+  assert.match(await page.textContent('#ledger-compare-status'),
+    /^Without speculation: [\d.]+ tok\/s, 1\.00 tokens per pass\. With: [\d.]+ tok\/s, [\d.]+ tokens per pass\. The same tokens: yes\.$/);
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core with the ledger');
+  await page.uncheck('#speculative');
+});
+
 test('a conversation: the second turn prefills only the new message, and each answer keeps its inspector', async () => {
   const ready = () => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
   const prefill = async () => {

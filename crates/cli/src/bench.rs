@@ -92,7 +92,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     let mut first_engine = None;
     for path in paths {
         let flags = DeviceArgs { backend: args.backend, path: Some(path), linear: args.linear };
-        let context = (args.prompt_tokens + args.gen_tokens).max(if long_context > 0 { long_context + 32 } else { 0 });
+        let context = (args.prompt_tokens + args.gen_tokens)
+            .max(if long_context > 0 { long_context + 32 } else { 0 })
+            .max(if args.speculative_lookup > 0 { SPECULATIVE_PROMPT_ROOM + args.gen_tokens } else { 0 });
         let (mut engine, load_ms) = load_engine(&args.model, &flags, Some(context), Some(&device))?;
         if reports.is_empty() {
             println!("model {} ({} parameters)", engine.info().name, engine.info().parameters);
@@ -291,6 +293,9 @@ const SPECULATIVE_PROMPTS: [(&str, &str); 2] = [
     ),
     ("non-repetitive (chat)", "Write a short story about a lighthouse keeper who finds a message in a bottle."),
 ];
+
+/// Context positions the longest of [`SPECULATIVE_PROMPTS`] fits in (its chat template included).
+const SPECULATIVE_PROMPT_ROOM: usize = 160;
 
 /// Decoding with and without speculative decoding by prompt lookup, greedy, on each of
 /// [`SPECULATIVE_PROMPTS`]: decode tok/s, the acceptance rate and tokens per pass, and whether

@@ -338,7 +338,7 @@ mod tests {
             (
                 r#"{"prompt":"a","speculative":{"medusa":{}}}"#,
                 "speculative",
-                "invalid option speculative: unknown field `medusa`, expected `lookup`",
+                "invalid option speculative.medusa: unknown field `medusa`, expected `lookup`",
             ),
             (r#"{"prompt":"a","explain":300}"#, "explain", "invalid option explain: must be 0..=256, got 300"),
             (r#"{"prompt":"a","seed":-1}"#, "seed", "invalid option seed: invalid value: integer `-1`, expected u64"),
