@@ -2,8 +2,8 @@
 //! that what the page shows about a step comes from the same Rust code that chose the token,
 //! also in a browser without WebGPU (a recorded run replayed from its trace).
 //!
-//! [`what_if`] re-runs the sampler's stages on a step's logits row with other settings: bias (and
-//! the mask, when there is one) as in the engine, then temperature and truncation
+//! [`what_if`] re-runs the sampler's stages on a step's logits row with other settings: bias and
+//! the mask (a constrained step's allowed set) as in the engine, then temperature and truncation
 //! ([`nucleus_sampler::process`]), and returns the step's [`Explanation`] (the data the inspector
 //! draws). Penalties need the generation's history, which a what-if does not have: the row it
 //! takes is the one they were applied to, or the raw row when there were none.
@@ -15,14 +15,15 @@
 //!
 //! The options are the JS API's sampling options, read by the sampler's one reader of that
 //! spelling ([`SamplingParams::from_json`]). On wasm32 the module exports
-//! `whatIf(logits, options, chosen, topN)`, which returns the explanation as JSON text with the
+//! `whatIf(logits, options, chosen, topN, allowedWords)`, which returns the explanation as JSON text with the
 //! JS API's camelCase keys (`bindings`), `estimateRow(ids, logits, logSumExp, vocabSize)` and
 //! `readTrace(text)` with `traceHeader()`.
 
 pub mod trace;
 
 use nucleus_sampler::{
-    Explanation, OptionError, PenaltyHistory, SamplerError, SamplingParams, adjust_logits, camel_keys, explain, process,
+    Explanation, OptionError, PenaltyHistory, SamplerError, SamplingParams, TokenMask, TokenSet, adjust_logits,
+    camel_keys, explain, process,
 };
 
 /// Why a what-if was refused.
@@ -48,14 +49,27 @@ impl From<SamplerError> for WhatIfError {
 /// every candidate's probability after temperature, whether each truncation kept it, and its
 /// probability in the final distribution. `chosen` is the token the explanation reports as
 /// chosen (the step's own; by default the most probable token); `top_n` how many candidates it
-/// lists by each ranking (at most [`nucleus_sampler::MAX_EXPLAIN_TOP_N`]).
+/// lists by each ranking (at most [`nucleus_sampler::MAX_EXPLAIN_TOP_N`]). `allowed`, a
+/// constrained step's allowed set, masks the others where the engine did (after bias, before
+/// temperature).
 pub fn what_if(
     logits: &[f32],
     params: &SamplingParams,
     chosen: Option<u32>,
     top_n: usize,
+    allowed: Option<&TokenSet>,
 ) -> Result<Explanation, WhatIfError> {
-    let adjusted = adjust_logits(logits, params, PenaltyHistory::default(), None)?;
+    if let Some(allowed) = allowed
+        && allowed.vocab_size() != logits.len()
+    {
+        return Err(WhatIfError::Row(format!(
+            "the allowed set covers {} tokens but the row has {}",
+            allowed.vocab_size(),
+            logits.len()
+        )));
+    }
+    let mask = allowed.map(|set| set as &dyn TokenMask);
+    let adjusted = adjust_logits(logits, params, PenaltyHistory::default(), mask)?;
     let distribution = process(&adjusted, params)?;
     let chosen = chosen.unwrap_or_else(|| distribution.argmax());
     Ok(explain(logits, &adjusted, &distribution, chosen, top_n)?)
@@ -125,18 +139,38 @@ pub fn to_json(explanation: &Explanation) -> String {
 #[cfg(target_arch = "wasm32")]
 mod bindings {
     use js_sys::Reflect;
-    use nucleus_sampler::SamplingParams;
+    use nucleus_sampler::{SamplingParams, TokenSet};
     use wasm_bindgen::prelude::*;
 
     use super::WhatIfError;
 
-    /// `whatIf(logits: Float32Array, options: string, chosen?: number, topN: number): string`:
-    /// the explanation as JSON. Errors are JS `Error`s with `code` `bad-options` (and `option`
-    /// naming it) for the options, `bad-row` for the logits.
+    /// `whatIf(logits: Float32Array, options: string, chosen?: number, topN: number,
+    /// allowedWords?: Uint32Array): string`: the explanation as JSON; `allowedWords` is a
+    /// constrained step's allowed set, one bit per token (`ceil(vocab / 32)` words). Errors are JS
+    /// `Error`s with `code` `bad-options` (and `option` naming it) for the options, `bad-row` for
+    /// the logits and the allowed set.
     #[wasm_bindgen(js_name = whatIf)]
-    pub fn what_if(logits: &[f32], options: &str, chosen: Option<u32>, top_n: usize) -> Result<String, JsValue> {
+    pub fn what_if(
+        logits: &[f32],
+        options: &str,
+        chosen: Option<u32>,
+        top_n: usize,
+        allowed_words: Option<Vec<u32>>,
+    ) -> Result<String, JsValue> {
         let params = SamplingParams::from_json(options, logits.len()).map_err(|e| to_js(e.into()))?;
-        let explanation = super::what_if(logits, &params, chosen, top_n).map_err(to_js)?;
+        let allowed = match allowed_words {
+            Some(words) if words.len() != logits.len().div_ceil(32) => {
+                let message = format!(
+                    "allowedWords has {} words; a row of {} needs {}",
+                    words.len(),
+                    logits.len(),
+                    logits.len().div_ceil(32)
+                );
+                return Err(to_js(WhatIfError::Row(message)));
+            }
+            words => words.map(|words| TokenSet::from_u32_words(logits.len(), &words)),
+        };
+        let explanation = super::what_if(logits, &params, chosen, top_n, allowed.as_ref()).map_err(to_js)?;
         Ok(super::to_json(&explanation))
     }
 

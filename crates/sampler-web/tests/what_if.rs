@@ -3,7 +3,7 @@
 //! reproduce byte for byte in Node (`tests/wasm/sampler-what-if.mjs`, run by `./build.sh test`). After
 //! changing the sampler, run `NUCLEUS_UPDATE_FIXTURES=1 cargo test -p nucleus-sampler-web`.
 
-use nucleus_sampler::{SamplingParams, log_softmax, process, top_k_ids};
+use nucleus_sampler::{RemovedBy, SamplingParams, TokenSet, log_softmax, process, top_k_ids};
 use nucleus_sampler_web::{WhatIfError, estimated_row, to_json, what_if};
 use serde_json::{Value, json};
 
@@ -38,7 +38,7 @@ fn generated() -> String {
         for options in option_cases() {
             let params = SamplingParams::from_json(&options.to_string(), logits.len()).unwrap();
             // The text the page receives, kept as text: the wasm module must give it byte for byte.
-            let explanation = to_json(&what_if(&logits, &params, None, TOP_N).unwrap());
+            let explanation = to_json(&what_if(&logits, &params, None, TOP_N, None).unwrap());
             cases.push(json!({ "row": name, "options": options, "topN": TOP_N, "explanation": explanation }));
         }
     }
@@ -67,7 +67,7 @@ fn the_recorded_explanations_are_the_native_sampler_s() {
 fn the_explanation_is_the_sampler_s_own_distribution() {
     let logits = row("capital");
     let params = SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() };
-    let explanation = what_if(&logits, &params, None, TOP_N).unwrap();
+    let explanation = what_if(&logits, &params, None, TOP_N, None).unwrap();
     let adjusted =
         nucleus_sampler::adjust_logits(&logits, &params, nucleus_sampler::PenaltyHistory::default(), None).unwrap();
     let distribution = process(&adjusted, &params).unwrap();
@@ -82,10 +82,34 @@ fn the_explanation_is_the_sampler_s_own_distribution() {
 }
 
 #[test]
+fn a_constrained_step_s_allowed_set_masks_the_others_before_temperature() {
+    let logits = row("capital");
+    let params = SamplingParams { temperature: 0.7, ..SamplingParams::default() };
+    let plain = what_if(&logits, &params, None, TOP_N, None).unwrap();
+    // Forbid the most probable token and one other: the rest keep their order and share the mass.
+    let forbidden = [plain.candidates[0].id, plain.candidates[2].id];
+    let mut allowed = TokenSet::full(logits.len());
+    forbidden.iter().for_each(|&id| allowed.remove(id));
+    let masked = what_if(&logits, &params, None, TOP_N, Some(&allowed)).unwrap();
+    let forbidden_mass: f64 = plain.candidates.iter().filter(|c| forbidden.contains(&c.id)).map(|c| c.final_prob).sum();
+    for candidate in &masked.candidates {
+        if forbidden.contains(&candidate.id) {
+            assert_eq!((candidate.kept, candidate.final_prob), (false, 0.0));
+            assert_eq!(candidate.removed_by, Some(RemovedBy::Mask), "{candidate:?}");
+        } else if let Some(before) = plain.candidates.iter().find(|c| c.id == candidate.id) {
+            assert!((candidate.final_prob - before.final_prob / (1.0 - forbidden_mass)).abs() < 1e-9);
+        }
+    }
+    assert_eq!(masked.chosen.id, plain.candidates[1].id, "the argmax of what the mask left");
+    let short = TokenSet::full(3);
+    assert!(matches!(what_if(&logits, &params, None, TOP_N, Some(&short)), Err(WhatIfError::Row(_))));
+}
+
+#[test]
 fn a_row_the_sampler_cannot_take_is_refused() {
-    let nan = what_if(&[0.0, f32::NAN], &SamplingParams::default(), None, TOP_N).unwrap_err();
+    let nan = what_if(&[0.0, f32::NAN], &SamplingParams::default(), None, TOP_N, None).unwrap_err();
     assert!(matches!(nan, WhatIfError::Row(_)), "{nan}");
-    let outside = what_if(&[0.0, 1.0], &SamplingParams::default(), Some(2), TOP_N).unwrap_err();
+    let outside = what_if(&[0.0, 1.0], &SamplingParams::default(), Some(2), TOP_N, None).unwrap_err();
     assert!(matches!(outside, WhatIfError::Row(_)), "{outside}");
 }
 
@@ -102,8 +126,8 @@ fn the_top_candidates_and_the_rest_give_the_step_s_own_probabilities_at_temperat
     let logits = row("capital");
     let (ids, top, log_sum_exp) = top_64(&logits);
     let estimated = estimated_row(&ids, &top, log_sum_exp, logits.len()).unwrap();
-    let exact = what_if(&logits, &SamplingParams::default(), None, 64).unwrap();
-    let from_top = what_if(&estimated, &SamplingParams::default(), None, 64).unwrap();
+    let exact = what_if(&logits, &SamplingParams::default(), None, 64, None).unwrap();
+    let from_top = what_if(&estimated, &SamplingParams::default(), None, 64, None).unwrap();
     for (a, b) in exact.candidates.iter().zip(&from_top.candidates) {
         assert_eq!((a.id, a.rank), (b.id, b.rank));
         assert!((a.prob - b.prob).abs() < 1e-9, "{} {} vs {}", a.id, a.prob, b.prob);
@@ -114,15 +138,15 @@ fn the_top_candidates_and_the_rest_give_the_step_s_own_probabilities_at_temperat
         SamplingParams { top_k: 10, ..SamplingParams::default() },
         SamplingParams { min_p: 0.05, ..SamplingParams::default() },
     ] {
-        let exact = what_if(&logits, &params, None, 64).unwrap();
-        let from_top = what_if(&estimated, &params, None, 64).unwrap();
+        let exact = what_if(&logits, &params, None, 64, None).unwrap();
+        let from_top = what_if(&estimated, &params, None, 64, None).unwrap();
         assert_eq!(exact.stages, from_top.stages);
         assert_eq!(exact.chosen.id, from_top.chosen.id);
         assert!((exact.chosen.prob - from_top.chosen.prob).abs() < 1e-9);
     }
     // Elsewhere the rest is an estimate, and the candidates still lead the order.
     let hot = SamplingParams { temperature: 1.5, ..SamplingParams::default() };
-    let from_top = what_if(&estimated, &hot, None, 64).unwrap();
+    let from_top = what_if(&estimated, &hot, None, 64, None).unwrap();
     assert_eq!(from_top.candidates.iter().map(|c| c.id).collect::<Vec<_>>(), ids);
 }
 

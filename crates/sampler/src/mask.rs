@@ -72,6 +72,32 @@ impl TokenSet {
         Ok(set)
     }
 
+    /// The set whose members are the set bits of `words` (bit `id % 32` of word `id / 32`: the
+    /// layout of the GPU decode tail's allow-mask and of llguidance's masks); bits past the
+    /// vocabulary and missing words count as absent.
+    pub fn from_u32_words(vocab_size: usize, words: &[u32]) -> Self {
+        let mut set = Self::empty(vocab_size);
+        for (i, word) in set.words.iter_mut().enumerate() {
+            let low = words.get(2 * i).copied().unwrap_or(0) as u64;
+            let high = words.get(2 * i + 1).copied().unwrap_or(0) as u64;
+            *word = low | high << 32;
+        }
+        let spare = set.words.len() * 64 - vocab_size;
+        if spare > 0
+            && let Some(last) = set.words.last_mut()
+        {
+            *last &= u64::MAX >> spare;
+        }
+        set
+    }
+
+    /// The set as `ceil(vocab / 32)` words of 32 bits, in [`Self::from_u32_words`]' layout.
+    pub fn to_u32_words(&self) -> Vec<u32> {
+        let mut words: Vec<u32> = self.words.iter().flat_map(|&w| [w as u32, (w >> 32) as u32]).collect();
+        words.truncate(self.vocab_size.div_ceil(32));
+        words
+    }
+
     /// The vocabulary size the set is over.
     pub fn vocab_size(&self) -> usize {
         self.vocab_size
@@ -163,6 +189,20 @@ mod tests {
         assert_eq!(TokenSet::full(130).count(), 130);
         assert_eq!(TokenSet::full(128).count(), 128);
         assert!(TokenSet::from_ids(3, [3]).is_err());
+    }
+
+    #[test]
+    fn u32_words_round_trip_in_the_gpu_layout() {
+        let set = TokenSet::from_ids(100, [0, 31, 32, 63, 64, 99]).unwrap();
+        let words = set.to_u32_words();
+        assert_eq!(words.len(), 4);
+        assert_eq!(words[0], 1 | 1 << 31);
+        assert_eq!((words[1], words[2], words[3]), (1 | 1 << 31, 1, 1 << 3));
+        assert_eq!(TokenSet::from_u32_words(100, &words), set);
+        // Bits past the vocabulary and an extra word are ignored; missing words are empty.
+        let padded = TokenSet::from_u32_words(100, &[u32::MAX; 5]);
+        assert_eq!(padded, TokenSet::full(100));
+        assert!(TokenSet::from_u32_words(100, &[]).is_empty());
     }
 
     #[test]

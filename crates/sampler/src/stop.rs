@@ -156,15 +156,20 @@ pub enum FinishReason {
     },
     /// The token limit was reached.
     Length,
+    /// The output's constraint (a grammar, a JSON schema, a regular expression) is complete:
+    /// nothing may follow, or the model ended where the constraint may end. Reported as `stop`,
+    /// as the OpenAI API reports structured output that ended.
+    Complete,
 }
 
 impl FinishReason {
-    /// `"eos"`, `"stop"` or `"length"`.
+    /// `"eos"`, `"stop"` (a stop string, or a complete constraint) or `"length"`.
     pub fn as_str(&self) -> &'static str {
         match self {
             Self::Eos => "eos",
             Self::Stop { .. } => "stop",
             Self::Length => "length",
+            Self::Complete => "stop",
         }
     }
 }
