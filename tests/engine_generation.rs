@@ -1,8 +1,9 @@
 //! The generation loop on the real model: streaming, stop strings, cache reuse, seeded sampling.
 
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, Step};
+use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, ResponseFormat, Step};
 use nucleus_sampler::{FinishReason, SamplingParams, Verdict};
 use nucleus_tests::{cpu_device, model_bytes, reference, wgpu_device};
+use nucleus_tokenizer::ChatMessage;
 
 fn engine() -> Engine {
     Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(512), ..LoadOptions::default() })
@@ -413,4 +414,168 @@ fn speculative_decoding_on_the_fused_path_verifies_drafts_in_one_pass() {
         run(engine, request).0.iter().map(|s| s.id).collect::<Vec<_>>()
     };
     assert_eq!(sampled(&mut engine), sampled(&mut engine));
+}
+
+/// A chat request constrained by `format`, sampled at T = 1 with `seed`.
+fn constrained(message: &str, format: ResponseFormat, seed: u64, max_tokens: usize) -> GenerateRequest {
+    let mut request = GenerateRequest::new(Prompt::Chat(vec![ChatMessage::user(message)]));
+    request.max_tokens = max_tokens;
+    request.sampling = SamplingParams { temperature: 1.0, seed, ..SamplingParams::default() };
+    request.response_format = Some(format);
+    request
+}
+
+/// The schema of the constrained JSON test: a string, an integer in a range and an enum.
+fn person_schema() -> serde_json::Value {
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            "name": { "type": "string", "maxLength": 12 },
+            "age": { "type": "integer", "minimum": 18, "maximum": 99 },
+            "colour": { "enum": ["red", "green", "blue"] }
+        },
+        "required": ["name", "age", "colour"],
+        "additionalProperties": false
+    })
+}
+
+/// Whether `value` is valid under [`person_schema`] (checked here by hand, independently of the
+/// constraint engine).
+fn is_person(value: &serde_json::Value) -> bool {
+    let Some(object) = value.as_object() else { return false };
+    let name = object.get("name").and_then(|n| n.as_str()).is_some_and(|n| n.chars().count() <= 12);
+    let age = object.get("age").and_then(|a| a.as_i64()).is_some_and(|a| (18..=99).contains(&a));
+    let colour = object.get("colour").and_then(|c| c.as_str()).is_some_and(|c| ["red", "green", "blue"].contains(&c));
+    object.len() == 3 && name && age && colour
+}
+
+#[test]
+fn twenty_sampled_generations_under_a_json_schema_all_parse_and_validate() {
+    let mut engine = engine();
+    for seed in 0..20 {
+        let request =
+            constrained("Describe a person as JSON.", ResponseFormat::JsonSchema { schema: person_schema() }, seed, 64);
+        let (steps, result) = run(&mut engine, request);
+        assert_eq!(result.finish_reason, Some(FinishReason::Complete), "seed {seed}: {:?}", result.text);
+        let value: serde_json::Value =
+            serde_json::from_str(&result.text).unwrap_or_else(|e| panic!("seed {seed}: {e}: {:?}", result.text));
+        assert!(is_person(&value), "seed {seed}: {value}");
+        assert!(steps.iter().all(|s| s.constraint.is_some()));
+    }
+}
+
+#[test]
+fn a_regex_is_matched_exactly_and_the_mask_is_the_grammars() {
+    let mut engine = engine();
+    // Sampled at T = 1: each output is a phone number and nothing else.
+    for seed in 0..3 {
+        let format = ResponseFormat::Regex { pattern: r"\d{3}-\d{4}".into() };
+        let (_, result) = run(&mut engine, constrained("My phone number is", format, seed, 16));
+        let text = result.text.as_bytes();
+        assert_eq!(result.finish_reason, Some(FinishReason::Complete));
+        assert!(
+            text.len() == 8 && text[3] == b'-' && text.iter().enumerate().all(|(i, b)| i == 3 || b.is_ascii_digit()),
+            "{:?}",
+            result.text
+        );
+    }
+    // The first step of `(yes|no)`: the allowed tokens are exactly those whose bytes begin
+    // "yes" or "no" (found here by scanning the vocabulary).
+    let format = ResponseFormat::Regex { pattern: "(yes|no)".into() };
+    let mut request = constrained("Is the sky blue?", format, 1, 8);
+    request.explain_top_n = 20;
+    request.top_logprobs = 20;
+    let (steps, result) = run(&mut engine, request);
+    let tokenizer = engine.tokenizer();
+    let expected: Vec<u32> = (0..tokenizer.vocab_size() as u32)
+        .filter(|&id| {
+            let bytes = tokenizer.token_bytes(id);
+            !tokenizer.is_control(id) && !bytes.is_empty() && (b"yes".starts_with(bytes) || b"no".starts_with(bytes))
+        })
+        .collect();
+    let report = steps[0].constraint.as_ref().unwrap();
+    assert_eq!(report.allowed, expected.len(), "{expected:?}");
+    let forbidden: Vec<u32> = steps[0].top.iter().map(|c| c.id).filter(|id| !expected.contains(id)).collect();
+    assert_eq!(report.forbidden, forbidden);
+    assert!(!forbidden.is_empty(), "the model's own top candidates include tokens the grammar forbids");
+    // The raw top list stays the model's; the explanation marks the forbidden ones as masked.
+    let plain = run(
+        &mut engine,
+        GenerateRequest { response_format: None, ..constrained("Is the sky blue?", ResponseFormat::JsonObject, 1, 1) },
+    )
+    .0;
+    assert_eq!(ids_of(&steps[0].top), ids_of(&plain[0].top));
+    let explained = &steps[0].explain.as_ref().unwrap().candidates;
+    for candidate in explained {
+        let masked = candidate.candidate.removed_by == Some(nucleus_sampler::RemovedBy::Mask);
+        assert_eq!(masked, !expected.contains(&candidate.candidate.id), "{candidate:?}");
+    }
+    let removed = report.removed_mass.unwrap();
+    let kept: f64 =
+        expected.iter().map(|&id| plain[0].top.iter().find(|c| c.id == id).map_or(0.0, |c| c.logprob.exp())).sum();
+    assert!(removed > 0.0 && removed <= 1.0 - kept + 1e-9, "{removed} vs kept {kept}");
+    assert!(["yes", "no"].contains(&result.text.as_str()), "{:?}", result.text);
+    assert_eq!(result.finish_reason, Some(FinishReason::Complete));
+}
+
+#[test]
+fn a_bad_response_format_is_refused_before_any_token_and_an_unfinished_one_ends_with_length() {
+    let mut engine = engine();
+    for (format, kind) in [
+        (ResponseFormat::JsonSchema { schema: serde_json::json!({ "type": "nonsense" }) }, "json_schema"),
+        (ResponseFormat::Regex { pattern: "(unclosed".into() }, "regex"),
+        (ResponseFormat::Grammar { lark: "start: undefined_rule".into() }, "grammar"),
+    ] {
+        let error = engine.generate(constrained("Hi", format, 0, 8)).err().expect(kind);
+        assert_eq!(error.code(), "bad-options", "{error}");
+        assert!(error.to_string().contains(&format!("the {kind} does not compile")), "{error}");
+    }
+    // Two tokens cannot make a phone number: the text so far, finish `length`.
+    let format = ResponseFormat::Regex { pattern: r"\d{3}-\d{4}".into() };
+    let (steps, result) = run(&mut engine, constrained("My phone number is", format, 0, 2));
+    assert_eq!((steps.len(), result.finish_reason), (2, Some(FinishReason::Length)));
+    assert!(!result.text.is_empty() && result.text.bytes().all(|b| b.is_ascii_digit()), "{:?}", result.text);
+}
+
+#[test]
+fn a_constrained_step_on_the_gpu_decode_tail_masks_as_the_whole_row_does() {
+    let options = LoadOptions { context_length: Some(256), ..LoadOptions::default() };
+    let mut gpu = Engine::load(model_bytes(), &wgpu_device(), options).unwrap();
+    let mut cpu = engine();
+    let format = ResponseFormat::JsonSchema { schema: person_schema() };
+    let request = GenerateRequest {
+        sampling: SamplingParams { temperature: 0.8, top_p: 0.95, seed: 5, ..SamplingParams::default() },
+        ..constrained("Describe a person as JSON.", format, 5, 24)
+    };
+    let (on_tail, tail_result) = run(&mut gpu, request.clone());
+    let (on_cpu, _) = run(&mut cpu, request.clone());
+    assert!(tail_result.transfer.tail_steps > 0, "{:?}", tail_result.transfer);
+    assert_eq!(ids_of_steps(&on_tail), ids_of_steps(&on_cpu));
+    for (a, b) in on_tail.iter().zip(&on_cpu) {
+        let (a, b) = (a.constraint.as_ref().unwrap(), b.constraint.as_ref().unwrap());
+        assert_eq!((a.allowed, &a.forbidden), (b.allowed, &b.forbidden));
+        assert!(b.removed_mass.is_some(), "the whole row gives the mass the mask removed");
+    }
+    // At T = 0.8 the tail's statistics cannot give it (a step the tail could not settle read
+    // its row, and has it).
+    assert!(on_tail.iter().any(|s| s.constraint.as_ref().unwrap().removed_mass.is_none()));
+    // At temperature 1 with the mask the only adjustment they can: the masked row's statistics
+    // against the raw row's give the whole row's figure.
+    let request = GenerateRequest {
+        sampling: SamplingParams { temperature: 1.0, top_k: 40, seed: 5, ..SamplingParams::default() },
+        ..request
+    };
+    let (on_tail, tail_result) = run(&mut gpu, request.clone());
+    let (on_cpu, _) = run(&mut cpu, request);
+    assert_eq!(tail_result.transfer.full_read_steps, 0, "{:?}", tail_result.transfer);
+    assert_eq!(ids_of_steps(&on_tail), ids_of_steps(&on_cpu));
+    for (a, b) in on_tail.iter().zip(&on_cpu) {
+        let (a, b) = (a.constraint.as_ref().unwrap(), b.constraint.as_ref().unwrap());
+        let (a, b) = (a.removed_mass.unwrap(), b.removed_mass.unwrap());
+        assert!((a - b).abs() < 1e-4, "{a} on the tail, {b} from the row");
+    }
+}
+
+fn ids_of_steps(steps: &[Step]) -> Vec<u32> {
+    steps.iter().map(|s| s.id).collect()
 }

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use nucleus_engine::{
     BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, PromptLookup,
-    SpeculationStats, Stopwatch, Timing, Transfer, Usage,
+    ResponseFormat, SpeculationStats, Stopwatch, Timing, Transfer, Usage,
 };
 use nucleus_sampler::{SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
@@ -219,6 +219,16 @@ struct GenerateArgs {
     /// Beam search length penalty α (score = logprob / len^α).
     #[arg(long, default_value_t = 1.0, allow_hyphen_values = true)]
     length_penalty: f64,
+    /// Constrain the output to JSON valid under the JSON Schema in FILE.
+    #[arg(long, value_name = "FILE", group = "response_format")]
+    json_schema: Option<PathBuf>,
+    /// Constrain the output to text the regular expression matches whole (Rust regex syntax, with
+    /// `\d` and `\w` ASCII as in JavaScript and JSON Schema).
+    #[arg(long, value_name = "PATTERN", group = "response_format")]
+    regex: Option<String>,
+    /// Constrain the output to the language of the Lark grammar in FILE (llguidance's dialect).
+    #[arg(long, value_name = "FILE", group = "response_format")]
+    grammar: Option<PathBuf>,
     /// Speculative decoding by prompt lookup: draft up to K tokens per pass from an earlier
     /// occurrence of the context's last n-gram, verified in one pass (same output, fewer passes).
     #[arg(long, value_name = "K")]
@@ -237,6 +247,20 @@ struct GenerateArgs {
 }
 
 impl GenerateArgs {
+    /// The response format of `--json-schema`, `--regex` or `--grammar` (at most one).
+    fn response_format(&self) -> Result<Option<ResponseFormat>, String> {
+        let read = |path: &PathBuf| std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()));
+        if let Some(path) = &self.json_schema {
+            let schema =
+                serde_json::from_str(&read(path)?).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+            return Ok(Some(ResponseFormat::JsonSchema { schema }));
+        }
+        if let Some(path) = &self.grammar {
+            return Ok(Some(ResponseFormat::Grammar { lark: read(path)? }));
+        }
+        Ok(self.regex.clone().map(|pattern| ResponseFormat::Regex { pattern }))
+    }
+
     fn prompt(&self) -> Prompt {
         match (&self.prompt, &self.chat) {
             (Some(text), _) => Prompt::Text(text.clone()),
@@ -336,6 +360,7 @@ fn generate(args: &GenerateArgs) -> Result<(), String> {
         return_logits: false,
         forced_tokens: Vec::new(),
         speculative: args.speculative_lookup.map(|max_draft| PromptLookup { max_draft, ngram: args.lookup_ngram }),
+        response_format: args.response_format()?,
     };
     let title = engine.info().title(Some(&args.model.path().to_string_lossy()));
     let device = engine.model().device().describe();

@@ -26,6 +26,12 @@ pub enum EngineError {
     ContextOverflow { prompt_tokens: usize, context_length: usize },
     #[error("another generation ran on this engine since this one's last step; start this one again")]
     Interleaved,
+    /// A response format that does not compile (its kind: `json_schema`, `regex`, …).
+    #[error("invalid option response_format: the {kind} does not compile: {message}")]
+    BadConstraint { kind: &'static str, message: String },
+    /// The constraint engine failed during a generation (a grammar too complex for its limits).
+    #[error("the response format's constraint failed: {0}")]
+    Constraint(String),
 }
 
 impl EngineError {
@@ -73,7 +79,9 @@ impl EngineError {
                 "unsupported-model"
             }
             Self::Tokenizer(_) => "bad-options",
-            Self::Sampler(_) | Self::BadOption { .. } => "bad-options",
+            Self::Sampler(_) | Self::BadOption { .. } | Self::BadConstraint { .. } | Self::Constraint(_) => {
+                "bad-options"
+            }
             Self::Interleaved => "busy",
         }
     }

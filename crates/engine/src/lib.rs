@@ -10,13 +10,15 @@
 //! The modules: `request` (what to generate, validated), `report` (each step and the outcome),
 //! `generation` (a generation's state and its step; the choice of the next token in
 //! `generation::step`, the verification of a draft in `generation::verify`), `speculative`
-//! (prompt-lookup drafting and what it reports), `beam` (beam search), `lens` (the logit lens of
+//! (prompt-lookup drafting and what it reports), `constraint` (constrained decoding with
+//! llguidance), `beam` (beam search), `lens` (the logit lens of
 //! one step), `error` (typed errors and their codes).
 //!
 //! Consecutive generations reuse the cache: when a new prompt starts with tokens already in the
 //! cache (a chat that goes on, the same prompt sampled again), only the new suffix is prefilled.
 
 mod beam;
+mod constraint;
 mod error;
 mod generation;
 mod lens;
@@ -32,16 +34,20 @@ use nucleus_sampler::{Sampler, StopConditions, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
 
+use constraint::ConstraintCompiler;
+
 pub use beam::{
     BeamHypothesis, BeamOutput, BeamRequest, DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS, MAX_BEAM_TOKENS, MAX_BEAMS,
 };
+pub use constraint::ResponseFormat;
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use lens::{DEFAULT_LENS_CANDIDATES, LensLayer, LensReport, LensRequest, LensToken, MAX_LENS_CANDIDATES};
 pub use nucleus_model::{LinearKernel, ModelDevice, Path};
 pub use nucleus_sampler::json::{OptionError, camel_case};
 pub use report::{
-    ExplainedCandidate, GenerationResult, PrefillProgress, Step, StepExplanation, Timing, TopCandidate, Transfer, Usage,
+    ExplainedCandidate, GenerationResult, MaskReport, PrefillProgress, Step, StepExplanation, Timing, TopCandidate,
+    Transfer, Usage,
 };
 pub use request::{
     DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
@@ -51,7 +57,7 @@ pub use speculative::{
     SpeculationStats,
 };
 pub use timing::Stopwatch;
-pub use wire::js_name;
+pub use wire::{js_name, js_option_error};
 
 /// Facts about the loaded model.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -139,6 +145,8 @@ pub struct Engine {
     info: ModelInfo,
     /// Whether decode steps may end on the GPU (the WGSL decode tail; wgpu devices only).
     decode_tail: bool,
+    /// Compiles response formats; built on the first constrained request.
+    constraints: Option<ConstraintCompiler>,
 }
 
 impl Engine {
@@ -195,7 +203,7 @@ impl Engine {
             kv_bytes_per_token: config.kv_token_bytes(),
         };
         let decode_tail = nucleus_kernels::supports_device(device.burn());
-        Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail })
+        Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail, constraints: None })
     }
 
     pub fn info(&self) -> &ModelInfo {
@@ -268,13 +276,22 @@ impl Engine {
         }
         let mut sampler = Sampler::new(sampling, self.info.vocab_size)?;
         sampler.set_prompt(&prompt_tokens)?;
+        let constraint = match &request.response_format {
+            Some(format) => {
+                if self.constraints.is_none() {
+                    self.constraints = Some(ConstraintCompiler::new(&self.tokenizer)?);
+                }
+                Some(self.constraints.as_ref().expect("built above").compile(format)?)
+            }
+            None => None,
+        };
         let stops = StopTracker::new(StopConditions {
             eos_token_ids: self.tokenizer.end_of_generation_ids().to_vec(),
             ignore_eos: request.ignore_eos,
             max_tokens: Some(request.max_tokens),
             stop_strings: request.stop.clone(),
         });
-        GenerationState::new(request, prompt_tokens, sampler, stops, &self.tokenizer)
+        GenerationState::new(request, prompt_tokens, sampler, stops, constraint, &self.tokenizer)
     }
 
     /// Makes the cache hold `tokens` minus at least the last one, keeping the longest prefix it

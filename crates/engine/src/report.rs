@@ -87,9 +87,54 @@ pub struct Step {
     /// Set on the first step of a speculative verification pass: the draft it judged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub draft: Option<DraftReport>,
+    /// Set when the request has a response format: what its constraint did at this step.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub constraint: Option<MaskReport>,
     /// The whole raw logits row, when the request asked for it.
     #[serde(skip)]
     pub logits: Option<Vec<f32>>,
+}
+
+/// What a step's constraint allowed. `top` (the model's own candidates) is left as the model
+/// gave it: `forbidden` says which of them the constraint removed.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MaskReport {
+    /// Ids of the step's `top` candidates the constraint forbade, in `top`'s order.
+    pub forbidden: Vec<u32>,
+    /// Tokens the constraint allowed at this step.
+    pub allowed: usize,
+    /// The model's raw probability on the tokens the constraint forbade (the mass it removed):
+    /// exact when the step read its whole row, or on the GPU decode tail when the mask was the
+    /// step's only adjustment at temperature 1 (the masked row's statistics against the raw
+    /// row's); `None` otherwise.
+    pub removed_mass: Option<f64>,
+    /// The allowed set, one bit per token (`TokenSet::to_u32_words`), when the step returns its
+    /// whole row (`return_logits`): with it a what-if re-applies the mask exactly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allowed_words: Option<Vec<u32>>,
+}
+
+impl MaskReport {
+    /// The report of `allowed` for a step whose raw candidates are `top`; the set itself goes
+    /// with it when `with_set` (the step returns its row).
+    pub(crate) fn new(
+        allowed: &nucleus_sampler::TokenSet,
+        top: &[TopCandidate],
+        removed_mass: Option<f64>,
+        with_set: bool,
+    ) -> Self {
+        Self {
+            forbidden: top.iter().filter(|c| !allowed.contains(c.id)).map(|c| c.id).collect(),
+            allowed: allowed.count(),
+            removed_mass: removed_mass.map(|mass| mass.clamp(0.0, 1.0)),
+            allowed_words: with_set.then(|| allowed.to_u32_words()),
+        }
+    }
+
+    /// The raw probability outside `allowed`, from the whole row's raw log-probabilities.
+    pub(crate) fn removed_from_row(allowed: &nucleus_sampler::TokenSet, raw_logprobs: &[f64]) -> f64 {
+        1.0 - allowed.iter().map(|id| raw_logprobs[id as usize].exp()).sum::<f64>()
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]

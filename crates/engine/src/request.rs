@@ -4,6 +4,7 @@ use nucleus_sampler::SamplingParams;
 use nucleus_tokenizer::ChatMessage;
 
 use crate::EngineError;
+use crate::constraint::ResponseFormat;
 use crate::speculative::PromptLookup;
 
 /// Most candidates a step can report (`top_logprobs`, explanation size).
@@ -56,6 +57,9 @@ pub struct GenerateRequest {
     /// Speculative decoding by prompt lookup (see [`crate::speculative`]): the same output,
     /// fewer forward passes when the context repeats itself.
     pub speculative: Option<PromptLookup>,
+    /// What the output must be (a JSON schema, a regular expression, a Lark grammar; see
+    /// [`crate::constraint`]); compiled when the generation starts.
+    pub response_format: Option<ResponseFormat>,
 }
 
 impl GenerateRequest {
@@ -71,6 +75,7 @@ impl GenerateRequest {
             return_logits: false,
             forced_tokens: Vec::new(),
             speculative: None,
+            response_format: None,
         }
     }
 

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 
 use crate::beam::{DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS};
+use crate::constraint::ResponseFormat;
 use crate::lens::DEFAULT_LENS_CANDIDATES;
 use crate::speculative::PromptLookup;
 use crate::{BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt};
@@ -35,6 +36,7 @@ struct RequestOptions {
     return_logits: bool,
     forced_tokens: Vec<u32>,
     speculative: Option<SpeculativeOptions>,
+    response_format: Option<ResponseFormat>,
 }
 
 /// `speculative: { lookup: { maxDraft, ngram } }`: the drafting method and its settings.
@@ -58,6 +60,7 @@ impl Default for RequestOptions {
             return_logits: defaults.return_logits,
             forced_tokens: defaults.forced_tokens,
             speculative: None,
+            response_format: None,
         }
     }
 }
@@ -86,8 +89,9 @@ impl GenerateRequest {
             return_logits: fields.return_logits,
             forced_tokens: fields.forced_tokens,
             speculative: fields.speculative.and_then(|s| s.lookup),
+            response_format: fields.response_format,
         };
-        request.validate(vocab_size).map_err(renamed)?;
+        request.validate(vocab_size).map_err(js_option_error)?;
         Ok(request)
     }
 }
@@ -127,7 +131,7 @@ impl LensRequest {
             generated: fields.generated,
             candidates: fields.candidates,
         };
-        request.validate(vocab_size).map_err(renamed)?;
+        request.validate(vocab_size).map_err(js_option_error)?;
         Ok(request)
     }
 }
@@ -168,19 +172,24 @@ impl BeamRequest {
             max_tokens: fields.max_tokens,
             ignore_eos: fields.ignore_eos,
         };
-        request.validate().map_err(renamed)?;
+        request.validate().map_err(js_option_error)?;
         Ok(request)
     }
 }
 
-/// A validation error, renamed from the Rust field to the JS option (`top_p` -> `topP`).
-fn renamed(error: EngineError) -> OptionError {
+/// An engine error about an option (a request's validation, the sampler's, a response format
+/// that does not compile), named as JS spells the option (`top_p` -> `topP`); any other error is
+/// about the options as a whole.
+pub fn js_option_error(error: EngineError) -> OptionError {
     match &error {
         EngineError::BadOption { name, .. } => {
             let option = js_name(name);
             OptionError { message: error.to_string().replace(name, &option), option }
         }
         EngineError::Sampler(sampler) => OptionError::from_sampler(sampler),
+        EngineError::BadConstraint { .. } => {
+            OptionError::new("responseFormat", error.to_string().replace("response_format", "responseFormat"))
+        }
         _ => OptionError::new("options", error.to_string()),
     }
 }
@@ -235,7 +244,7 @@ mod tests {
                 "repetitionPenalty":1.1,"presencePenalty":0.5,"frequencyPenalty":0.25,"penaltyLastN":64,
                 "penalizePrompt":true,"logitBias":{"2":"-Infinity","42":1.5},"stop":["\n\n","END"],"seed":9007199254740991,
                 "ignoreEos":true,"topLogprobs":256,"explain":30,"returnLogits":true,"forcedTokens":[5,7],
-                "speculative":{"lookup":{"maxDraft":6,"ngram":2}}}"#,
+                "speculative":{"lookup":{"maxDraft":6,"ngram":2}},"responseFormat":{"type":"regex","pattern":"a+"}}"#,
         )
         .unwrap();
         assert_eq!(request.prompt, Prompt::Text("Hi".into()));
@@ -246,6 +255,12 @@ mod tests {
         assert!(request.return_logits);
         assert_eq!(request.forced_tokens, [5, 7]);
         assert_eq!(request.speculative, Some(PromptLookup { max_draft: 6, ngram: 2 }));
+        assert_eq!(request.response_format, Some(ResponseFormat::Regex { pattern: "a+".into() }));
+        let schema = parse(r#"{"prompt":"Hi","responseFormat":{"type":"json_schema","schema":{"type":"object"}}}"#);
+        assert_eq!(
+            schema.unwrap().response_format,
+            Some(ResponseFormat::JsonSchema { schema: serde_json::json!({ "type": "object" }) })
+        );
         let defaults = parse(r#"{"prompt":"Hi","speculative":{"lookup":{}}}"#).unwrap();
         assert_eq!(defaults.speculative, Some(PromptLookup::default()));
         assert_eq!(request.stop, vec!["\n\n".to_string(), "END".to_string()]);
@@ -339,6 +354,16 @@ mod tests {
                 r#"{"prompt":"a","speculative":{"medusa":{}}}"#,
                 "speculative",
                 "invalid option speculative.medusa: unknown field `medusa`, expected `lookup`",
+            ),
+            (
+                r#"{"prompt":"a","responseFormat":{"type":"xml"}}"#,
+                "responseFormat",
+                "invalid option responseFormat.type: unknown variant `xml`, expected one of `json_object`, `json_schema`, `regex`, `grammar`",
+            ),
+            (
+                r#"{"prompt":"a","responseFormat":{"type":"regex"}}"#,
+                "responseFormat",
+                "invalid option responseFormat: missing field `pattern`",
             ),
             (r#"{"prompt":"a","explain":300}"#, "explain", "invalid option explain: must be 0..=256, got 300"),
             (r#"{"prompt":"a","seed":-1}"#, "seed", "invalid option seed: invalid value: integer `-1`, expected u64"),

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
     BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice,
-    OptionError, PrefillProgress, js_name,
+    OptionError, PrefillProgress, js_name, js_option_error,
 };
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
@@ -71,6 +71,10 @@ fn engine_error(error: EngineError) -> JsValue {
     if let EngineError::BadOption { name, allowed, got } = &error {
         let option = js_name(name);
         return option_error(OptionError { message: format!("{option} must be {allowed}, got {got}"), option });
+    }
+    // A response format that does not compile is named too (`responseFormat`).
+    if let EngineError::BadConstraint { .. } = &error {
+        return option_error(js_option_error(error));
     }
     let message = error.to_string();
     match error.code() {

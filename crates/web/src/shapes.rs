@@ -6,8 +6,9 @@ use serde::Serialize;
 use serde_json::{Map, Value, json};
 
 /// A step: `{ index, id, token, text, logprob, top: [{ id, text, logit, logprob }], explain?, finishReason?,
-/// draft? }` (`draft`: `{ tokens: [{ id, text, targetProb, verdict }], accepted }` on the first step of a
-/// speculative verification pass; verdicts `accepted`, `rejected`, `not_reached`).
+/// draft?, constraint? }` (`draft`: `{ tokens: [{ id, text, targetProb, verdict }], accepted }` on the first
+/// step of a speculative verification pass; verdicts `accepted`, `rejected`, `not_reached`; `constraint`:
+/// `{ forbidden, allowed, removedMass, allowedWords? }` when the request has a response format).
 pub fn step(step: &Step) -> Value {
     let mut value = camel_keys(to_value(step));
     if let (Some(reason), Value::Object(map)) = (&step.finish_reason, &mut value) {
@@ -60,9 +61,8 @@ pub fn beams(output: &BeamOutput, text_of: impl Fn(u32) -> String) -> Value {
 fn insert_finish_reason(map: &mut Map<String, Value>, reason: Option<&FinishReason>) {
     let (name, sequence) = match reason {
         None => ("abort", None),
-        Some(FinishReason::Eos) => ("eos", None),
-        Some(FinishReason::Length) => ("length", None),
         Some(FinishReason::Stop { sequence, .. }) => ("stop", Some(sequence.clone())),
+        Some(reason) => (reason.as_str(), None),
     };
     map.insert("finishReason".into(), json!(name));
     if let Some(sequence) = sequence {
@@ -77,7 +77,7 @@ fn to_value(value: &impl Serialize) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nucleus_engine::{DraftReport, DraftedToken, SpeculationStats, TopCandidate, Usage};
+    use nucleus_engine::{DraftReport, DraftedToken, MaskReport, SpeculationStats, TopCandidate, Usage};
     use nucleus_sampler::Verdict;
 
     #[test]
@@ -100,6 +100,7 @@ mod tests {
                 }],
                 accepted: 1,
             }),
+            constraint: Some(MaskReport { forbidden: vec![7], allowed: 2, removed_mass: None, allowed_words: None }),
             logits: Some(vec![0.0; 3]),
         };
         let value = super::step(&step);
@@ -110,6 +111,7 @@ mod tests {
         assert_eq!(value["draft"]["tokens"][0]["targetProb"], 0.5);
         assert_eq!(value["draft"]["tokens"][0]["verdict"], "accepted");
         assert!(value.get("logits").is_none(), "the row travels as a Float32Array, not JSON");
+        assert_eq!(value["constraint"], serde_json::json!({ "forbidden": [7], "allowed": 2, "removedMass": null }));
 
         let result = GenerationResult {
             text: "x".into(),

@@ -9,9 +9,10 @@ mod verify;
 use std::collections::VecDeque;
 
 use nucleus_model::DeviceLogits;
-use nucleus_sampler::{FinishReason, Sampler, StopTracker};
+use nucleus_sampler::{FinishReason, Sampler, StopTracker, TokenSet};
 use nucleus_tokenizer::Tokenizer;
 
+use crate::constraint::Constraint;
 use crate::{
     Engine, EngineError, GenerateRequest, GenerationResult, PrefillProgress, SpeculationStats, Step, StepExplanation,
     Stopwatch, Timing, Transfer, Usage, prefill_chunk_len,
@@ -24,6 +25,8 @@ pub struct GenerationState {
     prompt_tokens: Vec<u32>,
     sampler: Sampler,
     stops: StopTracker,
+    /// The response format's grammar, advanced by every output token.
+    constraint: Option<Constraint>,
     /// The last chosen (or forced) token, not yet run through the model.
     pending: Option<u32>,
     /// The first step (the prefill) has run.
@@ -52,6 +55,7 @@ impl GenerationState {
         prompt_tokens: Vec<u32>,
         sampler: Sampler,
         stops: StopTracker,
+        constraint: Option<Constraint>,
         tokenizer: &Tokenizer,
     ) -> Result<Self, EngineError> {
         let forced = request.forced_tokens.clone();
@@ -60,6 +64,7 @@ impl GenerationState {
             prompt_tokens,
             sampler,
             stops,
+            constraint,
             pending: None,
             started: false,
             generated: Vec::new(),
@@ -77,6 +82,11 @@ impl GenerationState {
             if state.finish_reason.is_some() {
                 break;
             }
+            if let Some(allowed) = state.allowed_tokens()?
+                && !allowed.contains(id)
+            {
+                return Err(EngineError::bad_option("forced_tokens", "tokens the response format allows", id));
+            }
             state.take_token(id, tokenizer)?;
         }
         Ok(state)
@@ -87,16 +97,42 @@ impl GenerationState {
     /// else makes it the pending token.
     fn take_token(&mut self, id: u32, tokenizer: &Tokenizer) -> Result<String, EngineError> {
         self.sampler.accept(id)?;
+        let mut complete = false;
+        if let Some(constraint) = &mut self.constraint {
+            constraint.accept(id)?;
+            complete = constraint.is_complete();
+        }
         self.generated.push(id);
         let output = self.stops.push_token(id, tokenizer.token_bytes(id));
         let mut text = output.text;
-        if output.finish == Some(FinishReason::Length) {
+        self.finish_reason = match output.finish {
+            // The constraint ended the output (an end token it allowed, or nothing may follow).
+            None | Some(FinishReason::Eos) if complete => Some(FinishReason::Complete),
+            finish => finish,
+        };
+        if matches!(self.finish_reason, Some(FinishReason::Length | FinishReason::Complete)) {
             text.push_str(&self.stops.flush());
         }
         self.text.push_str(&text);
-        self.finish_reason = output.finish;
         self.pending = self.finish_reason.is_none().then_some(id);
         Ok(text)
+    }
+
+    /// The tokens the response format allows next (`None` without one). A constraint that allows
+    /// nothing more is complete: the generation finishes with [`FinishReason::Complete`] and
+    /// this returns the empty set.
+    fn allowed_tokens(&mut self) -> Result<Option<TokenSet>, EngineError> {
+        let Some(constraint) = &mut self.constraint else { return Ok(None) };
+        match constraint.allowed()? {
+            Some(allowed) => Ok(Some(allowed)),
+            None => {
+                self.finish_reason = Some(FinishReason::Complete);
+                self.pending = None;
+                let rest = self.stops.flush();
+                self.text.push_str(&rest);
+                Ok(Some(TokenSet::empty(self.sampler.vocab_size())))
+            }
+        }
     }
 
     pub fn prompt_tokens(&self) -> &[u32] {
@@ -124,6 +160,11 @@ impl GenerationState {
         if self.finish_reason.is_some() || self.stopped {
             return Ok(None);
         }
+        // The constraint's mask is known before the pass runs (and may end the generation).
+        let allowed = self.allowed_tokens()?;
+        if self.finish_reason.is_some() {
+            return Ok(None);
+        }
         let step_clock = Stopwatch::start();
         let first = !self.started;
         let logits = match self.pending.take() {
@@ -135,7 +176,7 @@ impl GenerationState {
                 self.speculation.decode_passes += 1;
                 let draft = self.draft(engine);
                 if !draft.is_empty() {
-                    let steps = self.verify(engine, token, &draft).await?;
+                    let steps = self.verify(engine, token, &draft, allowed).await?;
                     self.decode_ms += step_clock.elapsed_ms();
                     self.queued.extend(steps);
                     return Ok(self.queued.pop_front());
@@ -145,7 +186,7 @@ impl GenerationState {
             _ => self.prefill(engine, &mut on_prefill).await?,
         };
         self.started = true;
-        let choice = self.choose(engine, logits).await?;
+        let choice = self.choose(engine, logits, allowed.as_ref()).await?;
         if first {
             if let Some(report) = on_prefill {
                 let total = self.prompt_tokens.len() + self.generated.len();
@@ -161,7 +202,7 @@ impl GenerationState {
     /// Takes the chosen token ([`Self::take_token`]), ends the generation when the context has no
     /// room to run it, and reports it as a step.
     fn emit(&mut self, engine: &Engine, choice: Choice) -> Result<Step, EngineError> {
-        let Choice { sampled, top, logprob, row } = choice;
+        let Choice { sampled, top, logprob, row, constraint } = choice;
         let id = sampled.id;
         let tokenizer = &engine.tokenizer;
         let mut text = self.take_token(id, tokenizer)?;
@@ -183,6 +224,7 @@ impl GenerationState {
             explain: sampled.explanation.map(|e| StepExplanation::new(e, tokenizer)),
             finish_reason: self.finish_reason.clone(),
             draft: None,
+            constraint,
             logits: row,
         })
     }

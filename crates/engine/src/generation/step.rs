@@ -4,11 +4,11 @@
 use nucleus_kernels::tail::fused::TailRequest;
 use nucleus_kernels::{LogitAdjustments, RawRow};
 use nucleus_model::DeviceLogits;
-use nucleus_sampler::{CandidateSet, SampleStep, log_softmax, top_k_ids};
+use nucleus_sampler::{CandidateSet, SampleStep, TokenMask, TokenSet, log_softmax, top_k_ids};
 use nucleus_tokenizer::Tokenizer;
 
 use super::GenerationState;
-use crate::{DECODE_TAIL_CANDIDATES, Engine, EngineError, MAX_TOP_LOGPROBS, TopCandidate};
+use crate::{DECODE_TAIL_CANDIDATES, Engine, EngineError, MAX_TOP_LOGPROBS, MaskReport, TopCandidate};
 
 impl GenerationState {
     /// Whether this step can end on the GPU: a wgpu device, no explanation and no logits asked
@@ -38,10 +38,18 @@ impl GenerationState {
 
     /// Samples the next token from `logits` (still on the device): on the GPU decode tail when it
     /// settles the step, else from the whole row read back.
-    pub(super) async fn choose(&mut self, engine: &Engine, logits: DeviceLogits) -> Result<Choice, EngineError> {
+    pub(super) async fn choose(
+        &mut self,
+        engine: &Engine,
+        logits: DeviceLogits,
+        allowed: Option<&TokenSet>,
+    ) -> Result<Choice, EngineError> {
         let tokenizer = &engine.tokenizer;
         if let Some(temperature) = self.decode_tail_temperature(engine) {
-            let adjustments = LogitAdjustments::from_entries(self.sampler.gpu_adjustments()?);
+            let mut adjustments = LogitAdjustments::from_entries(self.sampler.gpu_adjustments()?);
+            if let Some(allowed) = allowed {
+                adjustments = adjustments.with_allow_mask(allowed.to_u32_words());
+            }
             let k = self.request.top_logprobs.clamp(DECODE_TAIL_CANDIDATES, MAX_TOP_LOGPROBS);
             // Reported candidates and log-probabilities are the model's raw ones (temperature 1, no
             // bias or penalties). At temperature 1 with nothing to adjust, the tail's own are; else
@@ -86,34 +94,40 @@ impl GenerationState {
                         logit,
                         logprob: raw.stats.log_probability(logit),
                     })
-                    .collect();
+                    .collect::<Vec<_>>();
                 let chosen = tail.ids.iter().position(|&c| c == sampled.id).expect("the kept tokens are candidates");
                 let raw_logit = match adjustments.entries().iter().find(|a| a.id == sampled.id) {
                     Some(adjustment) => adjustment.invert(tail.logits[chosen]),
                     None => tail.logits[chosen],
                 };
                 let logprob = raw.stats.log_probability(raw_logit);
-                return Ok(Choice { sampled, top, logprob, row: None });
+                // With the mask the only adjustment at temperature 1, the tail's statistics are
+                // the masked row's and `raw`'s the whole row's: the kept mass is their ratio.
+                let removed_mass = (temperature == 1.0 && adjustments.entries().is_empty())
+                    .then(|| 1.0 - (tail.stats().scaled_log_sum_exp() - raw.stats.scaled_log_sum_exp()).exp());
+                let constraint = allowed.map(|allowed| MaskReport::new(allowed, &top, removed_mass, false));
+                return Ok(Choice { sampled, top, logprob, row: None, constraint });
             }
         }
         let row = logits.read().await?.pop().expect("one row");
         self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
         self.transfer.full_read_steps += 1;
-        let sampled = self.sampler.sample(&row, None, self.request.explain_top_n)?;
-        let (top, logprob) = self.raw_candidates(&row, sampled.id, tokenizer)?;
-        let row = self.request.return_logits.then_some(row);
-        Ok(Choice { sampled, top, logprob, row })
+        let mask = allowed.map(|allowed| allowed as &dyn TokenMask);
+        let sampled = self.sampler.sample(&row, mask, self.request.explain_top_n)?;
+        self.whole_row_choice(sampled, row, allowed, tokenizer)
     }
 
-    /// From a whole raw row: the request's top candidates and `chosen`'s raw log-probability.
-    pub(super) fn raw_candidates(
+    /// The step's [`Choice`] of `sampled` from the whole raw `row`: its top candidates, the
+    /// chosen token's raw log-probability, and what the constraint (`allowed`) removed.
+    pub(super) fn whole_row_choice(
         &self,
-        row: &[f32],
-        chosen: u32,
+        sampled: SampleStep,
+        row: Vec<f32>,
+        allowed: Option<&TokenSet>,
         tokenizer: &Tokenizer,
-    ) -> Result<(Vec<TopCandidate>, f64), EngineError> {
-        let raw_logprobs = log_softmax(row)?;
-        let top = top_k_ids(row, self.request.top_logprobs)
+    ) -> Result<Choice, EngineError> {
+        let raw_logprobs = log_softmax(&row)?;
+        let top = top_k_ids(&row, self.request.top_logprobs)
             .into_iter()
             .map(|c| TopCandidate {
                 id: c,
@@ -121,8 +135,14 @@ impl GenerationState {
                 logit: row[c as usize],
                 logprob: raw_logprobs[c as usize],
             })
-            .collect();
-        Ok((top, raw_logprobs[chosen as usize]))
+            .collect::<Vec<_>>();
+        let constraint = allowed.map(|allowed| {
+            let removed_mass = MaskReport::removed_from_row(allowed, &raw_logprobs);
+            MaskReport::new(allowed, &top, Some(removed_mass), self.request.return_logits)
+        });
+        let logprob = raw_logprobs[sampled.id as usize];
+        let row = self.request.return_logits.then_some(row);
+        Ok(Choice { sampled, top, logprob, row, constraint })
     }
 }
 
@@ -134,4 +154,6 @@ pub(super) struct Choice {
     pub(super) logprob: f64,
     /// The whole raw row, when the request asked for it.
     pub(super) row: Option<Vec<f32>>,
+    /// What the response format's constraint allowed, when there is one.
+    pub(super) constraint: Option<MaskReport>,
 }

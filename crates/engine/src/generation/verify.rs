@@ -6,10 +6,9 @@
 //! ones; it is judged with the sampler's history holding exactly those, so penalties see the
 //! sequence plain decoding would have seen. The pass reads every row back whole.
 
-use nucleus_sampler::{SampleStep, Verdict, explain, judge_point_draft};
+use nucleus_sampler::{SampleStep, TokenMask, TokenSet, Verdict, explain, judge_point_draft};
 
 use super::GenerationState;
-use super::step::Choice;
 use crate::{DraftReport, DraftedToken, Engine, EngineError, SpeculationStats, Step};
 
 impl GenerationState {
@@ -34,6 +33,7 @@ impl GenerationState {
         engine: &mut Engine,
         pending: u32,
         draft: &[u32],
+        mut allowed: Option<TokenSet>,
     ) -> Result<Vec<Step>, EngineError> {
         let start = engine.cached_tokens.len();
         let rows = engine.forward_all(&[&[pending], draft].concat())?.read().await?;
@@ -43,8 +43,17 @@ impl GenerationState {
 
         let mut judged = Vec::with_capacity(draft.len());
         let mut steps = Vec::with_capacity(rows.len());
-        for (position, row) in rows.iter().enumerate() {
-            let (adjusted, dist) = self.sampler.distribution(row, None)?;
+        for (position, row) in rows.into_iter().enumerate() {
+            // The constraint's mask here: the pass's first is known; each later one follows the
+            // drafts accepted before it (a completed constraint ends the pass).
+            if position > 0 {
+                allowed = self.allowed_tokens()?;
+                if self.finish_reason.is_some() {
+                    break;
+                }
+            }
+            let mask = allowed.as_ref().map(|allowed| allowed as &dyn TokenMask);
+            let (adjusted, dist) = self.sampler.distribution(&row, mask)?;
             let (id, uniform, accepted) = match draft.get(position) {
                 Some(&drafted) => {
                     let (entry, replacement) = judge_point_draft(position, drafted, &dist, self.sampler.rng_mut());
@@ -60,13 +69,12 @@ impl GenerationState {
             };
             let explanation = match self.request.explain_top_n {
                 0 => None,
-                n => Some(explain(row, &adjusted, &dist, id, n)?),
+                n => Some(explain(&row, &adjusted, &dist, id, n)?),
             };
             let sampled = SampleStep { id, logprob: dist.final_logprob(id), uniform, explanation };
-            let (top, logprob) = self.raw_candidates(row, id, &engine.tokenizer)?;
-            let row = self.request.return_logits.then(|| row.clone());
+            let choice = self.whole_row_choice(sampled, row, allowed.as_ref(), &engine.tokenizer)?;
             self.transfer.full_read_steps += 1;
-            steps.push(self.emit(engine, Choice { sampled, top, logprob, row })?);
+            steps.push(self.emit(engine, choice)?);
             if accepted {
                 self.speculation.accepted_tokens += 1;
             }
@@ -91,7 +99,9 @@ impl GenerationState {
                 }
             })
             .collect();
-        steps[0].draft = Some(DraftReport { tokens, accepted });
+        if let Some(first) = steps.first_mut() {
+            first.draft = Some(DraftReport { tokens, accepted });
+        }
         Ok(steps)
     }
 
