@@ -24,7 +24,8 @@ export function svg(tag, attributes, text) {
  * before them; a removed one pale only, with the cut that removed it; the cuts as lines. The rest
  * of the vocabulary is a sentence in `rest`, the chart as a table in `table`. Options: `bars` (how
  * many), `vocabSize`, `sampler` (ids to the sampler's own final probabilities recorded by the
- * engine during the run, when there are some: each bar carries it as `data-sampler-p`).
+ * engine during the run, when there are some: each bar carries it as `data-sampler-p`). A
+ * constrained step's bars keep the model's order (by raw logit).
  */
 export function drawChart(targets, result, step, settings, { bars: count = 24, vocabSize, sampler = null }) {
   const text = new Map(step.top.map((c) => [c.id, c.text]));
@@ -32,7 +33,10 @@ export function drawChart(targets, result, step, settings, { bars: count = 24, v
   const atOne = settings.temperature === 0
     ? new Map(explainStep(step, { ...settings, temperature: 1 }, { vocabSize, topN: count }).candidates.map((c) => [c.id, c.prob]))
     : null;
-  const bars = result.candidates.slice(0, count)
+  // A constrained step keeps the model's order, so that the candidates the grammar forbade (last
+  // in the sampler's order, with nothing left) stay where the model put them.
+  const ordered = step.constraint ? [...result.candidates].sort((a, b) => b.logit - a.logit) : result.candidates;
+  const bars = ordered.slice(0, count)
     .map((c) => ({ ...c, text: text.get(c.id) ?? null, prob: atOne?.get(c.id) ?? c.prob }));
   const beyondCount = vocabSize - bars.length;
   const beyondBefore = Math.max(0, 1 - bars.reduce((sum, g) => sum + g.prob, 0));

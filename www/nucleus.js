@@ -243,6 +243,22 @@ function engineOptions(request) {
   return { options, openAiName };
 }
 
+/**
+ * OpenAI's `response_format` as the engine's `responseFormat`: `text` is none, `json_schema`
+ * carries its schema in `json_schema.schema`; `json_object` and the engine's own types (`regex`,
+ * `grammar`) pass as they are.
+ */
+function engineResponseFormat(format) {
+  if (format === undefined || format === null || format?.type === 'text') return undefined;
+  if (format?.type === 'json_schema') {
+    if (format.json_schema?.schema === undefined) {
+      throw badOption('response_format', 'response_format of type json_schema needs json_schema.schema');
+    }
+    return { type: 'json_schema', schema: format.json_schema.schema };
+  }
+  return format;
+}
+
 /** An engine error about an option, in the OpenAI spelling the caller used (topP -> top_p). */
 function inOpenAiNames(error, openAiName) {
   const name = openAiName.get(error?.option);
@@ -275,6 +291,8 @@ function createChatCompletion(lm, request) {
     throw badOption('top_logprobs', `top_logprobs must be a whole number in 0..=256, got ${topLogprobs}`);
   }
   options.topLogprobs = Math.max(topLogprobs, 1);
+  options.responseFormat = engineResponseFormat(request.response_format);
+  if (options.responseFormat === undefined) delete options.responseFormat;
   const id = `chatcmpl-${crypto.randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const model = lm.info.name;

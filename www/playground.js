@@ -153,6 +153,15 @@ function checkedFields() {
   fields.set('seed', ['a whole number from 0 to 2^53 - 1', (text) => $('seed-random').checked || numberIn(text, 0, Number.MAX_SAFE_INTEGER, true) !== null]);
   fields.set('max-tokens', ['a whole number from 1 to 2048', (text) => numberIn(text, 1, 2048, true) !== null]);
   fields.set('max-draft', ['a whole number from 1 to 15', (text) => !$('speculative').checked || numberIn(text, 1, 15, true) !== null]);
+  fields.set('format-text', ['a JSON schema (JSON text)', (text) => {
+    if ($('response-format').value !== 'json_schema') return true;
+    try {
+      JSON.parse(text);
+      return true;
+    } catch {
+      return false;
+    }
+  }]);
   return fields;
 }
 
@@ -230,6 +239,25 @@ function settings() {
       },
       expected: 'a whole number from 0 (off) to 15',
     }],
+    // The structured output: its kind, then its schema or pattern (applied after the kind).
+    ['responseFormat', {
+      read: () => $('response-format').value || 'none',
+      write: (text) => {
+        const kind = text === 'none' ? '' : text;
+        if (![...$('response-format').options].some((option) => option.value === kind)) return false;
+        $('response-format').value = kind;
+        showFormatText();
+        return true;
+      },
+      expected: [...$('response-format').options].map((option) => option.value || 'none').join(', '),
+    }],
+    ['format', {
+      read: () => ($('format-text').hidden ? '' : $('format-text').value),
+      write: (text) => {
+        if (text !== '' && !$('format-text').hidden) $('format-text').value = text;
+        return true;
+      },
+    }],
   ];
   return new Map(entries);
 }
@@ -237,12 +265,14 @@ function settings() {
 /** Applies stored settings, then the URL's; reports what the URL had that could not be used. */
 function loadSettings() {
   const all = settings();
+  // In the settings' own order, whatever the link's (a format's text after its kind).
   const apply = (params, report) => {
-    for (const [key, text] of params) {
-      if (key === TRACE_PARAM) continue;
-      const setting = all.get(key);
-      if (!setting) report.push(`${key} (not a setting)`);
-      else if (!setting.write(text)) report.push(`${key}=${text} (must be ${setting.expected})`);
+    for (const key of params.keys()) {
+      if (key !== TRACE_PARAM && !all.has(key)) report.push(`${key} (not a setting)`);
+    }
+    for (const [key, setting] of all) {
+      const text = params.get(key);
+      if (text !== null && !setting.write(text)) report.push(`${key}=${text} (must be ${setting.expected})`);
     }
   };
   let stored = new URLSearchParams();
@@ -290,6 +320,41 @@ function parseStops(text) {
     .map((line) => line.replace(/\\n/g, '\n').replace(/\\t/g, '\t'));
 }
 
+/** The examples the structured-output box starts from, by format. */
+const FORMAT_EXAMPLES = {
+  json_schema: JSON.stringify({
+    type: 'object',
+    properties: {
+      name: { type: 'string', maxLength: 12 },
+      age: { type: 'integer', minimum: 18, maximum: 99 },
+      colour: { enum: ['red', 'green', 'blue'] },
+    },
+    required: ['name', 'age', 'colour'],
+    additionalProperties: false,
+  }, null, 1),
+  regex: String.raw`\d{3}-\d{4}`,
+};
+
+/** Shows the schema or pattern box for the chosen format, with its example when it is empty. */
+function showFormatText() {
+  const kind = $('response-format').value;
+  const box = $('format-text');
+  box.hidden = !(kind in FORMAT_EXAMPLES);
+  if (kind !== state.formatKind) {
+    box.value = FORMAT_EXAMPLES[kind] ?? '';
+    state.formatKind = kind;
+  }
+}
+
+/** The request's `responseFormat` from the form (undefined: none). */
+function responseFormat() {
+  const kind = $('response-format').value;
+  const text = $('format-text').value;
+  if (kind === 'json_schema') return { type: kind, schema: JSON.parse(text) };
+  if (kind === 'regex') return { type: kind, pattern: text };
+  return kind ? { type: kind } : undefined;
+}
+
 function generateOptions() {
   const knobs = knobValues();
   let seed = Number($('seed').value);
@@ -306,6 +371,7 @@ function generateOptions() {
     topLogprobs: CANDIDATES,
     returnLogits: $('exact').checked,
     ...($('speculative').checked ? { speculative: { lookup: { maxDraft: Number($('max-draft').value) } } } : {}),
+    ...(responseFormat() ? { responseFormat: responseFormat() } : {}),
     // The sampler's own account of each step, for the chart to show beside its own numbers; it
     // needs the whole row, which an exact what-if reads anyway.
     explain: $('exact').checked ? BARS : 0,
@@ -795,6 +861,7 @@ function renderInspector() {
     : null;
   drawChart({ chart: $('chart'), rest: $('chart-rest'), table: $('chart-table') }, now, step, settings,
     { bars: BARS, vocabSize: state.model.vocabSize, sampler });
+  showMask(step);
   drawForks(step);
   if (state.lensOf && (state.lensOf.run !== state.shownRun || state.lensOf.index !== index)) clearLens();
   drawWalkthrough(step);
@@ -922,6 +989,32 @@ async function searchBeams() {
   });
 }
 
+/**
+ * What the response format's grammar did at `step`: its forbidden candidates struck through in
+ * the chart (the model's own numbers stay), and a sentence with the probability it removed.
+ */
+function showMask(step) {
+  const report = step.constraint;
+  $('chart-mask').hidden = !report;
+  if (!report) return;
+  const forbidden = new Set(report.forbidden);
+  let shown = 0;
+  for (const row of document.querySelectorAll('#chart .candidate')) {
+    if (!forbidden.has(Number(row.dataset.id))) continue;
+    shown += 1;
+    row.classList.add('masked');
+    row.dataset.masked = 'true';
+    row.querySelector('title')?.append(' · forbidden by the response format');
+  }
+  const inTop = step.top.filter((c) => forbidden.has(c.id)).reduce((sum, c) => sum + Math.exp(c.logprob), 0);
+  const mass = report.removedMass ?? null;
+  $('chart-mask').textContent = `The response format allowed ${report.allowed.toLocaleString('en')} tokens here and forbade `
+    + `${shown} of the candidates drawn (struck through). `
+    + (mass === null
+      ? `The forbidden candidates among the top ${step.top.length} held ${inTop.toFixed(3)} of the model's probability.`
+      : `The grammar removed ${mass.toFixed(3)} of the model's probability before temperature.`);
+}
+
 /** The inspected step's other top candidates, each a button that forks the run there. */
 const FORKS = 5;
 
@@ -931,7 +1024,10 @@ function drawForks(step) {
   $('fork').hidden = !canFork;
   if (!canFork) return;
   $('fork-title').textContent = `Fork at step ${step.index + 1}: continue with another token instead of “${shownToken(step.token)}”`;
-  $('fork-choices').replaceChildren(...step.top.filter((c) => c.id !== step.id).slice(0, FORKS).map((candidate) => {
+  // Not a candidate the response format forbade there: the engine refuses to force it.
+  const forbidden = new Set(step.constraint?.forbidden ?? []);
+  const choices = step.top.filter((c) => c.id !== step.id && !forbidden.has(c.id)).slice(0, FORKS);
+  $('fork-choices').replaceChildren(...choices.map((candidate) => {
     const button = document.createElement('button');
     button.type = 'button';
     button.dataset.id = String(candidate.id);
@@ -1009,6 +1105,11 @@ async function start() {
   $('compare-run').addEventListener('click', compareTemperatures);
   $('ledger-compare').addEventListener('click', compareWithoutSpeculation);
   $('speculative').addEventListener('change', checkForm);
+  $('response-format').addEventListener('change', () => {
+    showFormatText();
+    checkForm();
+  });
+  showFormatText();
   $('stop').addEventListener('click', stop);
   $('new-chat').addEventListener('click', newConversation);
   $('reload-model').addEventListener('click', () => {

@@ -260,6 +260,9 @@ test('the OpenAI facade takes every engine option in snake_case and names a bad 
     [{ messages, topP: 0.5 }, 'topP', /^unknown option "topP"/],
     [{ messages, temprature: 1 }, 'temprature', /^unknown option "temprature"/],
     [{ prompt: 'x' }, 'prompt', /^unknown option "prompt"/],
+    [{ messages, response_format: { type: 'json_schema', schema: {} } }, 'response_format', /needs json_schema\.schema/],
+    [{ messages, response_format: { type: 'regex', pattern: '(unclosed' } }, 'response_format',
+      /^invalid option response_format: the regex does not compile/],
   ];
   for (const [request, option, message] of cases) {
     const error = await pageError((lm, r) => lm.chat.completions.create(r), request);

@@ -407,6 +407,72 @@ test('speculative decoding: the ledger shows each pass\'s draft, accepted green 
   await page.uncheck('#speculative');
 });
 
+/**
+ * A regex-constrained seeded run, and the tokens the same request gives natively (the CLI on
+ * lavapipe: `nucleus generate --prompt 'My phone number is' --regex '\d{3}-\d{4}' --temperature 1
+ * --seed 7 --max-tokens 12 --json`: "100-8539", finish reason stop).
+ */
+const PHONE = { prompt: 'My phone number is', pattern: String.raw`\d{3}-\d{4}`, seed: 7, native: [33, 32, 32, 29, 40, 37, 35, 41] };
+
+test('structured output: a regex-constrained run matches it, gives the native tokens, and the inspector strikes the forbidden candidates', async () => {
+  await page.check('input[name="mode"][value="raw"]');
+  await page.click('[data-preset="greedy"]');
+  await page.fill('#knob-temperature-number', '1');
+  await page.fill('#prompt', PHONE.prompt);
+  await page.fill('#max-tokens', '12');
+  await page.fill('#seed', String(PHONE.seed));
+  await page.selectOption('#response-format', 'regex');
+  assert.equal(await page.inputValue('#format-text'), PHONE.pattern, 'the example pattern');
+  await page.click('#generate');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
+  const ids = await page.evaluate(() => window.playground.steps.map((s) => s.id));
+  assert.deepEqual(ids, PHONE.native, 'the same tokens as natively');
+  const text = await page.evaluate(() => window.playground.shownRun.result.text);
+  assert.match(text, /^\d{3}-\d{4}$/);
+  assert.equal(await page.textContent('[data-stat="finish reason"]'), 'stop');
+
+  // A step whose chart holds candidates the grammar allowed and ones it forbade: the model's own
+  // candidates, the forbidden ones struck through.
+  await page.click('#tokens .token >> nth=0');
+  const bars = await page.$$eval('#chart .candidate', (gs) => gs.length);
+  const index = await page.evaluate((n) => window.playground.steps.findIndex((s) => {
+    const shown = s.top.slice(0, n).map((c) => s.constraint.forbidden.includes(c.id));
+    return shown.includes(true) && shown.includes(false);
+  }), bars);
+  assert.ok(index >= 0, 'a step with allowed and forbidden candidates in its chart');
+  await page.click(`#tokens .token >> nth=${index}`);
+  const rows = await page.$$eval('#chart .candidate', (gs) => gs.map((g) => ({
+    id: Number(g.dataset.id), masked: g.dataset.masked === 'true', kept: g.dataset.kept === 'true', finalP: Number(g.dataset.finalP),
+  })));
+  const step = await page.evaluate((i) => window.playground.steps[i], index);
+  assert.deepEqual(rows.map((r) => r.id), step.top.slice(0, rows.length).map((c) => c.id), 'the chart keeps the model\'s order');
+  for (const row of rows) {
+    assert.equal(row.masked, step.constraint.forbidden.includes(row.id), JSON.stringify(row));
+    // The what-if re-applies the mask: nothing is left of a forbidden candidate.
+    if (row.masked) assert.deepEqual([row.kept, row.finalP], [false, 0], JSON.stringify(row));
+  }
+  assert.ok(rows.some((r) => r.masked) && rows.some((r) => !r.masked));
+  const forks = await page.$$eval('#fork-choices button', (bs) => bs.map((b) => Number(b.dataset.id)));
+  assert.ok(forks.length > 0 && forks.every((id) => !step.constraint.forbidden.includes(id)), 'no fork to a forbidden token');
+  const link = new URL(page.url()).searchParams;
+  assert.deepEqual([link.get('responseFormat'), link.get('format')], ['regex', PHONE.pattern], 'the format is in the link');
+  assert.match(await page.textContent('#chart-mask'),
+    /^The response format allowed [\d,]+ tokens here and forbade \d+ of the candidates drawn \(struck through\)\. The grammar removed 0\.\d{3} of the model's probability before temperature\.$/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-structured.png'), fullPage: true });
+
+  // A schema that is not JSON is caught in the form; the engine names a bad pattern.
+  await page.selectOption('#response-format', 'json_schema');
+  await page.fill('#format-text', '{ not json');
+  assert.equal(await page.isEnabled('#generate'), false);
+  await page.selectOption('#response-format', 'regex');
+  await page.fill('#format-text', '(unclosed');
+  await page.click('#generate');
+  await page.waitForSelector('#form-error:not([hidden])');
+  assert.match(await page.textContent('#form-error'), /responseFormat: the regex does not compile/);
+  await page.selectOption('#response-format', '');
+  await page.click('[data-preset="greedy"]');
+});
+
 test('a conversation: the second turn prefills only the new message, and each answer keeps its inspector', async () => {
   const ready = () => page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
   const prefill = async () => {
