@@ -2,6 +2,7 @@
 //! where it is, and the JSON Schema in `www/trace.schema.json` is the one the types give (after
 //! changing them, run `NUCLEUS_UPDATE_FIXTURES=1 cargo test -p nucleus-sampler-web`).
 
+use nucleus_sampler::json::sorted_keys;
 use nucleus_sampler_web::trace::{FinishReason, TRACE_VERSION, Trace, read_trace};
 use serde_json::{Value, json};
 
@@ -79,7 +80,7 @@ fn every_kind_of_damage_is_refused_where_it_is() {
 fn the_json_schema_is_the_one_the_types_give() {
     let path = format!("{ROOT}/www/trace.schema.json");
     let schema = serde_json::to_value(schemars::schema_for!(Trace)).unwrap();
-    let expected = serde_json::to_string_pretty(&schema).unwrap() + "\n";
+    let expected = serde_json::to_string_pretty(&sorted_keys(schema)).unwrap() + "\n";
     if std::env::var_os("NUCLEUS_UPDATE_FIXTURES").is_some() {
         std::fs::write(&path, &expected).unwrap();
     }

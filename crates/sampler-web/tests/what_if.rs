@@ -3,6 +3,7 @@
 //! reproduce byte for byte in Node (`tests/wasm/sampler-what-if.mjs`, run by `./build.sh test`). After
 //! changing the sampler, run `NUCLEUS_UPDATE_FIXTURES=1 cargo test -p nucleus-sampler-web`.
 
+use nucleus_sampler::json::sorted_keys;
 use nucleus_sampler::{RemovedBy, SamplingParams, TokenSet, log_softmax, process, top_k_ids};
 use nucleus_sampler_web::{WhatIfError, estimated_row, to_json, what_if};
 use serde_json::{Value, json};
@@ -46,7 +47,7 @@ fn generated() -> String {
         "about": "Written by crates/sampler-web/tests/what_if.rs from the native sampler; the wasm module must give the same (tests/wasm/sampler-what-if.mjs). Do not edit.",
         "cases": cases,
     });
-    serde_json::to_string_pretty(&file).unwrap() + "\n"
+    serde_json::to_string_pretty(&sorted_keys(file)).unwrap() + "\n"
 }
 
 #[test]

@@ -127,15 +127,31 @@ pub fn camel_case(snake: &str) -> String {
 }
 
 /// Renames every object key from snake_case to camelCase, recursively: a Rust value's serde
-/// form as JS expects it.
+/// form as JS expects it, its keys in [`sorted_keys`]' order.
 pub fn camel_keys(value: Value) -> Value {
     match value {
-        Value::Object(map) => {
-            Value::Object(map.into_iter().map(|(k, v)| (camel_case(&k), camel_keys(v))).collect::<Map<_, _>>())
-        }
+        Value::Object(map) => object_sorted(map.into_iter().map(|(k, v)| (camel_case(&k), camel_keys(v))).collect()),
         Value::Array(items) => Value::Array(items.into_iter().map(camel_keys).collect()),
         other => other,
     }
+}
+
+/// `value` with every object's keys in sorted order, recursively. serde_json keeps insertion
+/// order instead when any crate of the build turns on its `preserve_order` feature (llguidance
+/// does, in every build with the engine), so JSON text that is compared byte for byte (the files
+/// tests write, what the wasm what-if returns) is written through this to be the same in every
+/// build.
+pub fn sorted_keys(value: Value) -> Value {
+    match value {
+        Value::Object(map) => object_sorted(map.into_iter().map(|(k, v)| (k, sorted_keys(v))).collect()),
+        Value::Array(items) => Value::Array(items.into_iter().map(sorted_keys).collect()),
+        other => other,
+    }
+}
+
+fn object_sorted(mut entries: Vec<(String, Value)>) -> Value {
+    entries.sort_by(|a, b| a.0.cmp(&b.0));
+    Value::Object(entries.into_iter().collect::<Map<_, _>>())
 }
 
 #[cfg(test)]

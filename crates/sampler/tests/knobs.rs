@@ -3,6 +3,7 @@
 //! `NUCLEUS_UPDATE_KNOBS=1 cargo test -p nucleus-sampler --test knobs`.
 
 use nucleus_sampler::SamplingParams;
+use nucleus_sampler::json::sorted_keys;
 use nucleus_sampler::knobs::KNOBS;
 use serde_json::{Value, json};
 
@@ -14,7 +15,7 @@ fn generated() -> String {
         "defaults": SamplingParams::default(),
         "knobs": KNOBS,
     });
-    serde_json::to_string_pretty(&file).unwrap() + "\n"
+    serde_json::to_string_pretty(&sorted_keys(file)).unwrap() + "\n"
 }
 
 #[test]
