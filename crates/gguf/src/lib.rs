@@ -23,7 +23,7 @@ mod types;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use dequant::dequantize;
+pub use dequant::{can_dequantize, dequantize};
 pub use types::GgmlType;
 
 /// Everything that can be wrong with a GGUF file.

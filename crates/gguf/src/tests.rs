@@ -187,11 +187,11 @@ fn unknown_tensor_type_is_named() {
 
 #[test]
 fn known_but_unsupported_type_parses_and_refuses_to_dequantize() {
-    // Q5_K: 256 elements in 176 bytes.
-    let bytes = GgufWriter::new().tensor("q5k", &[256], 13, vec![0; 176]).finish();
+    // IQ4_XS: 256 elements in 136 bytes.
+    let bytes = GgufWriter::new().tensor("iq4", &[256], 23, vec![0; 136]).finish();
     let file = GgufFile::parse(&bytes).unwrap();
-    let err = file.dequantize("q5k").unwrap_err();
-    assert_eq!(err.to_string(), "tensor 'q5k' has type Q5_K, which this build cannot dequantize");
+    let err = file.dequantize("iq4").unwrap_err();
+    assert_eq!(err.to_string(), "tensor 'iq4' has type IQ4_XS, which this build cannot dequantize");
 }
 
 #[test]
@@ -305,4 +305,59 @@ fn q6_k_block() {
     }
     // Element 0 uses scale 0, element 16 scale 1, element 32 scale 2, element 128 scale 8.
     assert_eq!((scale_of[0], scale_of[16], scale_of[32], scale_of[128]), (0, 1, 2, 8));
+}
+
+/// Q5_0/Q5_1's 16 nibble bytes and 32 high bits of 32 5-bit values.
+fn pack_q5_32(q: &[u8; 32]) -> ([u8; 4], Vec<u8>) {
+    let qh: u32 = (0..32).map(|j| u32::from(q[j] >> 4) << j).sum();
+    let low: [u8; 32] = std::array::from_fn(|j| q[j] & 15);
+    (qh.to_le_bytes(), pack_nibbles_32(&low))
+}
+
+#[test]
+fn q5_0_and_q5_1_blocks() {
+    let q: [u8; 32] = std::array::from_fn(|i| (i * 11 % 32) as u8);
+    let (qh, qs) = pack_q5_32(&q);
+    let mut q5_0 = f16_bytes(0.25).to_vec();
+    q5_0.extend(qh);
+    q5_0.extend(&qs);
+    assert_eq!(q5_0.len(), 22);
+    let expected: Vec<f32> = q.iter().map(|&v| (v as f32 - 16.0) * 0.25).collect();
+    assert_eq!(dequantize(GgmlType::Q5_0, &q5_0, 32).unwrap(), expected);
+
+    let mut q5_1 = f16_bytes(0.5).to_vec();
+    q5_1.extend(f16_bytes(-2.0));
+    q5_1.extend(qh);
+    q5_1.extend(&qs);
+    assert_eq!(q5_1.len(), 24);
+    let expected: Vec<f32> = q.iter().map(|&v| v as f32 * 0.5 - 2.0).collect();
+    assert_eq!(dequantize(GgmlType::Q5_1, &q5_1, 32).unwrap(), expected);
+}
+
+#[test]
+fn q5_k_block() {
+    let sc: [u8; 8] = [3, 62, 17, 8, 33, 48, 1, 60];
+    let mn: [u8; 8] = [9, 0, 31, 63, 47, 2, 59, 16];
+    let (d, dmin) = (0.25f32, 0.5f32);
+    let q: [u8; 256] = std::array::from_fn(|e| ((e * 7 + e / 5) % 32) as u8);
+    let mut block = f16_bytes(d).to_vec();
+    block.extend(f16_bytes(dmin));
+    block.extend(pack_q4_k_scales(&sc, &mn));
+    // qh[l]: bit 2g for element 64g + l, bit 2g + 1 for element 64g + 32 + l.
+    let qh: Vec<u8> = (0..32)
+        .map(|l| (0..4).map(|g| ((q[64 * g + l] >> 4) << (2 * g)) | ((q[64 * g + 32 + l] >> 4) << (2 * g + 1))).sum())
+        .collect();
+    block.extend(qh);
+    for group in 0..4 {
+        for l in 0..32 {
+            block.push((q[64 * group + l] & 15) | ((q[64 * group + 32 + l] & 15) << 4));
+        }
+    }
+    assert_eq!(block.len(), 176);
+    let out = dequantize(GgmlType::Q5K, &block, 256).unwrap();
+    for e in 0..256 {
+        let sub = e / 32;
+        let expected = d * sc[sub] as f32 * q[e] as f32 - dmin * mn[sub] as f32;
+        assert_eq!(out[e], expected, "element {e}");
+    }
 }
