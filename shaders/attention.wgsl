@@ -21,8 +21,9 @@
 //             m = LOWEST_SCORE, l = 0, o = 0.
 //
 // Semantics: query row s (position p = pos + s) of head h sees the keys 0 ..= p of kv head
-// h / (heads / kv_heads) (causal; grouped-query attention), score = (q·k)·scale with
-// scale = 1/sqrt(head_dim) (reference.rs, `attention`).
+// h / (heads / kv_heads) (causal; grouped-query attention), or with a window (params.window > 0,
+// a local block of Gemma 3) only the keys p − window + 1 ..= p; score = (q·k)·scale with
+// scale = 1/sqrt(head_dim) (reference.rs, `attention`). Chunks wholly before the window are empty.
 
 // A score below every real one; finite, so that no driver's fast-math can turn it into a NaN.
 const LOWEST_SCORE: f32 = -3.0e38;
@@ -38,8 +39,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let row = wid.z;
     let hd = params.head_dim;
     let position = step.pos + row;
-    let begin = chunk * step.attn_chunk_len;
-    let end = min(begin + step.attn_chunk_len, position + 1u);
+    // The first key the query sees: 0, or the start of its window.
+    let first_key = select(0u, position + 1u - params.window, params.window > 0u && position + 1u > params.window);
+    let begin = max(chunk * step.attn_chunk_len, first_key);
+    let end = min(chunk * step.attn_chunk_len + step.attn_chunk_len, position + 1u);
     let record = ((row * params.heads + head) * step.attn_chunks + chunk) * (hd + 2u);
     if begin >= end {
         if lid == 0u {

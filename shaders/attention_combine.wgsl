@@ -11,7 +11,8 @@
 //   out       array<f32> [rows, heads · head_dim]: written
 //
 // Semantics: M = max_c m_c; out = Σ_c exp(m_c − M)·o_c / Σ_c exp(m_c − M)·l_c, chunks in order.
-// An empty chunk (m = LOWEST_SCORE, l = 0, o = 0) adds nothing; chunk 0 always holds key 0.
+// An empty chunk (m = LOWEST_SCORE, l = 0, o = 0) adds nothing; the chunk holding the query's own
+// position is never empty.
 
 @compute @workgroup_size(ATTENTION_LANES, 1, 1)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {

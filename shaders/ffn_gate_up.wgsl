@@ -1,5 +1,6 @@
-// ffn_gate_up.wgsl: the first half of a SwiGLU feed-forward: RMSNorm of the residual stream, the
-// gate and up projections, and silu(gate)·up, in one dispatch (crates/kernels/src/layer/ffn.rs).
+// ffn_gate_up.wgsl: the first half of a gated feed-forward: RMSNorm of the residual stream, the
+// gate and up projections, and act(gate)·up, in one dispatch (crates/kernels/src/layer.rs); act is
+// SiLU (SwiGLU: Llama, Qwen) or GELU in its tanh form (GeGLU: Gemma), by params.activation.
 //
 // Work: a group of TPR lanes computes hidden unit j (a row of w_gate and of w_up) for R rows of
 // x; GROUPS groups per workgroup. Dispatch (ceil(hidden / GROUPS), ceil(rows / R), 1).
@@ -13,8 +14,23 @@
 //   h       array<f32> [rows, hidden]: written
 //
 // Semantics (reference.rs, `ffn_gate_up`): g, u = the two projections of RMSNorm(x)·γ (computed
-// as in attn_qkv.wgsl); h = silu(g)·u with silu(g) = g / (1 + exp(−g)) (exp's argument capped at
-// 80: beyond it the quotient is 0 to f32 precision, and no infinity is made).
+// as in attn_qkv.wgsl); h = act(g)·u with
+//   activation 0: silu(g) = g / (1 + exp(−g)) (exp's argument capped at 80: beyond it the
+//                 quotient is 0 to f32 precision, and no infinity is made);
+//   activation 1: gelu(g) = 0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³))), tanh written with exp of a
+//                 negative argument, so that no infinity is made either.
+
+const ACTIVATION_SILU: u32 = 0u;
+
+fn act(g: f32) -> f32 {
+    if params.activation == ACTIVATION_SILU {
+        return g / (1.0 + exp(min(-g, 80.0)));
+    }
+    let inner = 0.7978845608028654 * (g + 0.044715 * g * g * g);
+    let e = exp(-2.0 * abs(inner));
+    let tanh_inner = sign(inner) * (1.0 - e) / (1.0 + e);
+    return 0.5 * g * (1.0 + tanh_inner);
+}
 
 fn load_raw(row: u32, col4: u32) -> vec4<f32> {
     return x[row * (params.dim >> 2u) + col4];
@@ -46,6 +62,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         }
         let g = gates[j] * factors[j];
         let u = ups[j] * factors[j];
-        h[row * params.hidden + unit] = g / (1.0 + exp(min(-g, 80.0))) * u;
+        h[row * params.hidden + unit] = act(g) * u;
     }
 }

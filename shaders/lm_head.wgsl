@@ -4,14 +4,17 @@
 //
 // Work: a group of TPR lanes computes one vocabulary entry v for R rows of x; GROUPS groups per
 // workgroup. Only the rows step.logit_row .. step.logit_row + step.logit_rows − 1 of x (usually
-// the last one) make logits. Dispatch (ceil(vocab / GROUPS), ceil(logit_rows / R), 1).
+// the last one) make logits. An output layer larger than one binding is held in parts of
+// consecutive rows, one dispatch each: this one computes the entries first .. first + count.
+// Dispatch (ceil(count / GROUPS), ceil(logit_rows / R), 1).
 //
 // Buffers:
 //   step    uniform StepParams: `logit_row`, `logit_rows`
 //   params  uniform LmHeadParams
 //   x       array<vec4<f32>> [rows, dim]: the residual stream, read
 //   norm    array<vec4<f32>> [dim]: the final RMSNorm weight γ
-//   w       [vocab, dim] in its weight format (the token embedding when the model ties them)
+//   w       rows first .. first + count of the output layer [vocab, dim] in its weight format (the
+//           token embedding when the model ties them)
 //   logits  array<f32> [logit_rows, vocab]: written; row r is x row logit_row + r
 //
 // Semantics: reference.rs, `lm_head` (RMSNorm computed as in attn_qkv.wgsl).
@@ -27,7 +30,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
     let factors = normalize_rows(first, last, params.dim, params.eps, lid);
     let entry = wid.x * GROUPS + lid / TPR;
     let lane = lid % TPR;
-    let valid = entry < params.vocab;
+    let valid = entry < params.count;
     var sums = vec4<f32>(0.0);
     if valid {
         sums = dot_w(entry, params.dim, first, last, lane);
@@ -41,6 +44,6 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         if row > last {
             break;
         }
-        logits[(row - step.logit_row) * params.vocab + entry] = totals[j] * factors[j];
+        logits[(row - step.logit_row) * params.vocab + params.first + entry] = totals[j] * factors[j];
     }
 }

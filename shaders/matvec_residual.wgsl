@@ -1,5 +1,7 @@
 // matvec_residual.wgsl: a projection added to the residual stream, x += a·Wᵀ: the attention's
-// output projection and the feed-forward's down projection (crates/kernels/src/layer/matvec.rs).
+// output projection and the feed-forward's down projection (crates/kernels/src/layer.rs). With
+// params.accumulate = 0 it writes x = a·Wᵀ instead: the sub-layer's output, which a family with
+// norms after its sub-layers (Gemma 3) normalises before adding it (norm_residual.wgsl).
 //
 // Work: a group of TPR lanes computes one output o for R rows of a; GROUPS groups per workgroup.
 // Dispatch (ceil(outputs / GROUPS), ceil(rows / R), 1).
@@ -9,7 +11,7 @@
 //   params  uniform MatvecParams
 //   a       array<vec4<f32>> [rows, inputs]: read
 //   w       [outputs, inputs] in its weight format
-//   x       array<f32> [rows, outputs]: read and written, x[s, o] += Σ_k w[o, k]·a[s, k]
+//   x       array<f32> [rows, outputs]: x[s, o] += Σ_k w[o, k]·a[s, k] (or = with accumulate 0)
 //
 // Semantics: reference.rs, `matvec_residual`.
 
@@ -37,6 +39,10 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         if row > last {
             break;
         }
-        x[row * params.outputs + out] += totals[j];
+        if params.accumulate != 0u {
+            x[row * params.outputs + out] += totals[j];
+        } else {
+            x[row * params.outputs + out] = totals[j];
+        }
     }
 }

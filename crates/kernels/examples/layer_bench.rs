@@ -84,8 +84,13 @@ fn main() {
     gpu.write(step.buffer(), 256, bytemuck::cast_slice(&vec![17u32; rows]));
     let step_view = step.range(0, 32);
     let ids = step.range(256, 4 * rows as u64);
-    let attention =
-        AttentionParams { heads: HEADS as u32, kv_heads: KV_HEADS as u32, head_dim: HEAD_DIM as u32, scale: 0.125 };
+    let attention = AttentionParams {
+        heads: HEADS as u32,
+        kv_heads: KV_HEADS as u32,
+        head_dim: HEAD_DIM as u32,
+        scale: 0.125,
+        ..Default::default()
+    };
 
     let kernels: Vec<(&str, Bound)> = vec![
         (
@@ -93,7 +98,7 @@ fn main() {
             layer::embed(
                 &gpu,
                 WeightFormat::Q8_0,
-                EmbedParams { dim: DIM as u32, ..Default::default() },
+                EmbedParams { dim: DIM as u32, scale: 1.0, first: 0, count: VOCAB as u32 },
                 &step_view,
                 &ids,
                 &embedding.view(),
@@ -106,14 +111,7 @@ fn main() {
             layer::attn_qkv(
                 &gpu,
                 [q4; 3],
-                AttnQkvParams {
-                    dim: DIM as u32,
-                    q_dim: DIM as u32,
-                    kv_dim: 192,
-                    head_dim: HEAD_DIM as u32,
-                    eps: 1e-5,
-                    ..Default::default()
-                },
+                AttnQkvParams::new(DIM as u32, DIM as u32, 192, HEAD_DIM as u32, 1e-5, false),
                 AttnQkvBuffers {
                     step: &step_view,
                     x: &x.view(),
@@ -141,7 +139,7 @@ fn main() {
             layer::matvec_residual(
                 &gpu,
                 q4,
-                MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() },
+                MatvecParams { inputs: DIM as u32, outputs: DIM as u32, accumulate: 1, ..Default::default() },
                 &step_view,
                 &out.view(),
                 &wo.view(),
@@ -171,7 +169,7 @@ fn main() {
             layer::matvec_residual(
                 &gpu,
                 q4,
-                MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() },
+                MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, accumulate: 1, ..Default::default() },
                 &step_view,
                 &h.view(),
                 &down.view(),
@@ -184,7 +182,14 @@ fn main() {
             layer::lm_head(
                 &gpu,
                 WeightFormat::Q8_0,
-                LmHeadParams { dim: DIM as u32, vocab: VOCAB as u32, eps: 1e-5, ..Default::default() },
+                LmHeadParams {
+                    dim: DIM as u32,
+                    vocab: VOCAB as u32,
+                    eps: 1e-5,
+                    first: 0,
+                    count: VOCAB as u32,
+                    ..Default::default()
+                },
                 layer::LmHeadBuffers {
                     step: &step_view,
                     x: &x.view(),
@@ -232,7 +237,7 @@ fn main() {
                 layer::matvec_residual(
                     &gpu,
                     q4,
-                    MatvecParams { inputs: DIM as u32, outputs: DIM as u32, ..Default::default() },
+                    MatvecParams { inputs: DIM as u32, outputs: DIM as u32, accumulate: 1, ..Default::default() },
                     &prefill_step_view,
                     &out.view(),
                     &wo.view(),
@@ -268,7 +273,7 @@ fn main() {
                 layer::matvec_residual(
                     &gpu,
                     q4,
-                    MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, ..Default::default() },
+                    MatvecParams { inputs: HIDDEN as u32, outputs: DIM as u32, accumulate: 1, ..Default::default() },
                     &prefill_step_view,
                     &h.view(),
                     &down.view(),
@@ -299,7 +304,7 @@ fn main() {
             let dequantize = layer::embed(
                 &gpu,
                 q4,
-                EmbedParams { dim: inputs as u32, ..Default::default() },
+                EmbedParams { dim: inputs as u32, scale: 1.0, first: 0, count: outputs as u32 },
                 &all_rows.range(0, 32),
                 &all_rows.range(256, 4 * outputs as u64),
                 &weight.view(),

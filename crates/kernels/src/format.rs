@@ -2,10 +2,10 @@
 //!
 //! Quantized tensors stay in their GGUF blocks, byte for byte (the upload is the file's bytes,
 //! padded to a multiple of 4): the kernels read them as `u32` words and dequantize inside the
-//! inner loop (`shaders/lib/formats/*.wgsl`). Q4_K and Q6_K are read in place too, rather than
+//! inner loop (`shaders/lib/formats/*.wgsl`). The K-quants are read in place too, rather than
 //! repacked at load: in-place reading keeps one upload path for every type, costs no load time,
-//! and their unaligned blocks (Q6_K's 210 bytes) only need the 2-aligned word reader that Q4_0
-//! and Q8_0 need anyway. F16 and BF16 tensors become F32 at upload (the browsers this project is
+//! and unaligned blocks (Q6_K's 210 bytes, Q5_0's 22) only need the 2-aligned word reader that
+//! Q4_0 and Q8_0 need anyway. F16 and BF16 tensors become F32 at upload (the browsers this project is
 //! tested on have no `shader-f16`; they are rare in quantized files).
 
 use nucleus_gguf::GgmlType;
@@ -19,22 +19,31 @@ pub enum WeightFormat {
     Q4_0,
     /// GGUF Q4_1 blocks (32 weights in 20 bytes).
     Q4_1,
+    /// GGUF Q5_0 blocks (32 weights in 22 bytes).
+    Q5_0,
+    /// GGUF Q5_1 blocks (32 weights in 24 bytes).
+    Q5_1,
     /// GGUF Q8_0 blocks (32 weights in 34 bytes).
     Q8_0,
     /// GGUF Q4_K blocks (256 weights in 144 bytes).
     Q4K,
+    /// GGUF Q5_K blocks (256 weights in 176 bytes).
+    Q5K,
     /// GGUF Q6_K blocks (256 weights in 210 bytes).
     Q6K,
 }
 
 impl WeightFormat {
     /// Every format, for tests and documentation.
-    pub const ALL: [WeightFormat; 6] = [
+    pub const ALL: [WeightFormat; 9] = [
         WeightFormat::F32,
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
+        WeightFormat::Q5_0,
+        WeightFormat::Q5_1,
         WeightFormat::Q8_0,
         WeightFormat::Q4K,
+        WeightFormat::Q5K,
         WeightFormat::Q6K,
     ];
 
@@ -45,8 +54,11 @@ impl WeightFormat {
             GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => WeightFormat::F32,
             GgmlType::Q4_0 => WeightFormat::Q4_0,
             GgmlType::Q4_1 => WeightFormat::Q4_1,
+            GgmlType::Q5_0 => WeightFormat::Q5_0,
+            GgmlType::Q5_1 => WeightFormat::Q5_1,
             GgmlType::Q8_0 => WeightFormat::Q8_0,
             GgmlType::Q4K => WeightFormat::Q4K,
+            GgmlType::Q5K => WeightFormat::Q5K,
             GgmlType::Q6K => WeightFormat::Q6K,
             _ => return None,
         })
@@ -58,8 +70,11 @@ impl WeightFormat {
             WeightFormat::F32 => GgmlType::F32,
             WeightFormat::Q4_0 => GgmlType::Q4_0,
             WeightFormat::Q4_1 => GgmlType::Q4_1,
+            WeightFormat::Q5_0 => GgmlType::Q5_0,
+            WeightFormat::Q5_1 => GgmlType::Q5_1,
             WeightFormat::Q8_0 => GgmlType::Q8_0,
             WeightFormat::Q4K => GgmlType::Q4K,
+            WeightFormat::Q5K => GgmlType::Q5K,
             WeightFormat::Q6K => GgmlType::Q6K,
         }
     }

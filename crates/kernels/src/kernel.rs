@@ -69,6 +69,11 @@ pub(crate) struct KernelSpec {
     pub structs: &'static [&'static str],
     /// Whether it fuses an RMSNorm (`lib/rms.wgsl`).
     pub rms: bool,
+    /// Library files it needs beyond the shared ones, in order (after the weight readers).
+    pub lib: &'static [&'static str],
+    /// Bytes of workgroup memory its own file declares (the staged input of `lib/rms.wgsl` gets
+    /// what is left of the device's limit).
+    pub workgroup_bytes: u32,
     /// Whether the file declares its own bindings and constants and is used as it is (the
     /// decode-tail shaders, which Burn's custom-kernel route also loads).
     pub declared: bool,
@@ -117,6 +122,9 @@ impl KernelSpec {
         let weights: Vec<_> =
             self.weight_slots().zip(formats).map(|((name, dot), &format)| (name, format, dot)).collect();
         text.push_str(&wgsl::library(self.rms, &weights));
+        for lib in self.lib {
+            text.push_str(lib);
+        }
         text.push_str(self.source);
         text
     }
@@ -160,7 +168,8 @@ impl Kernel {
     pub(crate) fn pipeline(&self, rows: u32, input_cols: u32) -> wgpu::ComputePipeline {
         let tuning = self.gpu.tuning();
         let stage_cols4 = if self.spec.rms {
-            wgsl::stage_cols4(tuning.workgroup, rows, input_cols, self.gpu.limits().max_compute_workgroup_storage_size)
+            let limit = self.gpu.limits().max_compute_workgroup_storage_size.saturating_sub(self.spec.workgroup_bytes);
+            wgsl::stage_cols4(tuning.workgroup, rows, input_cols, limit)
         } else {
             0
         };

@@ -1,12 +1,15 @@
 //! The layer kernels of the fused forward pass (`shaders/embed.wgsl`, `attn_qkv.wgsl`,
-//! `attention.wgsl`, `attention_combine.wgsl`, `matvec_residual.wgsl`, `ffn_gate_up.wgsl`,
-//! `lm_head.wgsl`): one typed constructor per kernel, each with its parameter struct and its
-//! buffers by name. A constructor compiles the kernel's pipelines (cached per GPU); `bind`
-//! builds its bind group and parameter buffer once; [`Bound::record`] adds one dispatch to a
-//! [`Recorder`], its grid computed from the pass's [`StepShape`]. Nothing is created per step.
+//! `attn_qkv_norm.wgsl`, `attention.wgsl`, `attention_combine.wgsl`, `matvec_residual.wgsl`,
+//! `norm_residual.wgsl`, `ffn_gate_up.wgsl`, `lm_head.wgsl`): one typed constructor per kernel,
+//! each with its parameter struct and its buffers by name. A constructor compiles the kernel's
+//! pipelines (cached per GPU); `bind` builds its bind group and parameter buffer once;
+//! [`Bound::record`] adds one dispatch to a [`Recorder`], its grid computed from the pass's
+//! [`StepShape`]. Nothing is created per step.
 //!
-//! A Llama block is five of these (`attn_qkv`, `attention`, `attention_combine`,
-//! `matvec_residual` twice, `ffn_gate_up`: six dispatches); ARCHITECTURE.md has the buffer layouts.
+//! A Llama, Qwen2 or Qwen3 block is six dispatches (`attn_qkv` or `attn_qkv_norm`, `attention`,
+//! `attention_combine`, `matvec_residual` twice, `ffn_gate_up`); a Gemma 3 block eight (its two
+//! norms after the sub-layers are `norm_residual`, each fused with the residual addition).
+//! ARCHITECTURE.md has the buffer layouts.
 
 use burn::backend::wgpu::wgpu;
 
@@ -101,10 +104,14 @@ enum Grid {
     Matrix { outputs: u32, logit_rows: bool },
     /// `(⌈units / WG⌉, rows, 1)`.
     Embed { units: u32 },
+    /// `(heads, ⌈x_rows / R⌉, 1)`: one workgroup per head of the outputs.
+    Heads { heads: u32 },
     /// `(attn_chunks, heads, rows)`.
     Attention { heads: u32 },
     /// `(heads, rows, 1)`.
     Combine { heads: u32 },
+    /// `(rows, 1, 1)`.
+    Rows,
 }
 
 /// A kernel with its bind group and parameters, ready to record.
@@ -122,18 +129,23 @@ impl Bound {
     /// Adds this kernel's dispatch for the pass `shape` to `recorder`.
     pub fn record(&self, recorder: &mut Recorder, shape: &StepShape) {
         let tuning = self.gpu.tuning();
+        let many_rows = |rows: u32| match (&self.many, rows) {
+            (Some(many), 2..) => (many, rows.div_ceil(PREFILL_ROWS_PER_GROUP)),
+            _ => (&self.single, rows),
+        };
         let (pipeline, grid) = match self.grid {
             Grid::Matrix { outputs, logit_rows } => {
-                let rows = if logit_rows { shape.logit_rows } else { shape.rows };
-                let (pipeline, per_group) = match (&self.many, rows) {
-                    (Some(many), 2..) => (many, PREFILL_ROWS_PER_GROUP),
-                    _ => (&self.single, 1),
-                };
-                (pipeline, [outputs.div_ceil(tuning.rows_per_workgroup()), rows.div_ceil(per_group), 1])
+                let (pipeline, groups) = many_rows(if logit_rows { shape.logit_rows } else { shape.rows });
+                (pipeline, [outputs.div_ceil(tuning.rows_per_workgroup()), groups, 1])
+            }
+            Grid::Heads { heads } => {
+                let (pipeline, groups) = many_rows(shape.rows);
+                (pipeline, [heads, groups, 1])
             }
             Grid::Embed { units } => (&self.single, [units.div_ceil(tuning.workgroup), shape.rows, 1]),
             Grid::Attention { heads } => (&self.single, [shape.attn_chunks, heads, shape.rows]),
             Grid::Combine { heads } => (&self.single, [heads, shape.rows, 1]),
+            Grid::Rows => (&self.single, [shape.rows, 1, 1]),
         };
         recorder.dispatch(pipeline, &self.group, grid);
     }
@@ -167,7 +179,8 @@ fn bind<P: WgslStruct>(
         }
     }
     let group = kernel.bind(&views)?;
-    let many = matches!(grid, Grid::Matrix { .. }).then(|| kernel.pipeline(PREFILL_ROWS_PER_GROUP, input_cols));
+    let many = matches!(grid, Grid::Matrix { .. } | Grid::Heads { .. })
+        .then(|| kernel.pipeline(PREFILL_ROWS_PER_GROUP, input_cols));
     Ok(Bound { gpu: gpu.clone(), group, single: kernel.pipeline(1, input_cols), many, grid, _params: uniform })
 }
 
@@ -181,12 +194,12 @@ wgsl_struct! {
     pub struct EmbedParams {
         /// Values per row (the embedding length).
         pub dim: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad1: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad2: u32,
+        /// What every value is multiplied by (√dim for Gemma, else 1).
+        pub scale: f32,
+        /// The vocabulary row the bound table (part) starts at.
+        pub first: u32,
+        /// Rows in the bound table (part).
+        pub count: u32,
     }
 }
 
@@ -195,6 +208,8 @@ static EMBED: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/embed.wgsl"),
     structs: &[StepParams::WGSL, EmbedParams::WGSL],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: false,
     slots: &[
         STEP,
@@ -205,7 +220,8 @@ static EMBED: KernelSpec = KernelSpec {
     ],
 };
 
-/// `embed.wgsl`: `x[s] = table[ids[s]]`, dequantized. `ids` holds at least `rows` token ids.
+/// `embed.wgsl`: `x[s] = table[ids[s] − first] · scale`, dequantized, for the ids in
+/// `first .. first + count` (the rows the bound table holds). `ids` holds at least `rows` token ids.
 pub fn embed(
     gpu: &Gpu,
     format: WeightFormat,
@@ -233,35 +249,64 @@ wgsl_struct! {
         pub kv_dim: u32,
         /// Values per head (even).
         pub head_dim: u32,
-        /// RMSNorm epsilon.
+        /// RMSNorm epsilon (of the input's norm and of the per-head norms).
         pub eps: f32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad1: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad2: u32,
+        /// 1: RoPE rotates the halves of each head; 0: adjacent pairs.
+        pub rope_halves: u32,
+        /// f32 offset of the biases of `[q | k | v]` in the attention vectors, or [`NONE`].
+        pub bias_at: u32,
+        /// f32 offset of the query norm's γ (the key norm's follows) in the attention vectors,
+        /// or [`NONE`] (`attn_qkv_norm` needs them; `attn_qkv` has none).
+        pub qk_norm_at: u32,
     }
 }
+
+/// An absent vector in [`AttnQkvParams`].
+pub const NONE: u32 = u32::MAX;
+
+impl AttnQkvParams {
+    /// The parameters of a block without biases or per-head norms (set them after).
+    pub fn new(dim: u32, q_dim: u32, kv_dim: u32, head_dim: u32, eps: f32, rope_halves: bool) -> Self {
+        Self { dim, q_dim, kv_dim, head_dim, eps, rope_halves: rope_halves.into(), bias_at: NONE, qk_norm_at: NONE }
+    }
+}
+
+const QKV_LIB: &str = include_str!("../../../shaders/lib/qkv.wgsl");
+
+const ATTN_QKV_SLOTS: &[Slot] = &[
+    STEP,
+    Slot::Uniform("params", AttnQkvParams::NAME),
+    Slot::Read("x", "array<vec4<f32>>"),
+    Slot::Read("norm", "array<vec4<f32>>"),
+    Slot::Weights("wq", true),
+    Slot::Weights("wk", true),
+    Slot::Weights("wv", true),
+    Slot::Read("rope", "array<vec2<f32>>"),
+    Slot::ReadWrite("q", "array<f32>"),
+    Slot::ReadWrite("kv", "array<f32>"),
+];
 
 static ATTN_QKV: KernelSpec = KernelSpec {
     name: "attn_qkv",
     source: include_str!("../../../shaders/attn_qkv.wgsl"),
     structs: &[StepParams::WGSL, AttnQkvParams::WGSL],
     rms: true,
+    lib: &[QKV_LIB],
+    workgroup_bytes: 0,
     declared: false,
-    slots: &[
-        STEP,
-        Slot::Uniform("params", AttnQkvParams::NAME),
-        Slot::Read("x", "array<vec4<f32>>"),
-        Slot::Read("norm", "array<vec4<f32>>"),
-        Slot::Weights("wq", true),
-        Slot::Weights("wk", true),
-        Slot::Weights("wv", true),
-        Slot::Read("rope", "array<vec2<f32>>"),
-        Slot::ReadWrite("q", "array<f32>"),
-        Slot::ReadWrite("kv", "array<f32>"),
-    ],
+    slots: ATTN_QKV_SLOTS,
+};
+
+static ATTN_QKV_NORM: KernelSpec = KernelSpec {
+    name: "attn_qkv_norm",
+    source: include_str!("../../../shaders/attn_qkv_norm.wgsl"),
+    structs: &[StepParams::WGSL, AttnQkvParams::WGSL],
+    rms: true,
+    lib: &[QKV_LIB],
+    // `head_values` (a vec4 per head dimension) and `head_factors`.
+    workgroup_bytes: 16 * (MAX_HEAD_DIM + 1),
+    declared: false,
+    slots: ATTN_QKV_SLOTS,
 };
 
 /// The buffers of [`attn_qkv`].
@@ -269,6 +314,8 @@ static ATTN_QKV: KernelSpec = KernelSpec {
 pub struct AttnQkvBuffers<'a> {
     pub step: &'a BufferView,
     pub x: &'a BufferView,
+    /// The block's attention vectors: the RMSNorm weight γ, then the biases and per-head norms
+    /// at the offsets in [`AttnQkvParams`] (`shaders/lib/qkv.wgsl`).
     pub norm: &'a BufferView,
     pub wq: &'a BufferView,
     pub wk: &'a BufferView,
@@ -278,29 +325,31 @@ pub struct AttnQkvBuffers<'a> {
     pub kv: &'a BufferView,
 }
 
-/// `attn_qkv.wgsl`: RMSNorm, Q/K/V, RoPE and the KV-cache write. `formats`: of wq, wk, wv.
+/// The start of a block's attention: RMSNorm, Q/K/V with their biases, RoPE and the KV-cache
+/// write; with per-head Q/K norms (`params.qk_norm_at` set) `attn_qkv_norm.wgsl`, a workgroup per
+/// head, else `attn_qkv.wgsl`, a lane group per RoPE pair. `formats`: of wq, wk, wv.
 pub fn attn_qkv(
     gpu: &Gpu,
     formats: [WeightFormat; 3],
     params: AttnQkvParams,
     b: AttnQkvBuffers,
 ) -> Result<Bound, KernelError> {
-    if !params.head_dim.is_multiple_of(2) || !params.dim.is_multiple_of(8) {
+    let hd = params.head_dim;
+    let whole_heads = hd > 0 && params.q_dim.is_multiple_of(hd) && params.kv_dim.is_multiple_of(hd);
+    if !hd.is_multiple_of(2) || !params.dim.is_multiple_of(8) || !whole_heads || hd > MAX_HEAD_DIM {
         return Err(KernelError::invalid(
             "head_dim",
-            format!("needs an even head dimension and dim % 8 == 0, got {params:?}"),
+            format!(
+                "needs an even head dimension of at most {MAX_HEAD_DIM}, whole heads and dim % 8 == 0, got {params:?}"
+            ),
         ));
     }
-    let grid = Grid::Matrix { outputs: (params.q_dim + 2 * params.kv_dim) / 2, logit_rows: false };
-    bind(
-        gpu,
-        &ATTN_QKV,
-        &formats,
-        params,
-        &[b.step, b.x, b.norm, b.wq, b.wk, b.wv, b.rope, b.q, b.kv],
-        grid,
-        params.dim,
-    )
+    let (spec, grid) = if params.qk_norm_at == NONE {
+        (&ATTN_QKV, Grid::Matrix { outputs: (params.q_dim + 2 * params.kv_dim) / 2, logit_rows: false })
+    } else {
+        (&ATTN_QKV_NORM, Grid::Heads { heads: (params.q_dim + 2 * params.kv_dim) / hd })
+    };
+    bind(gpu, spec, &formats, params, &[b.step, b.x, b.norm, b.wq, b.wk, b.wv, b.rope, b.q, b.kv], grid, params.dim)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -317,6 +366,14 @@ wgsl_struct! {
         pub head_dim: u32,
         /// Scores are `q·k · scale` (1/√head_dim).
         pub scale: f32,
+        /// Keys a query sees (its own position and the `window − 1` before it); 0: all earlier.
+        pub window: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad2: u32,
     }
 }
 
@@ -325,6 +382,8 @@ static ATTENTION: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/attention.wgsl"),
     structs: &[StepParams::WGSL, AttentionParams::WGSL],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: false,
     slots: &[
         STEP,
@@ -340,6 +399,8 @@ static ATTENTION_COMBINE: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/attention_combine.wgsl"),
     structs: &[StepParams::WGSL, AttentionParams::WGSL],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: false,
     slots: &[
         STEP,
@@ -405,10 +466,11 @@ wgsl_struct! {
         pub inputs: u32,
         /// Rows of `w` (and columns of `x`).
         pub outputs: u32,
+        /// 1: `x += a·wᵀ` (the residual addition); 0: `x = a·wᵀ` (a sub-layer's output that a
+        /// post-norm will normalise first).
+        pub accumulate: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad0: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad1: u32,
     }
 }
 
@@ -417,6 +479,8 @@ static MATVEC_RESIDUAL: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/matvec_residual.wgsl"),
     structs: &[StepParams::WGSL, MatvecParams::WGSL],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: false,
     slots: &[
         STEP,
@@ -427,7 +491,7 @@ static MATVEC_RESIDUAL: KernelSpec = KernelSpec {
     ],
 };
 
-/// `matvec_residual.wgsl`: `x += a·wᵀ`.
+/// `matvec_residual.wgsl`: `x += a·wᵀ`, or `x = a·wᵀ` when `params.accumulate` is 0.
 pub fn matvec_residual(
     gpu: &Gpu,
     format: WeightFormat,
@@ -453,16 +517,23 @@ wgsl_struct! {
         pub hidden: u32,
         /// RMSNorm epsilon.
         pub eps: f32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
+        /// The gate's activation: [`ACTIVATION_SILU`] or [`ACTIVATION_GELU_TANH`].
+        pub activation: u32,
     }
 }
+
+/// `FfnParams::activation` of SwiGLU.
+pub const ACTIVATION_SILU: u32 = 0;
+/// `FfnParams::activation` of GeGLU with GELU's tanh form.
+pub const ACTIVATION_GELU_TANH: u32 = 1;
 
 static FFN_GATE_UP: KernelSpec = KernelSpec {
     name: "ffn_gate_up",
     source: include_str!("../../../shaders/ffn_gate_up.wgsl"),
     structs: &[StepParams::WGSL, FfnParams::WGSL],
     rms: true,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: false,
     slots: &[
         STEP,
@@ -486,7 +557,7 @@ pub struct FfnBuffers<'a> {
     pub h: &'a BufferView,
 }
 
-/// `ffn_gate_up.wgsl`: RMSNorm, gate and up, silu(gate)·up. `formats`: of w_gate, w_up.
+/// `ffn_gate_up.wgsl`: RMSNorm, gate and up, act(gate)·up. `formats`: of w_gate, w_up.
 pub fn ffn_gate_up(
     gpu: &Gpu,
     formats: [WeightFormat; 2],
@@ -505,12 +576,20 @@ wgsl_struct! {
     pub struct LmHeadParams {
         /// Embedding length.
         pub dim: u32,
-        /// Vocabulary entries (rows of `w`).
+        /// Vocabulary entries (the logits' row length).
         pub vocab: u32,
         /// RMSNorm epsilon.
         pub eps: f32,
+        /// The vocabulary entry the bound output layer (part) starts at.
+        pub first: u32,
+        /// Entries (rows of `w`) in the bound part.
+        pub count: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad2: u32,
     }
 }
 
@@ -519,6 +598,8 @@ static LM_HEAD: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/lm_head.wgsl"),
     structs: &[StepParams::WGSL, LmHeadParams::WGSL],
     rms: true,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: false,
     slots: &[
         STEP,
@@ -540,10 +621,65 @@ pub struct LmHeadBuffers<'a> {
     pub logits: &'a BufferView,
 }
 
-/// `lm_head.wgsl`: the final RMSNorm and the output layer, into `logits` `[logit_rows, vocab]`.
+/// `lm_head.wgsl`: the final RMSNorm and the output layer, into `logits` `[logit_rows, vocab]`:
+/// the entries `first .. first + count` that the bound part of the output layer holds.
 pub fn lm_head(gpu: &Gpu, format: WeightFormat, params: LmHeadParams, b: LmHeadBuffers) -> Result<Bound, KernelError> {
-    let grid = Grid::Matrix { outputs: params.vocab, logit_rows: true };
+    if params.first.checked_add(params.count).is_none_or(|end| end > params.vocab) {
+        return Err(KernelError::invalid("count", format!("entries past the vocabulary, got {params:?}")));
+    }
+    let grid = Grid::Matrix { outputs: params.count, logit_rows: true };
     bind(gpu, &LM_HEAD, &[format], params, &[b.step, b.x, b.norm, b.w, b.logits], grid, params.dim)
+}
+
+// ---------------------------------------------------------------------------------------------
+// norm_residual.wgsl
+
+wgsl_struct! {
+    /// `norm_residual.wgsl`'s parameters.
+    pub struct NormResidualParams {
+        /// Values per row.
+        pub dim: u32,
+        /// RMSNorm epsilon.
+        pub eps: f32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+    }
+}
+
+static NORM_RESIDUAL: KernelSpec = KernelSpec {
+    name: "norm_residual",
+    source: include_str!("../../../shaders/norm_residual.wgsl"),
+    structs: &[StepParams::WGSL, NormResidualParams::WGSL],
+    rms: false,
+    lib: &[],
+    // `inv_rms`.
+    workgroup_bytes: 4,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", NormResidualParams::NAME),
+        Slot::Read("y", "array<vec4<f32>>"),
+        Slot::Read("norm", "array<vec4<f32>>"),
+        Slot::ReadWrite("x", "array<vec4<f32>>"),
+    ],
+};
+
+/// `norm_residual.wgsl`: `x += RMSNorm(y)·γ` row by row (a sub-layer's output through the norm
+/// after it, into the residual stream).
+pub fn norm_residual(
+    gpu: &Gpu,
+    params: NormResidualParams,
+    step: &BufferView,
+    y: &BufferView,
+    norm: &BufferView,
+    x: &BufferView,
+) -> Result<Bound, KernelError> {
+    if !params.dim.is_multiple_of(4) {
+        return Err(KernelError::invalid("dim", format!("a multiple of 4, got {}", params.dim)));
+    }
+    bind(gpu, &NORM_RESIDUAL, &[], params, &[step, y, norm, x], Grid::Rows, 0)
 }
 
 /// Every layer kernel's module for every weight format (each weight binding in each format,
@@ -551,7 +687,17 @@ pub fn lm_head(gpu: &Gpu, format: WeightFormat, params: LmHeadParams, b: LmHeadB
 /// and without a staged input: `(label, WGSL)`. For validating every variant on a driver
 /// (`tests/layer_parity.rs`) and in a browser's compiler (`examples/shader_modules.rs`).
 pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
-    let kernels = [&EMBED, &ATTN_QKV, &ATTENTION, &ATTENTION_COMBINE, &MATVEC_RESIDUAL, &FFN_GATE_UP, &LM_HEAD];
+    let kernels = [
+        &EMBED,
+        &ATTN_QKV,
+        &ATTN_QKV_NORM,
+        &ATTENTION,
+        &ATTENTION_COMBINE,
+        &MATVEC_RESIDUAL,
+        &NORM_RESIDUAL,
+        &FFN_GATE_UP,
+        &LM_HEAD,
+    ];
     let mut modules = Vec::new();
     for spec in kernels {
         let weights = spec.slots.iter().filter(|slot| matches!(slot, Slot::Weights(..))).count();

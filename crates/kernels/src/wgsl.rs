@@ -51,6 +51,7 @@ const PRELUDE: &str = include_str!("../../../shaders/lib/prelude.wgsl");
 const RMS: &str = include_str!("../../../shaders/lib/rms.wgsl");
 const BYTES: &str = include_str!("../../../shaders/lib/bytes.wgsl");
 const ROW_DOT: &str = include_str!("../../../shaders/lib/row_dot.wgsl");
+const K_SCALES: &str = include_str!("../../../shaders/lib/k_scales.wgsl");
 
 /// Keys scored per round by `attention.wgsl` (one per lane) and its workgroup size; chunk
 /// lengths are multiples of it.
@@ -64,8 +65,11 @@ fn format_source(format: WeightFormat) -> &'static str {
         WeightFormat::F32 => include_str!("../../../shaders/lib/formats/f32.wgsl"),
         WeightFormat::Q4_0 => include_str!("../../../shaders/lib/formats/q4_0.wgsl"),
         WeightFormat::Q4_1 => include_str!("../../../shaders/lib/formats/q4_1.wgsl"),
+        WeightFormat::Q5_0 => include_str!("../../../shaders/lib/formats/q5_0.wgsl"),
+        WeightFormat::Q5_1 => include_str!("../../../shaders/lib/formats/q5_1.wgsl"),
         WeightFormat::Q8_0 => include_str!("../../../shaders/lib/formats/q8_0.wgsl"),
         WeightFormat::Q4K => include_str!("../../../shaders/lib/formats/q4_k.wgsl"),
+        WeightFormat::Q5K => include_str!("../../../shaders/lib/formats/q5_k.wgsl"),
         WeightFormat::Q6K => include_str!("../../../shaders/lib/formats/q6_k.wgsl"),
     }
 }
@@ -110,6 +114,9 @@ pub(crate) fn library(rms: bool, weights: &[(&str, WeightFormat, bool)]) -> Stri
     }
     for &(binding, format, dot) in weights {
         text.push_str(&instantiate(BYTES, binding));
+        if matches!(format, WeightFormat::Q4K | WeightFormat::Q5K) {
+            text.push_str(&instantiate(K_SCALES, binding));
+        }
         text.push_str(&instantiate(format_source(format), binding));
         if dot {
             text.push_str(&instantiate(ROW_DOT, binding));

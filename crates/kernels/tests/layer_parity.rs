@@ -12,8 +12,8 @@ use burn::backend::wgpu::wgpu;
 use common::{Rng, block_on};
 use nucleus_gguf::{GgmlType, dequantize};
 use nucleus_kernels::layer::{
-    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams, FfnBuffers, FfnParams, LmHeadParams,
-    MatvecParams, StepShape,
+    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams,
+    FfnBuffers, FfnParams, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
 
@@ -91,12 +91,12 @@ fn random_weight(rng: &mut Rng, format: WeightFormat, rows: usize, cols: usize) 
     for b in bytes.chunks_exact_mut(block_bytes as usize) {
         match ggml {
             GgmlType::F32 => b.copy_from_slice(&((rng.unit() - 0.5) as f32).to_le_bytes()),
-            GgmlType::Q4_0 | GgmlType::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
-            GgmlType::Q4_1 => {
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => b[0..2].copy_from_slice(&scale(rng)),
+            GgmlType::Q4_1 | GgmlType::Q5_1 => {
                 b[0..2].copy_from_slice(&scale(rng));
                 b[2..4].copy_from_slice(&f16(0.2 * (rng.unit() - 0.5)));
             }
-            GgmlType::Q4K => {
+            GgmlType::Q4K | GgmlType::Q5K => {
                 b[0..2].copy_from_slice(&f16(0.002 + 0.002 * rng.unit()));
                 b[2..4].copy_from_slice(&f16(0.002 * rng.unit()));
             }
@@ -116,7 +116,7 @@ fn random_f32(rng: &mut Rng, n: usize, spread: f64) -> Vec<f32> {
 /// the 32-value blocks.
 fn dims(format: WeightFormat) -> [usize; 2] {
     match format {
-        WeightFormat::Q4K | WeightFormat::Q6K => [256, 512],
+        WeightFormat::Q4K | WeightFormat::Q5K | WeightFormat::Q6K => [256, 512],
         _ => [96, 288],
     }
 }
@@ -135,7 +135,8 @@ fn assert_close(gpu: &[f32], expected: &[f64], what: &str) {
 /// The parity test of `shaders/lib/row_dot.wgsl`, the one inner loop of every matrix kernel
 /// (and of `lib/rms.wgsl` when the kernel normalises): one and four x rows per lane group
 /// (`R` = 1 for one row, 4 for 3, 5 and 6 rows, whose last group is partly past the end), one
-/// and 32 lanes per output row, against `reference::matvec_residual` in f64.
+/// and 32 lanes per output row, against `reference::matvec` in f64; the product added to the
+/// residual, or (`accumulate` 0, a sub-layer output before its post-norm) written.
 #[test]
 fn matvec_residual_every_format_tuning_and_row_count() {
     let mut rng = Rng::new(1);
@@ -145,12 +146,17 @@ fn matvec_residual_every_format_tuning_and_row_count() {
                 let outputs = 37;
                 let (bytes, w) = random_weight(&mut rng, format, outputs, inputs);
                 let weight = storage(&gpu, &bytes);
-                for rows in [1usize, 3, 6] {
+                for (rows, accumulate) in [(1usize, 1u32), (3, 1), (6, 1), (1, 0), (5, 0)] {
                     let a = random_f32(&mut rng, rows * inputs, 1.0);
                     let x0 = random_f32(&mut rng, rows * outputs, 1.0);
                     let (a_buf, x_buf) = (f32s(&gpu, &a), f32s(&gpu, &x0));
                     let step = Step::new(&gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &[]);
-                    let params = MatvecParams { inputs: inputs as u32, outputs: outputs as u32, ..Default::default() };
+                    let params = MatvecParams {
+                        inputs: inputs as u32,
+                        outputs: outputs as u32,
+                        accumulate,
+                        ..Default::default()
+                    };
                     let bound = layer::matvec_residual(
                         &gpu,
                         format,
@@ -163,50 +169,73 @@ fn matvec_residual_every_format_tuning_and_row_count() {
                     .unwrap();
                     let got = run(&gpu, &[&bound], &step.shape, &x_buf);
                     let product = reference::matvec(&a, &w, inputs);
-                    let expected: Vec<f64> = x0.iter().zip(&product).map(|(&x, &p)| f64::from(x) + p).collect();
-                    assert_close(&got, &expected, &format!("{format} {inputs} cols, {rows} rows, {:?}", gpu.tuning()));
+                    let base = |x: f32| if accumulate == 1 { f64::from(x) } else { 0.0 };
+                    let expected: Vec<f64> = x0.iter().zip(&product).map(|(&x, &p)| base(x) + p).collect();
+                    let what =
+                        format!("{format} {inputs} cols, {rows} rows, accumulate {accumulate}, {:?}", gpu.tuning());
+                    assert_close(&got, &expected, &what);
                 }
             }
         }
     }
 }
 
+/// The output layer whole, and in two parts of consecutive rows (a matrix larger than one
+/// binding), each part's dispatch writing its own entries of the same logits.
 #[test]
-fn lm_head_last_row_and_all_rows() {
+fn lm_head_last_row_and_all_rows_whole_and_in_parts() {
     let mut rng = Rng::new(2);
     for gpu in tunings() {
         for format in WeightFormat::ALL {
             let dim = dims(format)[0];
             let vocab = 101;
             let (bytes, w) = random_weight(&mut rng, format, vocab, dim);
-            let weight = storage(&gpu, &bytes);
+            let row_bytes = bytes.len() / vocab;
             let gamma = random_f32(&mut rng, dim, 1.0);
-            for (rows, logit_rows) in [(1usize, 1usize), (5, 1), (5, 5)] {
+            for (rows, logit_rows, split) in
+                [(1usize, 1usize, vocab), (5, 1, vocab), (5, 5, vocab), (1, 1, 38), (5, 5, 70)]
+            {
+                let parts: Vec<(usize, usize, GpuBuffer)> = [(0, split), (split, vocab)]
+                    .into_iter()
+                    .filter(|(a, b)| a < b)
+                    .map(|(a, b)| (a, b - a, storage(&gpu, &bytes[a * row_bytes..b * row_bytes])))
+                    .collect();
                 let x = random_f32(&mut rng, rows * dim, 2.0);
                 let (x_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &gamma));
                 let logits = gpu.storage("logits", (logit_rows * vocab * 4) as u64);
                 let step = Step::new(&gpu, StepShape::new(0, rows as u32, logit_rows as u32, 1, 4096), &[]);
-                let params = LmHeadParams { dim: dim as u32, vocab: vocab as u32, eps: 1e-5, ..Default::default() };
-                let bound = layer::lm_head(
-                    &gpu,
-                    format,
-                    params,
-                    layer::LmHeadBuffers {
-                        step: &step.view(),
-                        x: &x_buf.view(),
-                        norm: &norm.view(),
-                        w: &weight.view(),
-                        logits: &logits.view(),
-                    },
-                )
-                .unwrap();
-                let got = run(&gpu, &[&bound], &step.shape, &logits);
+                let bound: Vec<layer::Bound> = parts
+                    .iter()
+                    .map(|(first, count, weight)| {
+                        let params = LmHeadParams {
+                            dim: dim as u32,
+                            vocab: vocab as u32,
+                            eps: 1e-5,
+                            first: *first as u32,
+                            count: *count as u32,
+                            ..Default::default()
+                        };
+                        let buffers = layer::LmHeadBuffers {
+                            step: &step.view(),
+                            x: &x_buf.view(),
+                            norm: &norm.view(),
+                            w: &weight.view(),
+                            logits: &logits.view(),
+                        };
+                        layer::lm_head(&gpu, format, params, buffers).unwrap()
+                    })
+                    .collect();
+                let got = run(&gpu, &bound.iter().collect::<Vec<_>>(), &step.shape, &logits);
                 let used = &x[(rows - logit_rows) * dim..];
                 let expected = reference::lm_head(used, &gamma, 1e-5, &w);
                 assert_close(
                     &got,
                     &expected,
-                    &format!("{format}, {rows} rows, {logit_rows} logit rows, {:?}", gpu.tuning()),
+                    &format!(
+                        "{format}, {rows} rows, {logit_rows} logit rows, {} parts, {:?}",
+                        parts.len(),
+                        gpu.tuning()
+                    ),
                 );
             }
         }
@@ -227,12 +256,14 @@ fn ffn_gate_up_with_two_formats() {
             let (up_bytes, wu) = random_weight(&mut rng, up_format, hidden, dim);
             let (w_gate, w_up) = (storage(&gpu, &gate_bytes), storage(&gpu, &up_bytes));
             let gamma = random_f32(&mut rng, dim, 1.0);
-            for rows in [1usize, 5] {
+            for (rows, activation) in
+                [(1usize, ACTIVATION_SILU), (5, ACTIVATION_SILU), (1, ACTIVATION_GELU_TANH), (5, ACTIVATION_GELU_TANH)]
+            {
                 let x = random_f32(&mut rng, rows * dim, 2.0);
                 let (x_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &gamma));
                 let h = gpu.storage("h", (rows * hidden * 4) as u64);
                 let step = Step::new(&gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &[]);
-                let params = FfnParams { dim: dim as u32, hidden: hidden as u32, eps: 1e-5, ..Default::default() };
+                let params = FfnParams { dim: dim as u32, hidden: hidden as u32, eps: 1e-5, activation };
                 let buffers = FfnBuffers {
                     step: &step.view(),
                     x: &x_buf.view(),
@@ -243,8 +274,10 @@ fn ffn_gate_up_with_two_formats() {
                 };
                 let bound = layer::ffn_gate_up(&gpu, [gate_format, up_format], params, buffers).unwrap();
                 let got = run(&gpu, &[&bound], &step.shape, &h);
-                let expected = reference::ffn_gate_up(&x, &gamma, 1e-5, &wg, &wu);
-                assert_close(&got, &expected, &format!("{gate_format}+{up_format}, {rows} rows, {:?}", gpu.tuning()));
+                let expected = reference::ffn_gate_up(&x, &gamma, 1e-5, &wg, &wu, activation == ACTIVATION_GELU_TANH);
+                let what =
+                    format!("{gate_format}+{up_format}, {rows} rows, activation {activation}, {:?}", gpu.tuning());
+                assert_close(&got, &expected, &what);
             }
         }
     }
@@ -258,71 +291,140 @@ fn rope_table(positions: usize, head_dim: usize, base: f64) -> Vec<f32> {
         .collect()
 }
 
+/// What a family adds to `attn_qkv`: RoPE on the halves of each head, Q/K/V biases, per-head
+/// Q/K norms (`attn_qkv_norm.wgsl`).
+#[derive(Debug, Clone, Copy)]
+struct QkvVariant {
+    rope_halves: bool,
+    bias: bool,
+    qk_norm: bool,
+}
+
+const QKV_VARIANTS: [QkvVariant; 4] = [
+    // Llama.
+    QkvVariant { rope_halves: false, bias: false, qk_norm: false },
+    // Qwen2.
+    QkvVariant { rope_halves: true, bias: true, qk_norm: false },
+    // Qwen3, Gemma 3.
+    QkvVariant { rope_halves: true, bias: false, qk_norm: true },
+    // All at once.
+    QkvVariant { rope_halves: false, bias: true, qk_norm: true },
+];
+
+/// `attn_qkv.wgsl` and `attn_qkv_norm.wgsl` against `reference::attn_qkv`: every format, both
+/// tunings, every variant, heads that make up the embedding and heads wider than it (Gemma 3's
+/// 4 × 256 over 640), at positions 0, 1 and the end of the cache, one and many rows.
 #[test]
-fn attn_qkv_at_positions_0_1_and_the_end() {
+fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
     let mut rng = Rng::new(4);
     let base = 10_000.0;
     for gpu in tunings() {
         for format in WeightFormat::ALL {
-            let (heads, kv_heads, head_dim) = if dims(format)[0] == 256 { (4, 2, 64) } else { (3, 1, 32) };
-            let dim = heads * head_dim;
-            let (q_dim, kv_dim) = (heads * head_dim, kv_heads * head_dim);
-            let value_format = if format == WeightFormat::Q6K { WeightFormat::Q4K } else { WeightFormat::Q8_0 };
-            let (bq, wq) = random_weight(&mut rng, format, q_dim, dim);
-            let (bk, wk) = random_weight(&mut rng, format, kv_dim, dim);
-            let (bv, wv) = random_weight(&mut rng, value_format, kv_dim, dim);
-            let (wq_buf, wk_buf, wv_buf) = (storage(&gpu, &bq), storage(&gpu, &bk), storage(&gpu, &bv));
-            let gamma = random_f32(&mut rng, dim, 1.0);
-            let capacity = 40;
-            let rope = f32s(&gpu, &rope_table(capacity, head_dim, base));
-            for (pos, rows) in [(0usize, 1usize), (1, 1), (0, 6), (36, 4)] {
-                let x = random_f32(&mut rng, rows * dim, 2.0);
-                let (x_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &gamma));
-                let q = gpu.storage("q", (rows * q_dim * 4) as u64);
-                let kv = f32s(&gpu, &vec![0.0; capacity * 2 * kv_dim]);
-                let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
-                let params = AttnQkvParams {
-                    dim: dim as u32,
-                    q_dim: q_dim as u32,
-                    kv_dim: kv_dim as u32,
-                    head_dim: head_dim as u32,
-                    eps: 1e-5,
-                    ..Default::default()
-                };
-                let buffers = AttnQkvBuffers {
-                    step: &step.view(),
-                    x: &x_buf.view(),
-                    norm: &norm.view(),
-                    wq: &wq_buf.view(),
-                    wk: &wk_buf.view(),
-                    wv: &wv_buf.view(),
-                    rope: &rope.view(),
-                    q: &q.view(),
-                    kv: &kv.view(),
-                };
-                let bound = layer::attn_qkv(&gpu, [format, format, value_format], params, buffers).unwrap();
-                let what = format!("{format}/{value_format}, pos {pos}, {rows} rows, {:?}", gpu.tuning());
-                let got_q = run(&gpu, &[&bound], &step.shape, &q);
-                let cache = run(&gpu, &[], &step.shape, &kv);
-                let expected = reference::attn_qkv(&x, &gamma, 1e-5, &wq, &wk, &wv, head_dim, pos, base);
-                assert_close(&got_q, &expected.q, &format!("{what}: q"));
-                // Position p of the cache: [keys (kv_dim), values (kv_dim)].
-                for s in 0..rows {
-                    let at = (pos + s) * 2 * kv_dim;
-                    assert_close(
-                        &cache[at..at + kv_dim],
-                        &expected.k[s * kv_dim..(s + 1) * kv_dim],
-                        &format!("{what}: k row {s}"),
+            // (heads, kv heads, head dim, dim): q_dim = dim, and q_dim > dim.
+            let shapes = if dims(format)[0] == 256 {
+                [(4, 2, 64, 256), (2, 1, 160, 256)]
+            } else {
+                [(3, 1, 32, 96), (2, 1, 64, 96)]
+            };
+            for (shape_index, (heads, kv_heads, head_dim, dim)) in shapes.into_iter().enumerate() {
+                let (q_dim, kv_dim) = (heads * head_dim, kv_heads * head_dim);
+                let value_format = if format == WeightFormat::Q6K { WeightFormat::Q4K } else { WeightFormat::Q8_0 };
+                let (bq, wq) = random_weight(&mut rng, format, q_dim, dim);
+                let (bk, wk) = random_weight(&mut rng, format, kv_dim, dim);
+                let (bv, wv) = random_weight(&mut rng, value_format, kv_dim, dim);
+                let (wq_buf, wk_buf, wv_buf) = (storage(&gpu, &bq), storage(&gpu, &bk), storage(&gpu, &bv));
+                let gamma = random_f32(&mut rng, dim, 1.0);
+                let q_norm = random_f32(&mut rng, head_dim, 1.0);
+                let k_norm = random_f32(&mut rng, head_dim, 1.0);
+                let bias = random_f32(&mut rng, q_dim + 2 * kv_dim, 0.5);
+                let capacity = 40;
+                let rope = f32s(&gpu, &rope_table(capacity, head_dim, base));
+                for variant in QKV_VARIANTS {
+                    // The attention vectors as the model packs them: γ, [Q/K norms], [biases].
+                    let mut vectors = gamma.clone();
+                    let mut params = AttnQkvParams::new(
+                        dim as u32,
+                        q_dim as u32,
+                        kv_dim as u32,
+                        head_dim as u32,
+                        1e-5,
+                        variant.rope_halves,
                     );
-                    assert_close(
-                        &cache[at + kv_dim..at + 2 * kv_dim],
-                        &expected.v[s * kv_dim..(s + 1) * kv_dim],
-                        &format!("{what}: v row {s}"),
-                    );
+                    if variant.qk_norm {
+                        params.qk_norm_at = vectors.len() as u32;
+                        vectors.extend(&q_norm);
+                        vectors.extend(&k_norm);
+                    }
+                    if variant.bias {
+                        params.bias_at = vectors.len() as u32;
+                        vectors.extend(&bias);
+                    }
+                    vectors.resize(vectors.len().next_multiple_of(4), 0.0);
+                    let norm = f32s(&gpu, &vectors);
+                    let spec = reference::QkvSpec {
+                        head_dim,
+                        pos: 0,
+                        rope_base: base,
+                        rope_halves: variant.rope_halves,
+                        eps: 1e-5,
+                        bias: variant.bias.then_some(bias.as_slice()),
+                        qk_norm: variant.qk_norm.then_some((q_norm.as_slice(), k_norm.as_slice())),
+                    };
+                    // Every position case for the first shape and variant; two for the others.
+                    let cases: &[(usize, usize)] = if shape_index == 0 && !variant.rope_halves && !variant.bias {
+                        &[(0, 1), (1, 1), (0, 6), (36, 4)]
+                    } else {
+                        &[(1, 1), (36, 4)]
+                    };
+                    for &(pos, rows) in cases {
+                        let x = random_f32(&mut rng, rows * dim, 2.0);
+                        let x_buf = f32s(&gpu, &x);
+                        let q = gpu.storage("q", (rows * q_dim * 4) as u64);
+                        let kv = f32s(&gpu, &vec![0.0; capacity * 2 * kv_dim]);
+                        let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
+                        let buffers = AttnQkvBuffers {
+                            step: &step.view(),
+                            x: &x_buf.view(),
+                            norm: &norm.view(),
+                            wq: &wq_buf.view(),
+                            wk: &wk_buf.view(),
+                            wv: &wv_buf.view(),
+                            rope: &rope.view(),
+                            q: &q.view(),
+                            kv: &kv.view(),
+                        };
+                        let bound = layer::attn_qkv(&gpu, [format, format, value_format], params, buffers).unwrap();
+                        let what = format!(
+                            "{format}/{value_format}, {heads}x{head_dim} over {dim}, {variant:?}, pos {pos}, {rows} rows, {:?}",
+                            gpu.tuning()
+                        );
+                        let got_q = run(&gpu, &[&bound], &step.shape, &q);
+                        let cache = run(&gpu, &[], &step.shape, &kv);
+                        let expected =
+                            reference::attn_qkv(&x, &gamma, &wq, &wk, &wv, reference::QkvSpec { pos, ..spec });
+                        assert_close(&got_q, &expected.q, &format!("{what}: q"));
+                        // Position p of the cache: [keys (kv_dim), values (kv_dim)].
+                        for s in 0..rows {
+                            let at = (pos + s) * 2 * kv_dim;
+                            assert_close(
+                                &cache[at..at + kv_dim],
+                                &expected.k[s * kv_dim..(s + 1) * kv_dim],
+                                &format!("{what}: k row {s}"),
+                            );
+                            assert_close(
+                                &cache[at + kv_dim..at + 2 * kv_dim],
+                                &expected.v[s * kv_dim..(s + 1) * kv_dim],
+                                &format!("{what}: v row {s}"),
+                            );
+                        }
+                        let untouched =
+                            cache.iter().enumerate().filter(|(i, _)| !(pos..pos + rows).contains(&(i / (2 * kv_dim))));
+                        assert!(
+                            untouched.into_iter().all(|(_, &v)| v == 0.0),
+                            "{what}: only the new positions are written"
+                        );
+                    }
                 }
-                let untouched =
-                    cache.iter().enumerate().filter(|(i, _)| !(pos..pos + rows).contains(&(i / (2 * kv_dim))));
-                assert!(untouched.into_iter().all(|(_, &v)| v == 0.0), "{what}: only the new positions are written");
             }
         }
     }
@@ -344,10 +446,21 @@ fn attention_over_one_and_many_key_ranges() {
             })
             .collect();
         let kv = f32s(gpu, &cache);
-        // (pos, rows, record budget): one range; several; a prefill split into ranges; the end.
-        for (pos, rows, budget) in
-            [(0usize, 1usize, 4096u32), (1, 1, 4096), (150, 1, 4096), (130, 5, 60), (62, 3, 4096), (296, 4, 4096)]
-        {
+        // (pos, rows, record budget, window): one range; several; a prefill split into ranges;
+        // the end; then windows (Gemma 3's local blocks) that drop whole ranges, part of one, or
+        // nothing, for one row and for rows whose windows differ.
+        for (pos, rows, budget, window) in [
+            (0usize, 1usize, 4096u32, 0usize),
+            (1, 1, 4096, 0),
+            (150, 1, 4096, 0),
+            (130, 5, 60, 0),
+            (62, 3, 4096, 0),
+            (296, 4, 4096, 0),
+            (150, 1, 4096, 100),
+            (200, 6, 60, 70),
+            (296, 4, 4096, 64),
+            (5, 3, 4096, 100),
+        ] {
             let q = random_f32(&mut rng, rows * heads * head_dim, 1.0);
             let q_buf = f32s(gpu, &q);
             let shape = StepShape::new(pos as u32, rows as u32, 1, heads as u32, budget);
@@ -361,58 +474,103 @@ fn attention_over_one_and_many_key_ranges() {
                 kv_heads: kv_heads as u32,
                 head_dim: head_dim as u32,
                 scale: (1.0 / (head_dim as f64).sqrt()) as f32,
+                window: window as u32,
+                ..Default::default()
             };
             let split =
                 layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
             let combine = layer::attention_combine(gpu, params, &step.view(), &partials.view(), &out.view()).unwrap();
             let got = run(gpu, &[&split, &combine], &shape, &out);
-            let expected = reference::attention(&q, &keys, &values, pos, heads, kv_heads, head_dim);
-            let what =
-                format!("{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, {} ranges", shape.attn_chunks);
+            let expected = reference::attention(
+                &q,
+                &keys,
+                &values,
+                pos,
+                heads,
+                kv_heads,
+                head_dim,
+                (window > 0).then_some(window),
+            );
+            let what = format!(
+                "{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, window {window}, {} ranges",
+                shape.attn_chunks
+            );
             assert_close(&got, &expected, &what);
         }
     }
 }
 
+/// Every format, scaled by √dim (Gemma 3) or not, the table whole and in two parts of
+/// consecutive rows (each part's dispatch writing the rows of its own ids).
 #[test]
-fn embed_every_format() {
+fn embed_every_format_scaled_and_in_parts() {
     let mut rng = Rng::new(6);
     let gpu = gpu();
     for format in WeightFormat::ALL {
         let dim = dims(format)[1];
         let vocab = 50;
         let (bytes, table) = random_weight(&mut rng, format, vocab, dim);
-        let table_buf = storage(gpu, &bytes);
-        let ids = [0u32, 49, 7];
-        let x = gpu.storage("x", (ids.len() * dim * 4) as u64);
-        let step = Step::new(gpu, StepShape::new(0, ids.len() as u32, 1, 1, 4096), &ids);
-        let bound = layer::embed(
-            gpu,
-            format,
-            EmbedParams { dim: dim as u32, ..Default::default() },
-            &step.view(),
-            &step.ids(),
-            &table_buf.view(),
-            &x.view(),
-        )
-        .unwrap();
-        let got = run(gpu, &[&bound], &step.shape, &x);
-        let expected: Vec<f64> = reference::embed(&table, dim, &ids).into_iter().map(f64::from).collect();
-        assert_close(&got, &expected, &format!("{format}"));
+        let row_bytes = bytes.len() / vocab;
+        let ids = [0u32, 49, 7, 23];
+        for (scale, split) in [(1.0f32, vocab), ((dim as f32).sqrt(), 23)] {
+            let x = gpu.storage("x", (ids.len() * dim * 4) as u64);
+            let step = Step::new(gpu, StepShape::new(0, ids.len() as u32, 1, 1, 4096), &ids);
+            let parts: Vec<(usize, usize, GpuBuffer)> = [(0, split), (split, vocab)]
+                .into_iter()
+                .filter(|(a, b)| a < b)
+                .map(|(a, b)| (a, b - a, storage(gpu, &bytes[a * row_bytes..b * row_bytes])))
+                .collect();
+            let bound: Vec<layer::Bound> = parts
+                .iter()
+                .map(|(first, count, part)| {
+                    let params = EmbedParams { dim: dim as u32, scale, first: *first as u32, count: *count as u32 };
+                    layer::embed(gpu, format, params, &step.view(), &step.ids(), &part.view(), &x.view()).unwrap()
+                })
+                .collect();
+            let got = run(gpu, &bound.iter().collect::<Vec<_>>(), &step.shape, &x);
+            let expected: Vec<f64> = reference::embed(&table, dim, &ids, scale).into_iter().map(f64::from).collect();
+            assert_close(&got, &expected, &format!("{format}, scale {scale}, {} parts", parts.len()));
+        }
     }
 }
 
-/// Each unit reader in `shaders/lib/formats/` (f32.wgsl, q4_0.wgsl, q4_1.wgsl, q8_0.wgsl,
-/// q4_k.wgsl, q6_k.wgsl) against its CPU reference, `nucleus-gguf`'s dequantization: every row of
-/// a matrix of random blocks read through the reader (the `embed` kernel with the ids 0..rows).
+/// `norm_residual.wgsl` (Gemma 3's norms after its sub-layers) against `reference::norm_residual`:
+/// one and several rows, widths that are and are not multiples of the workgroup, both tunings.
+#[test]
+fn norm_residual_adds_the_normalised_output() {
+    let mut rng = Rng::new(7);
+    for gpu in tunings() {
+        for (dim, rows) in [(640usize, 1usize), (96, 5), (1028, 3)] {
+            let x = random_f32(&mut rng, rows * dim, 1.0);
+            let y = random_f32(&mut rng, rows * dim, 30.0);
+            let gamma = random_f32(&mut rng, dim, 1.0);
+            let (x_buf, y_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &y), f32s(&gpu, &gamma));
+            let step = Step::new(&gpu, StepShape::new(0, rows as u32, 1, 1, 4096), &[]);
+            let params = NormResidualParams { dim: dim as u32, eps: 1e-6, ..Default::default() };
+            let bound =
+                layer::norm_residual(&gpu, params, &step.view(), &y_buf.view(), &norm.view(), &x_buf.view()).unwrap();
+            let got = run(&gpu, &[&bound], &step.shape, &x_buf);
+            let expected = reference::norm_residual(&x, &y, &gamma, 1e-6);
+            assert_close(&got, &expected, &format!("{dim} wide, {rows} rows, {:?}", gpu.tuning()));
+        }
+    }
+}
+
+/// Each unit reader in `shaders/lib/formats/` (f32.wgsl, q4_0.wgsl, q4_1.wgsl, q5_0.wgsl,
+/// q5_1.wgsl, q8_0.wgsl, q4_k.wgsl, q5_k.wgsl, q6_k.wgsl) against its CPU reference,
+/// `nucleus-gguf`'s dequantization: every row of a matrix of random blocks read through the
+/// reader (the `embed` kernel with the ids 0..rows).
 #[test]
 fn every_format_reader_dequantizes_like_gguf() {
     let readers = [
         (WeightFormat::F32, "f32.wgsl"),
         (WeightFormat::Q4_0, "q4_0.wgsl"),
         (WeightFormat::Q4_1, "q4_1.wgsl"),
+        (WeightFormat::Q5_0, "q5_0.wgsl"),
+        (WeightFormat::Q5_1, "q5_1.wgsl"),
         (WeightFormat::Q8_0, "q8_0.wgsl"),
         (WeightFormat::Q4K, "q4_k.wgsl"),
+        (WeightFormat::Q5K, "q5_k.wgsl"),
         (WeightFormat::Q6K, "q6_k.wgsl"),
     ];
     let directory = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shaders/lib/formats");
@@ -437,7 +595,7 @@ fn every_format_reader_dequantizes_like_gguf() {
         let bound = layer::embed(
             gpu,
             format,
-            EmbedParams { dim: cols as u32, ..Default::default() },
+            EmbedParams { dim: cols as u32, scale: 1.0, first: 0, count: rows as u32 },
             &step.view(),
             &step.ids(),
             &weights.view(),
@@ -461,7 +619,7 @@ fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
     let error = layer::embed(
         gpu,
         WeightFormat::F32,
-        EmbedParams { dim: 8, ..Default::default() },
+        EmbedParams { dim: 8, scale: 1.0, first: 0, count: 1 },
         &step.view(),
         &step.ids(),
         &huge,

@@ -4,18 +4,8 @@
 // qs: [u8; 128] (words 4..35). Group g (64 weights) uses qs bytes 32g .. 32g + 31: weight
 // 64g + l is d·sc[2g]·(low nibble of byte l) − dmin·mn[2g], weight 64g + 32 + l is
 // d·sc[2g+1]·(high nibble) − dmin·mn[2g+1]. Unit u of a row = block u / 32, group (u % 32) / 8,
-// qs word w = u % 8 of the group (columns 64g + 4w .. + 3 and 64g + 32 + 4w .. + 3).
-
-// (scale, min) of sub-block j of the block starting at byte `start`.
-fn {{W}}_scale_min(start: u32, j: u32) -> vec2<f32> {
-    let s = start + 4u;
-    if j < 4u {
-        return vec2<f32>(f32({{W}}_u8(s + j) & 63u), f32({{W}}_u8(s + j + 4u) & 63u));
-    }
-    let scale = ({{W}}_u8(s + j + 4u) & 15u) | (({{W}}_u8(s + j - 4u) >> 6u) << 4u);
-    let offset = ({{W}}_u8(s + j + 4u) >> 4u) | (({{W}}_u8(s + j) >> 6u) << 4u);
-    return vec2<f32>(f32(scale), f32(offset));
-}
+// qs word w = u % 8 of the group (columns 64g + 4w .. + 3 and 64g + 32 + 4w .. + 3). The scales
+// and mins are read by lib/k_scales.wgsl.
 
 fn {{W}}_unit(row: u32, unit: u32, cols: u32) -> Unit8 {
     let block = unit >> 5u;

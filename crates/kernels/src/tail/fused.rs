@@ -21,6 +21,8 @@ static LOGIT_ADJUST: KernelSpec = KernelSpec {
     source: include_str!("../../../../shaders/logit_adjust.wgsl"),
     structs: &[],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: true,
     slots: &[
         Slot::ReadWrite("logits", "array<f32>"),
@@ -35,6 +37,8 @@ static SOFTMAX_STATS: KernelSpec = KernelSpec {
     source: include_str!("../../../../shaders/softmax_stats.wgsl"),
     structs: &[],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: true,
     slots: &[
         Slot::ReadWrite("logits", "array<f32>"),
@@ -50,6 +54,8 @@ static TOPK: KernelSpec = KernelSpec {
     source: include_str!("../../../../shaders/topk.wgsl"),
     structs: &[],
     rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
     declared: true,
     slots: &[
         Slot::ReadWrite("logits", "array<u32>"),
