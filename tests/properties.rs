@@ -6,7 +6,7 @@ use std::sync::LazyLock;
 
 use nucleus_engine::GenerateRequest;
 use nucleus_gguf::GgufFile;
-use nucleus_model::LlamaConfig;
+use nucleus_model::ModelConfig;
 use nucleus_sampler::SamplingParams;
 use nucleus_tests::model_bytes;
 use nucleus_tokenizer::Tokenizer;
@@ -125,7 +125,7 @@ proptest! {
             bytes[at.index(data_offset)] = value;
         }
         if let Ok(file) = GgufFile::parse(&bytes) {
-            let _ = LlamaConfig::from_gguf(&file);
+            let _ = ModelConfig::from_gguf(&file);
             let _ = Tokenizer::from_gguf(&file);
         }
     }

@@ -4,7 +4,7 @@
 
 use nucleus_engine::{Engine, GenerateRequest, LoadOptions, Prompt};
 use nucleus_gguf::GgufFile;
-use nucleus_model::{LlamaConfig, MemoryPlan};
+use nucleus_model::MemoryPlan;
 use nucleus_sampler::SamplingParams;
 use nucleus_tests::{model_bytes, wgpu_device};
 
@@ -40,9 +40,9 @@ fn request(i: usize) -> (GenerateRequest, Option<usize>) {
 /// buffers (a few dozen bytes per kernel and block: 3,164 bytes for SmolLM2-135M on lavapipe).
 fn the_memory_plan_is_what_was_allocated(engine: &Engine, live_bytes: u64) {
     let file = GgufFile::parse(model_bytes()).unwrap();
-    let plan = MemoryPlan::fused(&file, &LlamaConfig::from_gguf(&file).unwrap(), engine.cache().capacity());
+    let plan = MemoryPlan::fused(&file, engine.model().config(), engine.cache().capacity()).unwrap();
     assert_eq!(engine.model().memory().weight_bytes, plan.weight_bytes(), "the weights as planned");
-    let planned = plan.weight_bytes() + plan.scratch_bytes() + engine.cache().device_bytes();
+    let planned = plan.weight_bytes() + plan.scratch_bytes() + plan.rope_bytes() + engine.cache().device_bytes();
     assert!(
         (planned.saturating_sub(256)..=planned + (16 << 10)).contains(&live_bytes),
         "live {live_bytes} bytes against {planned} planned (weights {}, scratch {}, KV cache {})",

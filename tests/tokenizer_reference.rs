@@ -1,7 +1,7 @@
 //! The tokenizer built from the GGUF gives llama.cpp's ids on every reference string.
 
 use nucleus_gguf::GgufFile;
-use nucleus_tests::{model_bytes, reference};
+use nucleus_tests::{GEMMA3, TINY_FAMILIES, gemma_bytes, model_bytes, reference, tiny_family};
 use nucleus_tokenizer::{ChatMessage, Tokenizer};
 
 fn tokenizer() -> Tokenizer {
@@ -53,4 +53,58 @@ fn chat_template_renders_the_reference_chat_prompt() {
     let rendered = tokenizer.render_chat(&[ChatMessage::user("What is 2+2?")]).unwrap();
     assert_eq!(rendered, chat.text);
     assert_eq!(tokenizer.encode(&rendered).unwrap(), chat.ids);
+}
+
+/// Gemma 3's SentencePiece vocabulary (262,144 tokens, merged by score, byte fallback, user-defined
+/// whitespace and newline tokens, BOS first): the reference ids on every string and prompt, and
+/// decoding back to the text.
+#[test]
+fn gemma_ids_match_the_reference_and_decode_back() {
+    let tokenizer = Tokenizer::from_gguf(&GgufFile::parse(gemma_bytes()).unwrap()).unwrap();
+    assert_eq!(tokenizer.model_name(), "llama");
+    assert!(tokenizer.adds_bos() && tokenizer.bos_id() == Some(2));
+    assert!(tokenizer.chat_template().is_none(), "Gemma 3 270M is a base model without a template");
+    assert_eq!(tokenizer.end_of_generation_ids(), &[1, 106]);
+    let reference = GEMMA3.reference();
+    let mut failures = Vec::new();
+    let cases = reference.tokenizer_cases.iter().map(|c| (&c.text, &c.ids));
+    for (text, expected) in cases.chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids))) {
+        let ids = tokenizer.encode(text).unwrap();
+        if &ids != expected {
+            failures.push(format!("{text:?}\n  ours:      {ids:?}\n  reference: {expected:?}"));
+        }
+        assert_eq!(&tokenizer.decode(&expected[1..]), text, "decoding {expected:?}");
+    }
+    assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+}
+
+/// The tiny families' byte-level BPE tokenizers with the `llama-bpe` (digits in threes, whole
+/// vocabulary entries before merges, BOS added by default) and `qwen2` (single digits)
+/// pre-tokenizers: the Hugging Face tokenizer's ids on every string and prompt, and their chat
+/// templates rendering the reference's chat prompt.
+#[test]
+fn tiny_families_ids_match_hugging_face() {
+    for family in TINY_FAMILIES {
+        let (bytes, reference) = tiny_family(family);
+        let tokenizer = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
+        let mut failures = Vec::new();
+        let cases = reference.tokenizer_cases.iter().map(|c| (&c.text, &c.ids));
+        for (text, expected) in cases.chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids))) {
+            let ids = tokenizer.encode(text).unwrap();
+            if &ids != expected {
+                failures.push(format!("{text:?}\n  ours:      {ids:?}\n  reference: {expected:?}"));
+            }
+        }
+        assert!(failures.is_empty(), "{family}: {} mismatches:\n{}", failures.len(), failures.join("\n"));
+        let chat = &reference.logit_cases["chat"];
+        let rendered = tokenizer.render_chat(&[ChatMessage::user("What is 2+2?")]).unwrap();
+        // Llama 3's template writes the BOS itself; encoding does not add a second.
+        assert_eq!(rendered.trim_start_matches("<|begin_of_text|>"), chat.text, "{family}");
+        assert_eq!(tokenizer.encode(&rendered).unwrap(), chat.ids, "{family}: the rendered chat's ids");
+        println!(
+            "{family}: {} strings, pre-tokenizer {}",
+            reference.tokenizer_cases.len() + 3,
+            tokenizer.pre_tokenizer_name()
+        );
+    }
 }

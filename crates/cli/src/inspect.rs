@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use nucleus_gguf::GgufFile;
-use nucleus_model::LlamaConfig;
+use nucleus_model::ModelConfig;
 use nucleus_tokenizer::Tokenizer;
 
 pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
@@ -24,7 +24,7 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
     }
 
     println!("\narchitecture");
-    match LlamaConfig::from_gguf(&file) {
+    match ModelConfig::from_gguf(&file) {
         Ok(c) => {
             let tied = file.tensor("output.weight").is_none();
             println!(
@@ -45,11 +45,10 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
                 c.rms_norm_eps,
                 if tied { "tied to the token embedding" } else { "own output.weight" }
             );
-            println!(
-                "  parameters {} ({:.1} MB as f32 on the device)",
-                c.parameter_count(tied),
-                c.parameter_count(tied) as f64 * 4.0 / 1e6
-            );
+            match nucleus_model::parameter_count(&file, &c) {
+                Ok(n) => println!("  parameters {n} ({:.1} MB as f32 on the device)", n as f64 * 4.0 / 1e6),
+                Err(e) => println!("  not loadable: {e}"),
+            }
         }
         Err(e) => println!("  not loadable: {e}"),
     }

@@ -1,7 +1,7 @@
 //! The logit lens of one step: where the answer forms. The context the step saw (the prompt and
 //! the tokens generated before it) runs once more, keeping the residual stream after every
 //! block; the final norm and the output layer applied to each row say what the model would
-//! predict if it stopped at that depth ([`nucleus_model::Llama::logit_lens`]). What the KV cache
+//! predict if it stopped at that depth ([`nucleus_model::Model::logit_lens`]). What the KV cache
 //! holds of the context is not run again, so inspecting a step of the run just made costs one
 //! token's pass.
 

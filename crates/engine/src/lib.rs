@@ -29,7 +29,7 @@ mod timing;
 mod wire;
 
 use nucleus_gguf::GgufFile;
-use nucleus_model::{DeviceLogits, KvCache, Llama, LlamaConfig, LoadProgress, Logits, MemoryLimits, MemoryPlan};
+use nucleus_model::{DeviceLogits, KvCache, LoadProgress, Logits, MemoryLimits, MemoryPlan, Model, ModelConfig};
 use nucleus_sampler::{Sampler, StopConditions, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
@@ -137,7 +137,7 @@ pub struct LoadOptions {
 
 /// A loaded model, ready to generate.
 pub struct Engine {
-    model: Llama,
+    model: Model,
     tokenizer: Tokenizer,
     cache: KvCache,
     /// The tokens whose keys and values are in `cache`, in order.
@@ -163,14 +163,16 @@ impl Engine {
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, EngineError> {
         let file = GgufFile::parse(bytes)?;
-        let config = LlamaConfig::from_gguf(&file)?;
+        let trained = ModelConfig::from_gguf(&file)?;
         let capacity = match options.context_length {
-            None => config.context_length,
-            Some(n) if (1..=config.context_length).contains(&n) => n,
+            None => trained.context_length,
+            Some(n) if (1..=trained.context_length).contains(&n) => n,
             Some(n) => {
-                return Err(EngineError::bad_option("context_length", format!("1..={}", config.context_length), n));
+                return Err(EngineError::bad_option("context_length", format!("1..={}", trained.context_length), n));
             }
         };
+        // The model runs the positions asked for: its RoPE tables and KV cache are sized by them.
+        let config = ModelConfig { context_length: capacity, ..trained };
         let tokenizer = Tokenizer::from_gguf(&file)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(EngineError::Model(nucleus_model::ModelError::Invalid(format!(
@@ -183,9 +185,9 @@ impl Engine {
         // Everything the fused path will hold, checked before anything is uploaded.
         if let (Path::Fused, Some(gpu)) = (path, device.gpu()) {
             let limits = MemoryLimits::of_device(&gpu.limits(), options.memory_budget);
-            MemoryPlan::fused(&file, &config, capacity).check(&limits)?;
+            MemoryPlan::fused(&file, &config, capacity)?.check(&limits)?;
         }
-        let model = Llama::load_parsed(&file, config, device, path, progress)?;
+        let model = Model::load_parsed(&file, config, device, path, progress)?;
         let cache = model.new_cache(capacity)?;
         let config = model.config();
         let info = ModelInfo {
@@ -196,7 +198,7 @@ impl Engine {
             architecture: config.architecture.clone(),
             vocab_size: config.vocab_size,
             context_length: capacity,
-            parameters: config.parameter_count(model.tied_output()),
+            parameters: nucleus_model::parameter_count(&file, config)? as usize,
             file_bytes: bytes.len(),
             path: path.as_str(),
             weight_bytes: model.memory().weight_bytes,
@@ -214,7 +216,7 @@ impl Engine {
         &self.tokenizer
     }
 
-    pub fn model(&self) -> &Llama {
+    pub fn model(&self) -> &Model {
         &self.model
     }
 

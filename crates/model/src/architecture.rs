@@ -1,12 +1,21 @@
 //! The architecture seam: what a block computes, apart from how a GGUF file names its tensors.
 //!
 //! Both forward paths (Burn operations and the fused kernels) run the same loop over blocks and
-//! ask the [`BlockSpec`] what each step is; the weight table ([`crate::weights`]) asks the
-//! [`Architecture`] for tensor names. A Qwen-style block (biases on Q/K/V) or a Gemma-style one
-//! (GeGLU, an embedding scale, norms after the sub-layers) adds variants here and their
-//! computation in each path, not a new loop. Today one architecture is supported: Llama.
+//! ask the [`BlockSpec`] what each step is; the weight table ([`crate::weights`]) asks it which
+//! tensors a block has. A family is one [`Architecture`] value: its GGUF name and its block's
+//! variants. Four are supported:
+//!
+//! | family | RoPE | feed-forward | Q/K/V bias | per-head Q/K norm | norms after sub-layers | embedding scale | sliding window |
+//! |---|---|---|---|---|---|---|---|
+//! | `llama` (SmolLM2, TinyLlama, Llama 3 with `rope_freqs`) | adjacent pairs | SwiGLU | no | no | no | 1 | no |
+//! | `qwen2` | halves | SwiGLU | yes | no | no | 1 | no |
+//! | `qwen3` | halves | SwiGLU | no | yes | no | 1 | no |
+//! | `gemma3` | halves | GeGLU (tanh) | no | yes | yes | √dim | 5 local blocks of 6 |
+//!
+//! A fifth family adds a value here; a variant no path computes yet adds its computation to each
+//! path (`burn_ops.rs`, and in `fused.rs` the kernel that does it) and to the CPU reference.
 
-/// What one tensor of the model is for.
+/// What one tensor of the model is for. Every family names them as llama.cpp's converter does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Role {
     TokenEmbedding,
@@ -14,93 +23,200 @@ pub enum Role {
     Query,
     Key,
     Value,
+    QueryBias,
+    KeyBias,
+    ValueBias,
+    /// Per-head RMSNorm weight of the queries (`head_dim` values), before RoPE.
+    QueryNorm,
+    /// Per-head RMSNorm weight of the keys.
+    KeyNorm,
     AttentionOutput,
+    /// RMSNorm of the attention's output before it joins the residual stream.
+    PostAttentionNorm,
     FeedForwardNorm,
     Gate,
     Up,
     Down,
+    /// RMSNorm of the feed-forward's output before it joins the residual stream.
+    PostFeedForwardNorm,
     OutputNorm,
     /// The output layer (absent when the model ties it to the token embedding).
     Output,
+    /// Llama 3's RoPE frequency factors (`head_dim / 2` values dividing each pair's frequency).
+    RopeFrequencies,
 }
 
-/// The normalisation before each sub-layer.
+impl Role {
+    /// The GGUF name of the tensor with this role (in block `block` for the per-block roles).
+    pub fn tensor_name(self, block: usize) -> String {
+        let per_block = |name: &str| format!("blk.{block}.{name}");
+        match self {
+            Role::TokenEmbedding => "token_embd.weight".into(),
+            Role::AttentionNorm => per_block("attn_norm.weight"),
+            Role::Query => per_block("attn_q.weight"),
+            Role::Key => per_block("attn_k.weight"),
+            Role::Value => per_block("attn_v.weight"),
+            Role::QueryBias => per_block("attn_q.bias"),
+            Role::KeyBias => per_block("attn_k.bias"),
+            Role::ValueBias => per_block("attn_v.bias"),
+            Role::QueryNorm => per_block("attn_q_norm.weight"),
+            Role::KeyNorm => per_block("attn_k_norm.weight"),
+            Role::AttentionOutput => per_block("attn_output.weight"),
+            Role::PostAttentionNorm => per_block("post_attention_norm.weight"),
+            Role::FeedForwardNorm => per_block("ffn_norm.weight"),
+            Role::Gate => per_block("ffn_gate.weight"),
+            Role::Up => per_block("ffn_up.weight"),
+            Role::Down => per_block("ffn_down.weight"),
+            Role::PostFeedForwardNorm => per_block("post_ffw_norm.weight"),
+            Role::OutputNorm => "output_norm.weight".into(),
+            Role::Output => "output.weight".into(),
+            Role::RopeFrequencies => "rope_freqs.weight".into(),
+        }
+    }
+}
+
+/// The normalisation before each sub-layer (and, with [`BlockSpec::post_norms`], after it).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Norm {
-    /// `x / sqrt(mean(x²) + eps) · γ`.
+    /// `x / sqrt(mean(x²) + eps) · γ` (Gemma's files store its `1 + w` as γ).
     Rms,
 }
 
-/// How queries and keys are rotated.
+/// How queries and keys are rotated: which two values of a head form a pair.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Rope {
-    /// Adjacent pairs `(x[2i], x[2i+1])` rotated by `position · base^(−2i/head_dim)` (GGUF stores
-    /// Llama's Q and K permuted for this).
+    /// Adjacent pairs `(x[2i], x[2i+1])` (GGUF stores Llama's Q and K permuted for this).
     AdjacentPairs,
+    /// The two halves: `(x[i], x[i + head_dim/2])` (GPT-NeoX's layout: Qwen, Gemma).
+    Halves,
 }
 
-/// The feed-forward sub-layer.
+impl Rope {
+    /// The head dimensions of pair `i` (`i < head_dim / 2`), rotated by the angle of frequency `i`.
+    pub fn pair(self, i: usize, head_dim: usize) -> (usize, usize) {
+        match self {
+            Rope::AdjacentPairs => (2 * i, 2 * i + 1),
+            Rope::Halves => (i, i + head_dim / 2),
+        }
+    }
+}
+
+/// The feed-forward sub-layer: `down(act(gate(h)) · up(h))`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FeedForward {
-    /// `down(silu(gate(h)) · up(h))`.
+    /// `act = silu`.
     SwiGlu,
+    /// `act = gelu` in its tanh form, `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`.
+    GeGluTanh,
 }
 
-/// What a block computes: pre-norm attention with RoPE and grouped-query heads, then a pre-norm
-/// feed-forward, each added to the residual stream.
+/// What a block computes: attention with RoPE and grouped-query heads, then a feed-forward, each
+/// after an RMSNorm and added to the residual stream; the flags add what some families have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BlockSpec {
     pub norm: Norm,
     pub rope: Rope,
     pub feed_forward: FeedForward,
+    /// Biases on the query, key and value projections (added before RoPE).
+    pub qkv_bias: bool,
+    /// A per-head RMSNorm of queries and keys, after the bias and before RoPE.
+    pub qk_norm: bool,
+    /// An RMSNorm of each sub-layer's output before it is added to the residual stream.
+    pub post_norms: bool,
 }
 
-/// A family of models: its GGUF architecture name, its block, and its tensor names.
-#[derive(Debug)]
+/// Local attention on most blocks: a block is global when `(block + 1) % period == 0`, local
+/// otherwise; a local block's query at position `p` sees the keys `p − window + 1 ..= p` (the
+/// window from `{arch}.attention.sliding_window`), rotated with RoPE base `local_rope_base`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlidingWindow {
+    pub period: usize,
+    pub local_rope_base: f64,
+}
+
+/// A family of models: its GGUF architecture name and its block.
+#[derive(Debug, PartialEq)]
 pub struct Architecture {
     /// `general.architecture`, also the prefix of its metadata keys.
     pub name: &'static str,
     pub block: BlockSpec,
-    /// The GGUF name of the tensor with `role` (in block `block` for the per-block roles).
-    tensor_name: fn(Role, usize) -> String,
+    /// The token embedding is multiplied by `√embedding_length`.
+    pub scale_embedding: bool,
+    pub sliding_window: Option<SlidingWindow>,
 }
 
-impl Architecture {
-    /// The GGUF name of the tensor with `role`; `block` is ignored for whole-model roles.
-    pub fn tensor_name(&self, role: Role, block: usize) -> String {
-        (self.tensor_name)(role, block)
-    }
-}
-
-/// Llama and the models that share its layout (SmolLM, TinyLlama, Mistral-style GQA).
-pub static LLAMA: Architecture = Architecture {
-    name: "llama",
-    block: BlockSpec { norm: Norm::Rms, rope: Rope::AdjacentPairs, feed_forward: FeedForward::SwiGlu },
-    tensor_name: llama_tensor_name,
+const LLAMA_BLOCK: BlockSpec = BlockSpec {
+    norm: Norm::Rms,
+    rope: Rope::AdjacentPairs,
+    feed_forward: FeedForward::SwiGlu,
+    qkv_bias: false,
+    qk_norm: false,
+    post_norms: false,
 };
 
-fn llama_tensor_name(role: Role, block: usize) -> String {
-    let per_block = |name: &str| format!("blk.{block}.{name}.weight");
-    match role {
-        Role::TokenEmbedding => "token_embd.weight".into(),
-        Role::AttentionNorm => per_block("attn_norm"),
-        Role::Query => per_block("attn_q"),
-        Role::Key => per_block("attn_k"),
-        Role::Value => per_block("attn_v"),
-        Role::AttentionOutput => per_block("attn_output"),
-        Role::FeedForwardNorm => per_block("ffn_norm"),
-        Role::Gate => per_block("ffn_gate"),
-        Role::Up => per_block("ffn_up"),
-        Role::Down => per_block("ffn_down"),
-        Role::OutputNorm => "output_norm.weight".into(),
-        Role::Output => "output.weight".into(),
-    }
-}
+/// Llama and the models that share its layout (SmolLM, TinyLlama, Mistral-style GQA, Llama 3 with
+/// its `rope_freqs` factors).
+pub static LLAMA: Architecture =
+    Architecture { name: "llama", block: LLAMA_BLOCK, scale_embedding: false, sliding_window: None };
+
+/// Qwen2 and Qwen2.5: Llama's block with biases on Q, K and V, RoPE on halves.
+pub static QWEN2: Architecture = Architecture {
+    name: "qwen2",
+    block: BlockSpec { rope: Rope::Halves, qkv_bias: true, ..LLAMA_BLOCK },
+    scale_embedding: false,
+    sliding_window: None,
+};
+
+/// Qwen3: per-head RMSNorm of queries and keys, RoPE on halves, heads wider than `dim / heads`.
+pub static QWEN3: Architecture = Architecture {
+    name: "qwen3",
+    block: BlockSpec { rope: Rope::Halves, qk_norm: true, ..LLAMA_BLOCK },
+    scale_embedding: false,
+    sliding_window: None,
+};
+
+/// Gemma 3: GeGLU, per-head Q/K norms, norms after each sub-layer, a scaled embedding, and five
+/// local (sliding-window) blocks for each global one.
+pub static GEMMA3: Architecture = Architecture {
+    name: "gemma3",
+    block: BlockSpec {
+        norm: Norm::Rms,
+        rope: Rope::Halves,
+        feed_forward: FeedForward::GeGluTanh,
+        qkv_bias: false,
+        qk_norm: true,
+        post_norms: true,
+    },
+    scale_embedding: true,
+    // llama.cpp's `hparams.set_swa_pattern(6)` and `rope_freq_base_train_swa = 10000` for Gemma 3.
+    sliding_window: Some(SlidingWindow { period: 6, local_rope_base: 10_000.0 }),
+};
 
 /// Every supported architecture.
-pub static ARCHITECTURES: &[&Architecture] = &[&LLAMA];
+pub static ARCHITECTURES: &[&Architecture] = &[&LLAMA, &QWEN2, &QWEN3, &GEMMA3];
 
 /// The architecture called `name` (`general.architecture`), if supported.
 pub fn by_name(name: &str) -> Option<&'static Architecture> {
     ARCHITECTURES.iter().copied().find(|a| a.name == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rope_pairs_are_adjacent_or_halves() {
+        assert_eq!(Rope::AdjacentPairs.pair(3, 64), (6, 7));
+        assert_eq!(Rope::Halves.pair(3, 64), (3, 35));
+    }
+
+    #[test]
+    fn every_family_is_found_by_its_gguf_name() {
+        for name in ["llama", "qwen2", "qwen3", "gemma3"] {
+            assert_eq!(by_name(name).unwrap().name, name);
+        }
+        assert!(by_name("phi3").is_none());
+        assert_eq!(Role::QueryNorm.tensor_name(4), "blk.4.attn_q_norm.weight");
+        assert_eq!(Role::KeyBias.tensor_name(0), "blk.0.attn_k.bias");
+    }
 }

@@ -1,30 +1,37 @@
 //! The forward pass in our own WGSL kernels over the quantized weights, on Burn's wgpu device.
 //!
 //! The weights stay in their GGUF blocks, each uploaded once into a buffer of its own
-//! ([`upload_format`] says in which form). Everything else is built once: the activations (sized for [`MAX_ROWS`]
-//! rows), the bind groups and parameters of every kernel of every block (those that touch the KV
-//! cache once per cache, and again when it grows), the decode tail. A pass of up to `MAX_ROWS`
-//! tokens is one command buffer: the step parameters and token ids in one queue write, then
-//! `embed`, six dispatches per block, `lm_head` (only for the rows whose logits are asked for),
-//! and, when the caller reads, the decode tail and the copy of its result, submitted together.
-//! Longer prompts run in passes of `MAX_ROWS` rows.
+//! ([`upload_format`] says in which form); a vocabulary-sized matrix larger than one storage
+//! binding (Gemma 3's embedding on a 128 MiB device) in several, of consecutive rows, each with
+//! its own `embed` and `lm_head` dispatch. A block's small attention vectors (the input norm's γ,
+//! the per-head Q/K norms, the Q/K/V biases) are packed into one buffer, so `attn_qkv` binds no
+//! more than the eight storage buffers every WebGPU device allows. Everything else is built once:
+//! the activations (sized for [`MAX_ROWS`] rows), the bind groups and parameters of every kernel
+//! of every block (those that touch the KV cache once per cache, and again when it grows), the
+//! decode tail. A pass of up to `MAX_ROWS` tokens is one command buffer: the step parameters and
+//! token ids in one queue write, then `embed`, six dispatches per block (eight with norms after
+//! the sub-layers), `lm_head` (only for the rows whose logits are asked for), and, when the
+//! caller reads, the decode tail and the copy of its result, submitted together. Longer prompts
+//! run in passes of `MAX_ROWS` rows.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::backend::wgpu::wgpu;
 use nucleus_gguf::{GgufFile, TensorInfo};
 use nucleus_kernels::layer::{
-    self, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams, FfnBuffers, FfnParams, LmHeadBuffers,
-    LmHeadParams, MatvecParams, StepShape,
+    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams,
+    FfnBuffers, FfnParams, LmHeadBuffers, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailRequest, TailSizes};
 use nucleus_kernels::{
     BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
 };
 
-use crate::architecture::{Architecture, FeedForward, Norm, Rope};
+use crate::architecture::{FeedForward, Norm, Role, Rope};
+use crate::memory::PlannedBuffer;
+use crate::rope::RopeTables;
 use crate::weights::{self, ModelWeights};
-use crate::{LlamaConfig, LoadProgress, Logits, ModelError};
+use crate::{LoadProgress, Logits, ModelConfig, ModelError};
 
 /// Most rows (tokens) one pass runs; a longer prompt runs in several passes.
 pub const MAX_ROWS: usize = 128;
@@ -36,30 +43,137 @@ const INITIAL_CACHE_POSITIONS: usize = 256;
 /// Records of `attention.wgsl` the partials buffer holds (rows · heads · chunks).
 const ATTENTION_RECORD_BUDGET: usize = 4096;
 
-/// A weight on the GPU: its bytes, and how to read them.
-struct GpuWeight {
+/// Consecutive rows of a weight in one buffer.
+struct WeightPart {
     buffer: GpuBuffer,
+    /// The bytes, not the padding: a binding's size is what the kernels may read.
     view: BufferView,
+    first_row: u32,
+    rows: u32,
+}
+
+/// A weight on the GPU: its bytes in one part (or, for a vocabulary-sized matrix larger than a
+/// binding, several), and how to read them.
+struct GpuWeight {
+    parts: Vec<WeightPart>,
     format: WeightFormat,
 }
 
 impl GpuWeight {
+    /// The binding of a weight held whole.
     fn view(&self) -> &BufferView {
-        &self.view
+        debug_assert_eq!(self.parts.len(), 1, "only the vocabulary matrices are held in parts");
+        &self.parts[0].view
+    }
+
+    fn bytes(&self) -> u64 {
+        self.parts.iter().map(|p| p.buffer.size()).sum()
     }
 }
 
+/// A tensor as the fused path holds it: in a buffer of its own, or packed into its block's
+/// attention vectors.
+enum Loaded {
+    Gpu(GpuWeight),
+    Packed,
+}
+
+impl Loaded {
+    fn gpu(self) -> GpuWeight {
+        match self {
+            Loaded::Gpu(weight) => weight,
+            Loaded::Packed => unreachable!("packed tensors are read through their block's attention vectors"),
+        }
+    }
+}
+
+/// The tensors `attn_qkv` reads as its attention vectors (one buffer per block), not on their own.
+fn packed(role: Role) -> bool {
+    matches!(
+        role,
+        Role::AttentionNorm | Role::QueryBias | Role::KeyBias | Role::ValueBias | Role::QueryNorm | Role::KeyNorm
+    )
+}
+
+/// A block's attention vectors: `[γ (dim) | query norm, key norm (head_dim each) | biases of
+/// q, k, v]`, the optional parts present when the family has them, padded to whole vec4s; and
+/// the offsets `attn_qkv` reads them at ([`layer::NONE`] when absent).
+struct AttentionVectors {
+    values: Vec<f32>,
+    qk_norm_at: u32,
+    bias_at: u32,
+}
+
+impl AttentionVectors {
+    fn read(file: &GgufFile, config: &ModelConfig, block: usize) -> Result<Self, ModelError> {
+        let spec = config.architecture().block;
+        let read = |role: Role| file.dequantize(&role.tensor_name(block));
+        let mut values = read(Role::AttentionNorm)?;
+        let mut qk_norm_at = layer::NONE;
+        let mut bias_at = layer::NONE;
+        if spec.qk_norm {
+            qk_norm_at = values.len() as u32;
+            values.extend(read(Role::QueryNorm)?);
+            values.extend(read(Role::KeyNorm)?);
+        }
+        if spec.qkv_bias {
+            bias_at = values.len() as u32;
+            for role in [Role::QueryBias, Role::KeyBias, Role::ValueBias] {
+                values.extend(read(role)?);
+            }
+        }
+        values.resize(values.len().next_multiple_of(4), 0.0);
+        Ok(Self { values, qk_norm_at, bias_at })
+    }
+
+    /// Bytes of the buffer, from the configuration alone (the memory plan's).
+    fn bytes(config: &ModelConfig) -> u64 {
+        let spec = config.architecture().block;
+        let mut len = config.embedding_length;
+        if spec.qk_norm {
+            len += 2 * config.head_dim;
+        }
+        if spec.qkv_bias {
+            len += config.q_dim() + 2 * config.kv_dim();
+        }
+        len.next_multiple_of(4) as u64 * 4
+    }
+}
+
+/// The weights of one block as the kernels bind them.
+struct BlockWeights {
+    attention_vectors: GpuBuffer,
+    qk_norm_at: u32,
+    bias_at: u32,
+    query: GpuWeight,
+    key: GpuWeight,
+    value: GpuWeight,
+    attention_output: GpuWeight,
+    post_attention_norm: Option<GpuWeight>,
+    feed_forward_norm: GpuWeight,
+    gate: GpuWeight,
+    up: GpuWeight,
+    down: GpuWeight,
+    post_feed_forward_norm: Option<GpuWeight>,
+}
+
 /// The model on the GPU; shared by its caches and its pending logits.
-pub(crate) struct FusedLlama {
+pub(crate) struct FusedModel {
     shared: Arc<Shared>,
 }
 
 struct Shared {
     gpu: Gpu,
-    config: LlamaConfig,
-    weights: ModelWeights<GpuWeight>,
-    /// `[context, hd/2]` pairs (cos, sin), computed in f64.
-    rope: GpuBuffer,
+    config: ModelConfig,
+    // Held for the bind groups that read them.
+    _token_embedding: GpuWeight,
+    blocks: Vec<BlockWeights>,
+    _output_norm: GpuWeight,
+    /// `None` when the output layer is the token embedding.
+    _output: Option<GpuWeight>,
+    /// `[context, hd/2]` pairs (cos, sin), one table per RoPE base, computed in f64.
+    rope: Vec<GpuBuffer>,
+    rope_of_block: Vec<usize>,
     /// The step uniform at offset 0 and the token ids at `ids_offset`: one write per pass.
     step: GpuBuffer,
     ids_offset: u64,
@@ -68,12 +182,15 @@ struct Shared {
     q: GpuBuffer,
     _attention_out: GpuBuffer,
     _hidden: GpuBuffer,
+    /// A sub-layer's output before its norm (families with norms after the sub-layers).
+    _sublayer_out: Option<GpuBuffer>,
     partials: GpuBuffer,
     logits: GpuBuffer,
-    /// Kernels that do not touch the KV cache, bound once.
-    embed: Bound,
-    blocks: Vec<BlockKernels>,
-    lm_head: Bound,
+    /// Kernels that do not touch the KV cache, bound once; `embed` and `lm_head` once per part
+    /// of their matrix.
+    embed: Vec<Bound>,
+    blocks_bound: Vec<BlockKernels>,
+    lm_head: Vec<Bound>,
     state: Mutex<State>,
     weight_bytes: u64,
 }
@@ -82,8 +199,12 @@ struct Shared {
 struct BlockKernels {
     combine: Bound,
     attention_output: Bound,
+    /// `norm_residual` of the attention's output (families with norms after the sub-layers).
+    post_attention: Option<Bound>,
     gate_up: Bound,
     down: Bound,
+    /// `norm_residual` of the feed-forward's output.
+    post_feed_forward: Option<Bound>,
 }
 
 struct State {
@@ -97,15 +218,16 @@ struct State {
     staging: Option<GpuBuffer>,
 }
 
-/// Bytes of the fused path's scratch buffers for a configuration: what [`FusedLlama::load`]
-/// allocates, and what [`crate::MemoryPlan`] counts.
+/// Bytes of the fused path's scratch buffers for a configuration (besides the RoPE tables, which
+/// grow with the context like the cache): what [`FusedModel::load`] allocates, and what
+/// [`crate::MemoryPlan`] counts.
 pub(crate) struct ScratchSizes {
-    rope: u64,
     step: u64,
     x: u64,
     q: u64,
     attention_out: u64,
     hidden: u64,
+    sublayer_out: u64,
     partials: u64,
     logits: u64,
     readback: u64,
@@ -113,18 +235,18 @@ pub(crate) struct ScratchSizes {
 }
 
 impl ScratchSizes {
-    pub(crate) fn new(c: &LlamaConfig) -> Self {
+    pub(crate) fn new(c: &ModelConfig) -> Self {
         let f32s = |n: usize| n as u64 * 4;
         let (d, hd) = (c.embedding_length, c.head_dim);
         let records = ATTENTION_RECORD_BUDGET.max(MAX_ROWS * c.head_count);
         Self {
-            rope: f32s(c.context_length * (c.rope_dims / 2) * 2),
             // The parameters at an offset of at most 256 bytes (WebGPU's largest alignment), then the ids.
             step: 256 + f32s(MAX_ROWS),
             x: f32s(MAX_ROWS * d),
-            q: f32s(MAX_ROWS * c.head_count * hd),
-            attention_out: f32s(MAX_ROWS * c.head_count * hd),
+            q: f32s(MAX_ROWS * c.q_dim()),
+            attention_out: f32s(MAX_ROWS * c.q_dim()),
             hidden: f32s(MAX_ROWS * c.feed_forward_length),
+            sublayer_out: if c.architecture().block.post_norms { f32s(MAX_ROWS * d) } else { 0 },
             partials: f32s(records * layer::attention_record_len(hd as u32) as usize),
             logits: f32s(MAX_LOGIT_ROWS * c.vocab_size),
             // A whole read of the logits (explain, returnLogits, beams) lands here.
@@ -135,48 +257,142 @@ impl ScratchSizes {
 
     pub(crate) fn named(&self) -> impl Iterator<Item = (&'static str, u64)> {
         [
-            ("the rope table", self.rope),
             ("the step parameters", self.step),
             ("the activations (x)", self.x),
             ("the queries", self.q),
             ("the attention output", self.attention_out),
             ("the activations (hidden)", self.hidden),
+            ("the sub-layer output", self.sublayer_out),
             ("the attention records", self.partials),
             ("the logits", self.logits),
             ("the logits readback", self.readback),
         ]
         .into_iter()
+        .filter(|&(_, bytes)| bytes > 0)
         .chain(self.tail.named())
     }
 }
 
-impl FusedLlama {
+/// Every weight buffer the fused path uploads for `file`, in the order it uploads them: each
+/// tensor in its [`upload_format`] (a vocabulary-sized one marked as divisible into rows), and
+/// per block its attention vectors. What the memory plan counts; the load checks the same list.
+pub(crate) fn planned_weights(file: &GgufFile, config: &ModelConfig) -> Result<Vec<PlannedBuffer>, ModelError> {
+    let mut planned = Vec::new();
+    for (role, block, info) in weights::tensors(file, config)? {
+        if role == Role::AttentionNorm {
+            planned.push(PlannedBuffer {
+                what: format!("the attention vectors of block {block}"),
+                bytes: AttentionVectors::bytes(config),
+                row_bytes: None,
+            });
+        }
+        if packed(role) {
+            continue;
+        }
+        let (format, as_stored) = upload_format(info)?;
+        let (rows, cols) = info.matrix_shape();
+        if !format.fits_row(cols as u64) {
+            return Err(ModelError::Unsupported(format!("tensor '{}': rows of {cols} {format} values", info.name)));
+        }
+        let row_bytes = if as_stored { format.row_bytes(cols as u64) } else { cols as u64 * 4 };
+        let vocabulary = matches!(role, Role::TokenEmbedding | Role::Output);
+        planned.push(PlannedBuffer {
+            what: format!("tensor '{}'", info.name),
+            bytes: (rows as u64 * row_bytes).next_multiple_of(4),
+            row_bytes: vocabulary.then_some(row_bytes),
+        });
+    }
+    Ok(planned)
+}
+
+impl FusedModel {
     pub(crate) fn load(
         file: &GgufFile,
-        config: &LlamaConfig,
-        architecture: &'static Architecture,
+        config: &ModelConfig,
         gpu: &Gpu,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, ModelError> {
-        let spec = architecture.block;
+        let spec = config.architecture().block;
         // The kernels implement exactly these; a new variant must be implemented here first.
-        let (Norm::Rms, Rope::AdjacentPairs, FeedForward::SwiGlu) = (spec.norm, spec.rope, spec.feed_forward);
+        let (Norm::Rms, Rope::AdjacentPairs | Rope::Halves, FeedForward::SwiGlu | FeedForward::GeGluTanh) =
+            (spec.norm, spec.rope, spec.feed_forward);
         check_dims(config)?;
-        let limit = gpu.limits().max_storage_buffer_binding_size;
-        let weights = weights::load(file, architecture, config, progress, |info| upload(file, info, gpu, limit))?;
-        let weight_bytes = all_weights(&weights).map(|w| w.buffer.size()).sum();
+        // Every tensor's type and shape, before anything is uploaded.
+        planned_weights(file, config)?;
+        let limits = gpu.limits();
+        let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
+        let weights = weights::load(file, config, progress, |role, info| {
+            if packed(role) { Ok(Loaded::Packed) } else { upload(file, role, info, gpu, limit).map(Loaded::Gpu) }
+        })?;
+        let ModelWeights { token_embedding, blocks, output_norm, output } = weights;
+        let blocks = blocks
+            .into_iter()
+            .enumerate()
+            .map(|(index, b)| {
+                let vectors = AttentionVectors::read(file, config, index)?;
+                Ok(BlockWeights {
+                    attention_vectors: gpu.upload("attention vectors", bytemuck::cast_slice(&vectors.values)),
+                    qk_norm_at: vectors.qk_norm_at,
+                    bias_at: vectors.bias_at,
+                    query: b.query.gpu(),
+                    key: b.key.gpu(),
+                    value: b.value.gpu(),
+                    attention_output: b.attention_output.gpu(),
+                    post_attention_norm: b.post_attention_norm.map(Loaded::gpu),
+                    feed_forward_norm: b.feed_forward_norm.gpu(),
+                    gate: b.gate.gpu(),
+                    up: b.up.gpu(),
+                    down: b.down.gpu(),
+                    post_feed_forward_norm: b.post_feed_forward_norm.map(Loaded::gpu),
+                })
+            })
+            .collect::<Result<Vec<_>, ModelError>>()?;
+        let (token_embedding, output_norm, output) =
+            (token_embedding.gpu(), output_norm.gpu(), output.map(Loaded::gpu));
+        let weight_bytes = token_embedding.bytes()
+            + output_norm.bytes()
+            + output.as_ref().map_or(0, GpuWeight::bytes)
+            + blocks
+                .iter()
+                .map(|b| {
+                    let optional = [&b.post_attention_norm, &b.post_feed_forward_norm];
+                    b.attention_vectors.size()
+                        + [
+                            &b.query,
+                            &b.key,
+                            &b.value,
+                            &b.attention_output,
+                            &b.feed_forward_norm,
+                            &b.gate,
+                            &b.up,
+                            &b.down,
+                        ]
+                        .iter()
+                        .map(|w| w.bytes())
+                        .sum::<u64>()
+                        + optional.iter().filter_map(|w| w.as_ref()).map(GpuWeight::bytes).sum::<u64>()
+                })
+                .sum::<u64>();
 
         let c = config;
-        let (d, hd) = (c.embedding_length, c.head_dim);
+        let d = c.embedding_length;
         let sizes = ScratchSizes::new(c);
-        let rope_pairs: Vec<f32> = crate::rope_angles(c).into_iter().flat_map(|(cos, sin)| [cos, sin]).collect();
-        debug_assert_eq!(rope_pairs.len() as u64 * 4, sizes.rope);
-        let rope = gpu.storage("rope", sizes.rope);
-        gpu.write(rope.buffer(), 0, bytemuck::cast_slice(&rope_pairs));
-
-        let alignment = u64::from(
-            gpu.limits().min_storage_buffer_offset_alignment.max(gpu.limits().min_uniform_buffer_offset_alignment),
+        let tables = RopeTables::new(file, c)?;
+        let rope: Vec<GpuBuffer> = tables
+            .tables
+            .iter()
+            .map(|table| {
+                let pairs: Vec<f32> = table.iter().flat_map(|&(cos, sin)| [cos, sin]).collect();
+                gpu.upload("rope", bytemuck::cast_slice(&pairs))
+            })
+            .collect();
+        debug_assert_eq!(
+            rope.iter().map(GpuBuffer::size).sum::<u64>(),
+            (RopeTables::count(c) * c.context_length) as u64 * RopeTables::position_bytes(c)
         );
+
+        let alignment =
+            u64::from(limits.min_storage_buffer_offset_alignment.max(limits.min_uniform_buffer_offset_alignment));
         let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
         let ids_offset = step_bytes.next_multiple_of(alignment);
         use wgpu::BufferUsages as U;
@@ -185,6 +401,7 @@ impl FusedLlama {
         let q = gpu.storage("q", sizes.q);
         let attention_out = gpu.storage("attention out", sizes.attention_out);
         let hidden = gpu.storage("hidden", sizes.hidden);
+        let sublayer_out = spec.post_norms.then(|| gpu.storage("sub-layer out", sizes.sublayer_out));
         let partials = gpu.storage("attention partials", sizes.partials);
         let logits = gpu.storage("logits", sizes.logits);
         let readback = gpu.buffer("logits readback", sizes.readback, U::MAP_READ | U::COPY_DST);
@@ -199,24 +416,42 @@ impl FusedLlama {
         let step_view = step.range(0, step_bytes);
         let ids_view = step.range(ids_offset, MAX_ROWS as u64 * 4);
         let u = |n: usize| n as u32;
-        let embed = layer::embed(
-            gpu,
-            weights.token_embedding.format,
-            EmbedParams { dim: u(d), ..Default::default() },
-            &step_view,
-            &ids_view,
-            weights.token_embedding.view(),
-            &x.view(),
-        )?;
-        let attention_params = attention_params(c);
-        let blocks = weights
-            .blocks
+        let embed = token_embedding
+            .parts
             .iter()
-            .map(|b| {
+            .map(|part| {
+                let params =
+                    EmbedParams { dim: u(d), scale: c.embedding_scale(), first: part.first_row, count: part.rows };
+                layer::embed(gpu, token_embedding.format, params, &step_view, &ids_view, &part.view, &x.view())
+            })
+            .collect::<Result<Vec<_>, KernelError>>()?;
+        let eps = c.rms_norm_eps as f32;
+        // With norms after the sub-layers, a projection writes the sub-layer's output and
+        // `norm_residual` adds it; without, the projection adds itself to the residual stream.
+        let (projection_out, accumulate) = match &sublayer_out {
+            Some(out) => (out.view(), 0),
+            None => (x.view(), 1),
+        };
+        let post_norm = |norm: &Option<GpuWeight>| {
+            norm.as_ref()
+                .map(|norm| {
+                    let params = NormResidualParams { dim: u(d), eps, ..Default::default() };
+                    layer::norm_residual(gpu, params, &step_view, &projection_out, norm.view(), &x.view())
+                })
+                .transpose()
+        };
+        let activation = match spec.feed_forward {
+            FeedForward::SwiGlu => ACTIVATION_SILU,
+            FeedForward::GeGluTanh => ACTIVATION_GELU_TANH,
+        };
+        let blocks_bound = blocks
+            .iter()
+            .enumerate()
+            .map(|(index, b)| {
                 Ok(BlockKernels {
                     combine: layer::attention_combine(
                         gpu,
-                        attention_params,
+                        attention_params(c, index),
                         &step_view,
                         &partials.view(),
                         &attention_out.view(),
@@ -224,21 +459,17 @@ impl FusedLlama {
                     attention_output: layer::matvec_residual(
                         gpu,
                         b.attention_output.format,
-                        MatvecParams { inputs: u(c.head_count * hd), outputs: u(d), ..Default::default() },
+                        MatvecParams { inputs: u(c.q_dim()), outputs: u(d), accumulate, ..Default::default() },
                         &step_view,
                         &attention_out.view(),
                         b.attention_output.view(),
-                        &x.view(),
+                        &projection_out,
                     )?,
+                    post_attention: post_norm(&b.post_attention_norm)?,
                     gate_up: layer::ffn_gate_up(
                         gpu,
                         [b.gate.format, b.up.format],
-                        FfnParams {
-                            dim: u(d),
-                            hidden: u(c.feed_forward_length),
-                            eps: c.rms_norm_eps as f32,
-                            ..Default::default()
-                        },
+                        FfnParams { dim: u(d), hidden: u(c.feed_forward_length), eps, activation },
                         FfnBuffers {
                             step: &step_view,
                             x: &x.view(),
@@ -251,44 +482,66 @@ impl FusedLlama {
                     down: layer::matvec_residual(
                         gpu,
                         b.down.format,
-                        MatvecParams { inputs: u(c.feed_forward_length), outputs: u(d), ..Default::default() },
+                        MatvecParams {
+                            inputs: u(c.feed_forward_length),
+                            outputs: u(d),
+                            accumulate,
+                            ..Default::default()
+                        },
                         &step_view,
                         &hidden.view(),
                         b.down.view(),
-                        &x.view(),
+                        &projection_out,
                     )?,
+                    post_feed_forward: post_norm(&b.post_feed_forward_norm)?,
                 })
             })
             .collect::<Result<Vec<_>, KernelError>>()?;
-        let lm_head = layer::lm_head(
-            gpu,
-            weights.output().format,
-            LmHeadParams { dim: u(d), vocab: u(c.vocab_size), eps: c.rms_norm_eps as f32, ..Default::default() },
-            LmHeadBuffers {
-                step: &step_view,
-                x: &x.view(),
-                norm: weights.output_norm.view(),
-                w: weights.output().view(),
-                logits: &logits.view(),
-            },
-        )?;
+        let output_layer = output.as_ref().unwrap_or(&token_embedding);
+        let lm_head = output_layer
+            .parts
+            .iter()
+            .map(|part| {
+                let params = LmHeadParams {
+                    dim: u(d),
+                    vocab: u(c.vocab_size),
+                    eps,
+                    first: part.first_row,
+                    count: part.rows,
+                    ..Default::default()
+                };
+                let buffers = LmHeadBuffers {
+                    step: &step_view,
+                    x: &x.view(),
+                    norm: output_norm.view(),
+                    w: &part.view,
+                    logits: &logits.view(),
+                };
+                layer::lm_head(gpu, output_layer.format, params, buffers)
+            })
+            .collect::<Result<Vec<_>, KernelError>>()?;
         let tail = TailKernels::new(gpu, &logits.range(0, c.vocab_size as u64 * 4), c.vocab_size)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 gpu: gpu.clone(),
                 config: config.clone(),
-                weights,
+                _token_embedding: token_embedding,
+                blocks,
+                _output_norm: output_norm,
+                _output: output,
                 rope,
+                rope_of_block: tables.block_table,
                 step,
                 ids_offset,
                 x,
                 q,
                 _attention_out: attention_out,
                 _hidden: hidden,
+                _sublayer_out: sublayer_out,
                 partials,
                 logits,
                 embed,
-                blocks,
+                blocks_bound,
                 lm_head,
                 state: Mutex::new(State { tail, pending: None, passes: 0, staging: Some(readback) }),
                 weight_bytes,
@@ -324,8 +577,8 @@ impl FusedLlama {
     /// The logit lens of the last of `tokens` (run as [`Self::forward`] runs them, in the same
     /// command buffer): its residual stream after every block, `[blocks][embedding]`, and the
     /// output norm and layer applied to each, `[blocks][vocab]`. After each block a copy keeps
-    /// the last row of `x`; after the last, each kept row goes back into that row for one
-    /// `lm_head` dispatch, whose logits are copied out. The last leaves `x` and the logits as a
+    /// the last row of `x`; after the last, each kept row goes back into that row for the
+    /// `lm_head` dispatches, whose logits are copied out. The last leaves `x` and the logits as a
     /// plain pass would. Reads `blocks · (embedding + vocab) · 4` bytes (6 MB for SmolLM2-135M).
     pub(crate) async fn logit_lens(
         &self,
@@ -394,18 +647,26 @@ impl FusedLlama {
             bytes[shared.ids_offset as usize..].copy_from_slice(bytemuck::cast_slice(chunk));
             shared.gpu.write(shared.step.buffer(), 0, &bytes);
 
-            shared.embed.record(&mut recorder, &shape);
+            for part in &shared.embed {
+                part.record(&mut recorder, &shape);
+            }
             // The last row of `x` (the lens's position) and a row's bytes.
             let row_bytes = (shared.config.embedding_length * 4) as u64;
             let last_row = (chunk.len() as u64 - 1) * row_bytes;
             let lens = lens.filter(|_| last);
-            for (block, (kernels, cached)) in shared.blocks.iter().zip(&cache.blocks).enumerate() {
+            for (block, (kernels, cached)) in shared.blocks_bound.iter().zip(&cache.blocks).enumerate() {
                 cached.qkv.record(&mut recorder, &shape);
                 cached.attention.record(&mut recorder, &shape);
                 kernels.combine.record(&mut recorder, &shape);
                 kernels.attention_output.record(&mut recorder, &shape);
+                if let Some(post) = &kernels.post_attention {
+                    post.record(&mut recorder, &shape);
+                }
                 kernels.gate_up.record(&mut recorder, &shape);
                 kernels.down.record(&mut recorder, &shape);
+                if let Some(post) = &kernels.post_feed_forward {
+                    post.record(&mut recorder, &shape);
+                }
                 if let Some(lens) = lens {
                     let to = block as u64 * row_bytes;
                     recorder.copy(shared.x.buffer(), last_row, lens.hidden.buffer(), to, row_bytes);
@@ -413,9 +674,11 @@ impl FusedLlama {
             }
             if let Some(lens) = lens {
                 let vocab_bytes = (shared.config.vocab_size * 4) as u64;
-                for block in 0..shared.blocks.len() as u64 {
+                for block in 0..shared.blocks_bound.len() as u64 {
                     recorder.copy(lens.hidden.buffer(), block * row_bytes, shared.x.buffer(), last_row, row_bytes);
-                    shared.lm_head.record(&mut recorder, &shape);
+                    for part in &shared.lm_head {
+                        part.record(&mut recorder, &shape);
+                    }
                     recorder.copy(
                         shared.logits.buffer(),
                         0,
@@ -429,7 +692,9 @@ impl FusedLlama {
             }
             if last {
                 if lens.is_none() {
-                    shared.lm_head.record(&mut recorder, &shape);
+                    for part in &shared.lm_head {
+                        part.record(&mut recorder, &shape);
+                    }
                 }
                 rows = logit_rows;
             } else {
@@ -450,20 +715,23 @@ impl Shared {
     }
 }
 
-fn attention_params(c: &LlamaConfig) -> AttentionParams {
+/// The attention's parameters in block `block` (its window, for a local block).
+fn attention_params(c: &ModelConfig, block: usize) -> AttentionParams {
     AttentionParams {
         heads: c.head_count as u32,
         kv_heads: c.head_count_kv as u32,
         head_dim: c.head_dim as u32,
         scale: (1.0 / (c.head_dim as f64).sqrt()) as f32,
+        window: c.block_attention(block).window.map_or(0, |w| w as u32),
+        ..Default::default()
     }
 }
 
 /// Shapes the kernels read in whole units of 8 values.
-pub(crate) fn check_dims(c: &LlamaConfig) -> Result<(), ModelError> {
+pub(crate) fn check_dims(c: &ModelConfig) -> Result<(), ModelError> {
     let ok = c.embedding_length.is_multiple_of(8)
         && c.feed_forward_length.is_multiple_of(8)
-        && (c.head_count * c.head_dim).is_multiple_of(8)
+        && c.q_dim().is_multiple_of(8)
         && c.head_dim.is_multiple_of(2)
         && c.head_dim as u32 <= nucleus_kernels::MAX_HEAD_DIM;
     if ok {
@@ -488,13 +756,11 @@ pub(crate) fn upload_format(info: &TensorInfo) -> Result<(WeightFormat, bool), K
     Ok((format, format.ggml_type() == info.ggml_type))
 }
 
-/// Uploads one tensor in its [`upload_format`].
-fn upload(file: &GgufFile, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
+/// Uploads one tensor in its [`upload_format`]: whole, or (a vocabulary-sized matrix larger than
+/// `limit`) in parts of consecutive rows, each its own buffer.
+fn upload(file: &GgufFile, role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
     let (format, as_stored) = upload_format(info)?;
-    let (_, cols) = info.matrix_shape();
-    if !format.fits_row(cols as u64) {
-        return Err(ModelError::Unsupported(format!("tensor '{}': rows of {cols} {format} values", info.name)));
-    }
+    let (rows, _) = info.matrix_shape();
     let converted;
     let bytes = if as_stored {
         file.tensor_bytes(info)
@@ -502,38 +768,28 @@ fn upload(file: &GgufFile, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<G
         converted = file.dequantize(&info.name)?;
         bytemuck::cast_slice(&converted)
     };
-    if bytes.len() as u64 > limit {
-        return Err(KernelError::TooLarge {
-            what: format!("tensor '{}'", info.name),
-            bytes: bytes.len() as u64,
-            limit,
+    let row_bytes = bytes.len() / rows;
+    let ranges = match role {
+        Role::TokenEmbedding | Role::Output => weights::vocabulary_parts(rows, row_bytes as u64, limit)?,
+        _ if bytes.len() as u64 > limit => {
+            let what = format!("tensor '{}'", info.name);
+            return Err(KernelError::TooLarge { what, bytes: bytes.len() as u64, limit }.into());
         }
-        .into());
-    }
-    let buffer = gpu.upload(&info.name, bytes);
-    // The bytes, not the padding: a binding's size is what the kernels may read.
-    let view = buffer.range(0, bytes.len().next_multiple_of(4) as u64);
-    Ok(GpuWeight { buffer, view, format })
+        _ => vec![0..rows],
+    };
+    let parts = ranges
+        .into_iter()
+        .map(|range| {
+            let part = &bytes[range.start * row_bytes..range.end * row_bytes];
+            let buffer = gpu.upload(&info.name, part);
+            let view = buffer.range(0, part.len().next_multiple_of(4) as u64);
+            WeightPart { buffer, view, first_row: range.start as u32, rows: range.len() as u32 }
+        })
+        .collect();
+    Ok(GpuWeight { parts, format })
 }
 
-fn all_weights<T>(weights: &ModelWeights<T>) -> impl Iterator<Item = &T> {
-    let blocks = weights.blocks.iter().flat_map(|b| {
-        [
-            &b.attention_norm,
-            &b.query,
-            &b.key,
-            &b.value,
-            &b.attention_output,
-            &b.feed_forward_norm,
-            &b.gate,
-            &b.up,
-            &b.down,
-        ]
-    });
-    std::iter::once(&weights.token_embedding).chain(blocks).chain([&weights.output_norm]).chain(weights.output.as_ref())
-}
-
-/// The buffers of one logit-lens pass ([`FusedLlama::logit_lens`]).
+/// The buffers of one logit-lens pass ([`FusedModel::logit_lens`]).
 struct LensBuffers {
     /// `[blocks, embedding]`: the kept residual rows.
     hidden: GpuBuffer,
@@ -597,34 +853,39 @@ impl FusedCache {
         let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
         let step_view = shared.step.range(0, step_bytes);
         let mut blocks = Vec::with_capacity(c.block_count);
-        for weights in &shared.weights.blocks {
+        for (index, weights) in shared.blocks.iter().enumerate() {
             let kv = shared.gpu.storage("kv cache", bytes);
+            let params = AttnQkvParams {
+                qk_norm_at: weights.qk_norm_at,
+                bias_at: weights.bias_at,
+                ..AttnQkvParams::new(
+                    c.embedding_length as u32,
+                    c.q_dim() as u32,
+                    c.kv_dim() as u32,
+                    c.head_dim as u32,
+                    c.rms_norm_eps as f32,
+                    c.architecture().block.rope == Rope::Halves,
+                )
+            };
             let qkv = layer::attn_qkv(
                 &shared.gpu,
                 [weights.query.format, weights.key.format, weights.value.format],
-                AttnQkvParams {
-                    dim: c.embedding_length as u32,
-                    q_dim: (c.head_count * c.head_dim) as u32,
-                    kv_dim: c.kv_dim() as u32,
-                    head_dim: c.head_dim as u32,
-                    eps: c.rms_norm_eps as f32,
-                    ..Default::default()
-                },
+                params,
                 AttnQkvBuffers {
                     step: &step_view,
                     x: &shared.x.view(),
-                    norm: weights.attention_norm.view(),
+                    norm: &weights.attention_vectors.view(),
                     wq: weights.query.view(),
                     wk: weights.key.view(),
                     wv: weights.value.view(),
-                    rope: &shared.rope.view(),
+                    rope: &shared.rope[shared.rope_of_block[index]].view(),
                     q: &shared.q.view(),
                     kv: &kv.view(),
                 },
             )?;
             let attention = layer::attention(
                 &shared.gpu,
-                attention_params(c),
+                attention_params(c, index),
                 &step_view,
                 &shared.q.view(),
                 &kv.view(),

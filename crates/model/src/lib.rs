@@ -1,6 +1,7 @@
-//! A Llama-family language model on Burn, built from the bytes of a GGUF file.
+//! A language model of one of the supported families (Llama, Qwen2, Qwen3, Gemma 3) on Burn,
+//! built from the bytes of a GGUF file.
 //!
-//! The crate does no I/O and never blocks on the device: [`Llama::forward`] records work and
+//! The crate does no I/O and never blocks on the device: [`Model::forward`] records work and
 //! returns the logits still on the device ([`DeviceLogits`]); reading them, whole or through the
 //! decode tail, is asynchronous, so the same code runs in the browser, where synchronous reads
 //! panic.
@@ -13,9 +14,10 @@
 //!   Behind the `burn-ops` feature (on for the CLI and the tests, off in the browser build, which
 //!   then carries no Burn tensor operation); without it, loading on this path is refused by name.
 //!
-//! Both take their tensors from one weight table (`weights.rs`) and ask one [`BlockSpec`] what a
-//! block computes (`architecture.rs`), so another architecture is a new table of names and new
-//! block variants, not a new loop.
+//! Both take their tensors from one weight table (`weights.rs`), their RoPE angles from one set of
+//! tables (`rope.rs`), and ask one [`BlockSpec`] what a block computes (`architecture.rs`), so
+//! another family is a new [`Architecture`] value and, for a variant no path computes yet, its
+//! computation in each path: not a new loop.
 
 mod architecture;
 #[cfg(feature = "burn-ops")]
@@ -24,6 +26,7 @@ mod config;
 mod device;
 mod fused;
 mod memory;
+mod rope;
 mod weights;
 
 #[cfg(feature = "burn-ops")]
@@ -32,16 +35,19 @@ use nucleus_gguf::{GgufError, GgufFile};
 use nucleus_kernels::tail::fused::TailRequest;
 use nucleus_kernels::{KernelError, RawRow, TailOutput};
 
-pub use architecture::{ARCHITECTURES, Architecture, BlockSpec, FeedForward, LLAMA, Norm, Role, Rope};
-pub use config::LlamaConfig;
+pub use architecture::{
+    ARCHITECTURES, Architecture, BlockSpec, FeedForward, GEMMA3, LLAMA, Norm, QWEN2, QWEN3, Role, Rope, SlidingWindow,
+};
+pub use config::{BlockAttention, ModelConfig};
 pub use device::ModelDevice;
 pub use fused::{FusedLogits, MAX_LOGIT_ROWS, MAX_ROWS};
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::LinearKernel;
+pub use weights::{parameter_count, vocabulary_parts};
 
 #[cfg(feature = "burn-ops")]
-use burn_ops::{BurnCache, BurnLlama};
-use fused::{FusedCache, FusedLlama};
+use burn_ops::{BurnCache, BurnModel};
+use fused::{FusedCache, FusedModel};
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelError {
@@ -100,7 +106,7 @@ pub enum Path {
 impl Path {
     /// The fused path on a wgpu device when its kernels take the model's shapes; Burn's
     /// operations (and its matmul) elsewhere, and for a model the fused kernels cannot run.
-    pub fn default_for(device: &ModelDevice, config: &LlamaConfig) -> Self {
+    pub fn default_for(device: &ModelDevice, config: &ModelConfig) -> Self {
         if device.gpu().is_some() && fused::check_dims(config).is_ok() {
             Path::Fused
         } else {
@@ -118,7 +124,7 @@ impl Path {
     }
 }
 
-/// Progress of [`Llama::load`]: tensors uploaded so far, and their bytes in the file.
+/// Progress of [`Model::load`]: tensors uploaded so far, and their bytes in the file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LoadProgress {
     pub tensors_done: usize,
@@ -130,13 +136,13 @@ pub struct LoadProgress {
 enum Route {
     /// Boxed: the Burn module tree is large and this is the fallback path.
     #[cfg(feature = "burn-ops")]
-    Burn(Box<BurnLlama>),
-    Fused(FusedLlama),
+    Burn(Box<BurnModel>),
+    Fused(FusedModel),
 }
 
 /// A loaded model on one device.
-pub struct Llama {
-    config: LlamaConfig,
+pub struct Model {
+    config: ModelConfig,
     device: ModelDevice,
     tied_output: bool,
     route: Route,
@@ -202,7 +208,7 @@ impl KvCache {
     }
 }
 
-/// Logits on the device, as [`Llama::forward`] leaves them.
+/// Logits on the device, as [`Model::forward`] leaves them.
 pub enum DeviceLogits {
     /// A Burn tensor `[rows, vocab]` (the Burn-op path; boxed, a Burn tensor is large).
     #[cfg(feature = "burn-ops")]
@@ -292,42 +298,55 @@ pub struct ModelMemory {
     pub weight_bytes: u64,
 }
 
-impl Llama {
+impl Model {
     /// Uploads the weights of `file` to `device` for `path`.
     pub fn load(file: &GgufFile, device: &ModelDevice, path: Path) -> Result<Self, ModelError> {
         Self::load_with_progress(file, device, path, |_| {})
     }
 
-    /// As [`Llama::load`], calling `progress` after each tensor.
+    /// As [`Model::load`], calling `progress` after each tensor.
     pub fn load_with_progress(
         file: &GgufFile,
         device: &ModelDevice,
         path: Path,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, ModelError> {
-        Self::load_parsed(file, LlamaConfig::from_gguf(file)?, device, path, progress)
+        Self::load_parsed(file, ModelConfig::from_gguf(file)?, device, path, progress)
     }
 
-    /// As [`Llama::load_with_progress`], with the file's config already read.
+    /// As [`Model::load_with_progress`], with the file's config already read.
     pub fn load_parsed(
         file: &GgufFile,
-        config: LlamaConfig,
+        config: ModelConfig,
         device: &ModelDevice,
         path: Path,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, ModelError> {
-        let architecture = config.architecture();
-        let tied_output = weights::tied_output(file, architecture);
+        let tied_output = weights::tied_output(file);
         let route = match path {
             Path::Fused => {
                 let gpu = device.gpu().ok_or_else(|| {
                     ModelError::Device(format!("the fused path runs on wgpu devices, not {:?}", device.burn()))
                 })?;
-                Route::Fused(FusedLlama::load(file, &config, architecture, gpu, progress)?)
+                Route::Fused(FusedModel::load(file, &config, gpu, progress)?)
             }
             #[cfg(feature = "burn-ops")]
             Path::BurnOps(kernel) => {
-                Route::Burn(Box::new(BurnLlama::load(file, &config, architecture, device.burn(), kernel, progress)?))
+                // Every tensor's type, before anything is uploaded.
+                for (_, _, info) in weights::tensors(file, &config)? {
+                    if !nucleus_gguf::can_dequantize(info.ggml_type) {
+                        return Err(GgufError::UnsupportedDequantization {
+                            name: info.name.clone(),
+                            ggml_type: info.ggml_type,
+                        }
+                        .into());
+                    }
+                }
+                let max_binding = device.gpu().map(|gpu| {
+                    let limits = gpu.limits();
+                    limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)
+                });
+                Route::Burn(Box::new(BurnModel::load(file, &config, device.burn(), max_binding, kernel, progress)?))
             }
             #[cfg(not(feature = "burn-ops"))]
             Path::BurnOps(_) => {
@@ -341,7 +360,7 @@ impl Llama {
         Ok(Self { config, device: device.clone(), tied_output, route })
     }
 
-    pub fn config(&self) -> &LlamaConfig {
+    pub fn config(&self) -> &ModelConfig {
         &self.config
     }
 
@@ -368,10 +387,7 @@ impl Llama {
         let weight_bytes = match &self.route {
             Route::Fused(model) => model.weight_bytes(),
             #[cfg(feature = "burn-ops")]
-            Route::Burn(_) => {
-                let parameters = self.config.parameter_count(self.tied_output);
-                parameters as u64 * 4
-            }
+            Route::Burn(model) => model.weight_bytes(),
         };
         ModelMemory { weight_bytes }
     }
@@ -432,7 +448,7 @@ impl Llama {
         Ok((start, end))
     }
 
-    /// Runs `tokens` as [`Llama::forward`] does and returns the logit lens of the last one:
+    /// Runs `tokens` as [`Model::forward`] does and returns the logit lens of the last one:
     /// the residual stream after every block, and the final norm and output layer applied to
     /// each (what the model would predict if it stopped there). The last block's row is the
     /// pass's own logits. One pass, read back whole: for one inspected step, not for generation.
@@ -453,7 +469,7 @@ impl Llama {
     }
 }
 
-/// The logit lens of one position ([`Llama::logit_lens`]).
+/// The logit lens of one position ([`Model::logit_lens`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct LogitLens {
     /// `[blocks][embedding]`: the residual stream after each block.
@@ -462,29 +478,13 @@ pub struct LogitLens {
     pub logits: Vec<Vec<f32>>,
 }
 
-/// `(cos, sin)` of `position · base^(−2i/rope_dims)` for every position of the context and
-/// `i < rope_dims / 2`, position-major, computed in f64 and rounded to f32: the one table both
-/// paths rotate with.
-pub(crate) fn rope_angles(config: &LlamaConfig) -> Vec<(f32, f32)> {
-    let half = config.rope_dims / 2;
-    let mut angles = Vec::with_capacity(config.context_length * half);
-    for position in 0..config.context_length {
-        for i in 0..half {
-            let theta = config.rope_freq_base.powf(-2.0 * i as f64 / config.rope_dims as f64);
-            let angle = position as f64 * theta;
-            angles.push((angle.cos() as f32, angle.sin() as f32));
-        }
-    }
-    angles
-}
-
 #[cfg(all(test, feature = "burn-ops"))]
 mod tests {
     use super::*;
 
     /// SmolLM2-135M's shapes.
-    fn smollm2() -> LlamaConfig {
-        LlamaConfig {
+    fn smollm2() -> ModelConfig {
+        ModelConfig {
             architecture: "llama".into(),
             block_count: 30,
             embedding_length: 576,
@@ -497,6 +497,7 @@ mod tests {
             rms_norm_eps: 1e-5,
             vocab_size: 49_152,
             context_length: 8192,
+            sliding_window: None,
         }
     }
 
@@ -506,9 +507,9 @@ mod tests {
         assert_eq!(Path::default_for(&ModelDevice::cpu(), &smollm2()), burn);
         let wgpu = ModelDevice::wgpu().expect("a wgpu adapter (lavapipe without a GPU)");
         assert_eq!(Path::default_for(&wgpu, &smollm2()), Path::Fused);
-        let wide_heads = LlamaConfig { head_count: 2, head_count_kv: 1, head_dim: 288, rope_dims: 288, ..smollm2() };
+        let wide_heads = ModelConfig { head_count: 2, head_count_kv: 1, head_dim: 288, rope_dims: 288, ..smollm2() };
         assert_eq!(Path::default_for(&wgpu, &wide_heads), burn);
-        let odd_hidden = LlamaConfig { feed_forward_length: 1540, ..smollm2() };
+        let odd_hidden = ModelConfig { feed_forward_length: 1540, ..smollm2() };
         assert_eq!(Path::default_for(&wgpu, &odd_hidden), burn);
     }
 }

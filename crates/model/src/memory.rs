@@ -2,17 +2,18 @@
 //! anything is uploaded, and checked against the device's limits.
 //!
 //! A browser tab's GPU gives each buffer a ceiling (`maxBufferSize`, and per binding
-//! `maxStorageBufferBindingSize`: 128 MiB on many phones) and the visitor's machine a total.
-//! The fused path holds every weight tensor in its own buffer, one KV-cache buffer per block
-//! (grown by doubling up to the context asked for) and a few scratch buffers; [`MemoryPlan`] lists
-//! them all at full context, so a load that could only fail later (an upload refused, a cache that
-//! cannot grow mid-generation) is refused at once, naming what does not fit and the largest
-//! context length that would.
+//! `maxStorageBufferBindingSize`: 128 MiB on many phones and on lavapipe) and the visitor's
+//! machine a total. The fused path holds every weight tensor in its own buffer (a
+//! vocabulary-sized one larger than a binding in several, of whole rows), one KV-cache buffer per
+//! block (grown by doubling up to the context asked for) and a few scratch buffers;
+//! [`MemoryPlan`] lists them all at full context, so a load that could only fail later (an upload
+//! refused, a cache that cannot grow mid-generation) is refused at once, naming what does not fit
+//! and the largest context length that would.
 
 use burn::backend::wgpu::wgpu;
-use nucleus_gguf::{GgufFile, TensorInfo};
+use nucleus_gguf::GgufFile;
 
-use crate::{LlamaConfig, ModelError};
+use crate::{ModelConfig, ModelError};
 
 /// What the device allows: each buffer, each binding, and (optionally) all of them together.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,17 +43,35 @@ impl MemoryLimits {
 pub struct PlannedBuffer {
     pub what: String,
     pub bytes: u64,
+    /// `Some(row bytes)`: a vocabulary-sized matrix, held in several buffers of whole rows when
+    /// it is larger than one (it then needs only a row to fit).
+    pub row_bytes: Option<u64>,
+}
+
+impl PlannedBuffer {
+    /// The most bytes one of its buffers needs.
+    fn largest_part(&self, per_buffer: u64) -> u64 {
+        match self.row_bytes {
+            Some(row) if self.bytes > per_buffer => row,
+            _ => self.bytes,
+        }
+    }
 }
 
 /// Every buffer a model on the fused path holds at full context.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemoryPlan {
-    /// Weight tensors as uploaded (GGUF blocks, or f32 where a type is converted).
+    /// Weight tensors as uploaded (GGUF blocks, or f32 where a type is converted), and each
+    /// block's attention vectors.
     pub weights: Vec<PlannedBuffer>,
-    /// Scratch: activations, attention records, logits, rope table, step parameters.
+    /// Scratch: activations, attention records, logits, step parameters.
     pub scratch: Vec<PlannedBuffer>,
     /// Bytes of one position in one block's KV-cache buffer.
     pub position_bytes: u64,
+    /// Bytes of one position in each RoPE table (one table per base, each its own buffer).
+    pub rope_position_bytes: u64,
+    /// RoPE tables (Gemma 3 has two: its local and global bases).
+    pub rope_tables: usize,
     /// Blocks, each with its own KV-cache buffer.
     pub blocks: usize,
     /// Positions the plan is for.
@@ -60,24 +79,24 @@ pub struct MemoryPlan {
 }
 
 impl MemoryPlan {
-    /// The fused path's buffers for `file` (whose configuration is `config`) at `context_length`.
-    pub fn fused(file: &GgufFile, config: &LlamaConfig, context_length: usize) -> Self {
-        let weights = file
-            .tensors
-            .iter()
-            .map(|info| PlannedBuffer { what: format!("tensor '{}'", info.name), bytes: uploaded_bytes(info) })
-            .collect();
+    /// The fused path's buffers for `file` (whose configuration is `config`) at `context_length`
+    /// (the RoPE tables at the configuration's). Fails as the load would on a tensor the fused
+    /// kernels cannot read, missing or of the wrong shape: before anything is uploaded.
+    pub fn fused(file: &GgufFile, config: &ModelConfig, context_length: usize) -> Result<Self, ModelError> {
+        let weights = crate::fused::planned_weights(file, config)?;
         let scratch = crate::fused::ScratchSizes::new(config)
             .named()
-            .map(|(what, bytes)| PlannedBuffer { what: what.to_string(), bytes })
+            .map(|(what, bytes)| PlannedBuffer { what: what.to_string(), bytes, row_bytes: None })
             .collect();
-        Self {
+        Ok(Self {
             weights,
             scratch,
             position_bytes: config.kv_position_bytes(),
+            rope_position_bytes: crate::rope::RopeTables::position_bytes(config),
+            rope_tables: crate::rope::RopeTables::count(config),
             blocks: config.block_count,
             context_length,
-        }
+        })
     }
 
     pub fn weight_bytes(&self) -> u64 {
@@ -98,18 +117,29 @@ impl MemoryPlan {
         self.blocks as u64 * self.kv_block_bytes(self.context_length)
     }
 
+    /// The RoPE tables at the full context (they have a row per position, like the cache).
+    pub fn rope_bytes(&self) -> u64 {
+        self.rope_tables as u64 * self.rope_position_bytes * self.context_length as u64
+    }
+
+    /// Bytes each position of the context adds: every block's keys and values, and a row of
+    /// every RoPE table.
+    fn bytes_per_position(&self) -> u64 {
+        self.blocks as u64 * self.position_bytes + self.rope_tables as u64 * self.rope_position_bytes
+    }
+
     /// Everything together.
     pub fn total_bytes(&self) -> u64 {
-        self.weight_bytes() + self.scratch_bytes() + self.kv_bytes()
+        self.weight_bytes() + self.scratch_bytes() + self.kv_bytes() + self.rope_bytes()
     }
 
     /// The most positions the KV cache can hold within `limits` (0 when even the weights and
     /// scratch do not fit).
     pub fn max_context_length(&self, limits: &MemoryLimits) -> usize {
-        let by_buffer = limits.per_buffer() / self.position_bytes.max(1);
+        let widest = self.position_bytes.max(self.rope_position_bytes).max(1);
+        let by_buffer = limits.per_buffer() / widest;
         let by_budget = limits.budget.map_or(u64::MAX, |budget| {
-            budget.saturating_sub(self.weight_bytes() + self.scratch_bytes())
-                / (self.blocks as u64 * self.position_bytes).max(1)
+            budget.saturating_sub(self.weight_bytes() + self.scratch_bytes()) / self.bytes_per_position().max(1)
         });
         usize::try_from(by_buffer.min(by_budget)).unwrap_or(usize::MAX)
     }
@@ -120,11 +150,11 @@ impl MemoryPlan {
     pub fn check(&self, limits: &MemoryLimits) -> Result<(), ModelError> {
         let per_buffer = limits.per_buffer();
         let fixed = self.weights.iter().chain(&self.scratch);
-        if let Some(buffer) = fixed.filter(|b| b.bytes > per_buffer).max_by_key(|b| b.bytes) {
+        if let Some(buffer) = fixed.filter(|b| b.largest_part(per_buffer) > per_buffer).max_by_key(|b| b.bytes) {
             return Err(ModelError::OutOfMemory(format!(
                 "{} needs one buffer of {}, more than this GPU allows in one ({}); this model cannot run here",
                 buffer.what,
-                mib(buffer.bytes),
+                mib(buffer.largest_part(per_buffer)),
                 mib(per_buffer)
             )));
         }
@@ -138,28 +168,28 @@ impl MemoryPlan {
                 mib(per_buffer)
             )));
         }
+        let rope_table = self.rope_position_bytes * self.context_length as u64;
+        if rope_table > per_buffer {
+            return Err(ModelError::OutOfMemory(format!(
+                "a RoPE table needs {} for {} positions, more than this GPU allows in one buffer ({}): {fits}",
+                mib(rope_table),
+                self.context_length,
+                mib(per_buffer)
+            )));
+        }
         if let Some(budget) = limits.budget.filter(|&budget| self.total_bytes() > budget) {
             return Err(ModelError::OutOfMemory(format!(
-                "the model needs {} on the GPU ({} of weights, {} of KV cache for {} positions, {} of scratch), more \
-                 than the budget of {}: {fits}",
+                "the model needs {} on the GPU ({} of weights, {} of KV cache for {} positions, {} of scratch and \
+                 RoPE tables), more than the budget of {}: {fits}",
                 mib(self.total_bytes()),
                 mib(self.weight_bytes()),
                 mib(self.kv_bytes()),
                 self.context_length,
-                mib(self.scratch_bytes()),
+                mib(self.scratch_bytes() + self.rope_bytes()),
                 mib(budget)
             )));
         }
         Ok(())
-    }
-}
-
-/// Bytes of `info` in the form the fused path uploads it ([`crate::fused::upload_format`]); a type
-/// the kernels cannot read counts as f32 here and is refused by name at upload.
-pub(crate) fn uploaded_bytes(info: &TensorInfo) -> u64 {
-    match crate::fused::upload_format(info) {
-        Ok((_, true)) => info.byte_len().next_multiple_of(4),
-        _ => info.element_count() * 4,
     }
 }
 
@@ -174,11 +204,13 @@ mod tests {
     fn plan(context_length: usize) -> MemoryPlan {
         MemoryPlan {
             weights: vec![
-                PlannedBuffer { what: "tensor 'token_embd.weight'".into(), bytes: 50 << 20 },
-                PlannedBuffer { what: "tensor 'blk.0.ffn_up.weight'".into(), bytes: 10 << 20 },
+                PlannedBuffer { what: "tensor 'token_embd.weight'".into(), bytes: 50 << 20, row_bytes: Some(1 << 10) },
+                PlannedBuffer { what: "tensor 'blk.0.ffn_up.weight'".into(), bytes: 10 << 20, row_bytes: None },
             ],
-            scratch: vec![PlannedBuffer { what: "logits".into(), bytes: 4 << 20 }],
+            scratch: vec![PlannedBuffer { what: "logits".into(), bytes: 4 << 20, row_bytes: None }],
             position_bytes: 4096,
+            rope_position_bytes: 0,
+            rope_tables: 1,
             blocks: 30,
             context_length,
         }
@@ -219,10 +251,13 @@ mod tests {
     }
 
     #[test]
-    fn a_tensor_larger_than_one_buffer_is_refused_by_name() {
+    fn a_tensor_larger_than_one_buffer_is_refused_by_name_unless_it_is_held_in_rows() {
+        // The 50 MiB embedding is held in parts of whole rows; the 10 MiB matrix must be one buffer.
         let limits = MemoryLimits { max_buffer: 32 << 20, ..ROOMY };
+        plan(16).check(&limits).unwrap();
+        let limits = MemoryLimits { max_buffer: 8 << 20, ..ROOMY };
         let error = plan(16).check(&limits).unwrap_err().to_string();
-        assert!(error.starts_with("tensor 'token_embd.weight' needs one buffer of 50.0 MiB"), "{error}");
+        assert!(error.starts_with("tensor 'blk.0.ffn_up.weight' needs one buffer of 10.0 MiB"), "{error}");
         assert!(error.contains("cannot run here"), "{error}");
     }
 }

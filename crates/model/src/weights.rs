@@ -1,24 +1,38 @@
-//! The weight table: every tensor a model needs, with its expected shape, in load order. Both
-//! forward paths load through [`load`], each turning a GGUF tensor into its own kind of weight
-//! (an f32 Burn tensor, or the GGUF blocks in a GPU buffer).
+//! The weight table: every tensor a model needs, with its expected shape, in load order, from the
+//! family's [`BlockSpec`](crate::BlockSpec). Both forward paths load through [`load`], each turning
+//! a GGUF tensor into its own kind of weight (f32 Burn tensors, or the GGUF blocks in GPU buffers).
+
+use std::collections::HashMap;
+use std::ops::Range;
 
 use nucleus_gguf::{GgufError, GgufFile, TensorInfo};
 
-use crate::architecture::{Architecture, Role};
-use crate::{LlamaConfig, LoadProgress, ModelError};
+use crate::architecture::Role;
+use crate::{LoadProgress, ModelConfig, ModelError};
 
-/// The tensors of one block.
+/// The tensors of one block; the optional ones are those only some families have.
 #[derive(Debug)]
 pub struct BlockWeights<T> {
     pub attention_norm: T,
     pub query: T,
     pub key: T,
     pub value: T,
+    /// Biases of the query, key and value projections (`qkv_bias`).
+    pub query_bias: Option<T>,
+    pub key_bias: Option<T>,
+    pub value_bias: Option<T>,
+    /// Per-head RMSNorm weights of queries and keys (`qk_norm`).
+    pub query_norm: Option<T>,
+    pub key_norm: Option<T>,
     pub attention_output: T,
+    /// RMSNorm weight of the attention's output (`post_norms`).
+    pub post_attention_norm: Option<T>,
     pub feed_forward_norm: T,
     pub gate: T,
     pub up: T,
     pub down: T,
+    /// RMSNorm weight of the feed-forward's output (`post_norms`).
+    pub post_feed_forward_norm: Option<T>,
 }
 
 /// The tensors of a model.
@@ -36,25 +50,68 @@ impl<T> ModelWeights<T> {
     pub fn output(&self) -> &T {
         self.output.as_ref().unwrap_or(&self.token_embedding)
     }
+
+    /// Every weight, each once.
+    pub fn all(&self) -> impl Iterator<Item = &T> {
+        let blocks = self.blocks.iter().flat_map(|b| {
+            [
+                Some(&b.attention_norm),
+                Some(&b.query),
+                Some(&b.key),
+                Some(&b.value),
+                b.query_bias.as_ref(),
+                b.key_bias.as_ref(),
+                b.value_bias.as_ref(),
+                b.query_norm.as_ref(),
+                b.key_norm.as_ref(),
+                Some(&b.attention_output),
+                b.post_attention_norm.as_ref(),
+                Some(&b.feed_forward_norm),
+                Some(&b.gate),
+                Some(&b.up),
+                Some(&b.down),
+                b.post_feed_forward_norm.as_ref(),
+            ]
+            .into_iter()
+            .flatten()
+        });
+        std::iter::once(&self.token_embedding).chain(blocks).chain([&self.output_norm]).chain(self.output.as_ref())
+    }
 }
 
 /// `(role, block, GGML dims [cols, rows])` of every tensor, in load order.
-fn table(config: &LlamaConfig, tied: bool) -> Vec<(Role, usize, Vec<u64>)> {
+fn table(config: &ModelConfig, tied: bool) -> Vec<(Role, usize, Vec<u64>)> {
+    let spec = config.architecture().block;
     let d = config.embedding_length as u64;
-    let (kv, ffn, vocab) = (config.kv_dim() as u64, config.feed_forward_length as u64, config.vocab_size as u64);
+    let (q, kv, hd) = (config.q_dim() as u64, config.kv_dim() as u64, config.head_dim as u64);
+    let (ffn, vocab) = (config.feed_forward_length as u64, config.vocab_size as u64);
     let mut table = vec![(Role::TokenEmbedding, 0, vec![d, vocab])];
     for block in 0..config.block_count {
-        table.extend([
-            (Role::AttentionNorm, block, vec![d]),
-            (Role::Query, block, vec![d, d]),
-            (Role::Key, block, vec![d, kv]),
-            (Role::Value, block, vec![d, kv]),
-            (Role::AttentionOutput, block, vec![d, d]),
-            (Role::FeedForwardNorm, block, vec![d]),
-            (Role::Gate, block, vec![d, ffn]),
-            (Role::Up, block, vec![d, ffn]),
-            (Role::Down, block, vec![ffn, d]),
-        ]);
+        let mut add = |role, dims: &[u64]| table.push((role, block, dims.to_vec()));
+        add(Role::AttentionNorm, &[d]);
+        add(Role::Query, &[d, q]);
+        add(Role::Key, &[d, kv]);
+        add(Role::Value, &[d, kv]);
+        if spec.qkv_bias {
+            add(Role::QueryBias, &[q]);
+            add(Role::KeyBias, &[kv]);
+            add(Role::ValueBias, &[kv]);
+        }
+        if spec.qk_norm {
+            add(Role::QueryNorm, &[hd]);
+            add(Role::KeyNorm, &[hd]);
+        }
+        add(Role::AttentionOutput, &[q, d]);
+        if spec.post_norms {
+            add(Role::PostAttentionNorm, &[d]);
+        }
+        add(Role::FeedForwardNorm, &[d]);
+        add(Role::Gate, &[d, ffn]);
+        add(Role::Up, &[d, ffn]);
+        add(Role::Down, &[ffn, d]);
+        if spec.post_norms {
+            add(Role::PostFeedForwardNorm, &[d]);
+        }
     }
     table.push((Role::OutputNorm, 0, vec![d]));
     if !tied {
@@ -64,60 +121,109 @@ fn table(config: &LlamaConfig, tied: bool) -> Vec<(Role, usize, Vec<u64>)> {
 }
 
 /// Whether `file` ties the output layer to the token embedding (it has no `output.weight`).
-pub fn tied_output(file: &GgufFile, architecture: &Architecture) -> bool {
-    file.tensor(&architecture.tensor_name(Role::Output, 0)).is_none()
+pub fn tied_output(file: &GgufFile) -> bool {
+    file.tensor(&Role::Output.tensor_name(0)).is_none()
+}
+
+/// The weights the model loads, each checked against its expected shape.
+pub fn tensors<'f>(file: &'f GgufFile, config: &ModelConfig) -> Result<Vec<(Role, usize, &'f TensorInfo)>, ModelError> {
+    table(config, tied_output(file))
+        .into_iter()
+        .map(|(role, block, expected)| {
+            let name = role.tensor_name(block);
+            let info = file.tensor(&name).ok_or_else(|| GgufError::MissingTensor(name.clone()))?;
+            if info.dims != expected {
+                return Err(ModelError::WrongShape { name, expected, found: info.dims.clone() });
+            }
+            Ok((role, block, info))
+        })
+        .collect()
+}
+
+/// Parameters of the model: the elements of every tensor it loads (a tied output layer once).
+pub fn parameter_count(file: &GgufFile, config: &ModelConfig) -> Result<u64, ModelError> {
+    Ok(tensors(file, config)?.iter().map(|(_, _, info)| info.element_count()).sum())
 }
 
 /// Loads every tensor of the model with `upload` (checked against its expected shape first),
 /// calling `progress` after each.
 pub fn load<T>(
     file: &GgufFile,
-    architecture: &Architecture,
-    config: &LlamaConfig,
+    config: &ModelConfig,
     mut progress: impl FnMut(LoadProgress),
-    mut upload: impl FnMut(&TensorInfo) -> Result<T, ModelError>,
+    mut upload: impl FnMut(Role, &TensorInfo) -> Result<T, ModelError>,
 ) -> Result<ModelWeights<T>, ModelError> {
-    let tied = tied_output(file, architecture);
-    let table = table(config, tied);
-    let mut infos = Vec::with_capacity(table.len());
-    for (role, block, expected) in table {
-        let name = architecture.tensor_name(role, block);
-        let info = file.tensor(&name).ok_or_else(|| GgufError::MissingTensor(name.clone()))?;
-        if info.dims != expected {
-            return Err(ModelError::WrongShape { name, expected, found: info.dims.clone() });
-        }
-        infos.push(info);
-    }
+    let infos = tensors(file, config)?;
     let mut status = LoadProgress {
         tensors_done: 0,
         tensors_total: infos.len(),
         bytes_done: 0,
-        bytes_total: infos.iter().map(|t| t.byte_len()).sum(),
+        bytes_total: infos.iter().map(|(_, _, t)| t.byte_len()).sum(),
     };
-    let mut loaded = infos.into_iter().map(|info| {
-        let weight = upload(info)?;
+    let mut loaded = HashMap::with_capacity(infos.len());
+    for (role, block, info) in infos {
+        loaded.insert((role, block), upload(role, info)?);
         status.tensors_done += 1;
         status.bytes_done += info.byte_len();
         progress(status);
-        Ok::<T, ModelError>(weight)
-    });
-    let mut next = || loaded.next().expect("one weight per table entry");
-    let token_embedding = next()?;
+    }
+    let mut take = |role: Role, block: usize| loaded.remove(&(role, block));
+    let required = |weight: Option<T>| weight.expect("the table lists every required tensor");
     let mut blocks = Vec::with_capacity(config.block_count);
-    for _ in 0..config.block_count {
+    for block in 0..config.block_count {
         blocks.push(BlockWeights {
-            attention_norm: next()?,
-            query: next()?,
-            key: next()?,
-            value: next()?,
-            attention_output: next()?,
-            feed_forward_norm: next()?,
-            gate: next()?,
-            up: next()?,
-            down: next()?,
+            attention_norm: required(take(Role::AttentionNorm, block)),
+            query: required(take(Role::Query, block)),
+            key: required(take(Role::Key, block)),
+            value: required(take(Role::Value, block)),
+            query_bias: take(Role::QueryBias, block),
+            key_bias: take(Role::KeyBias, block),
+            value_bias: take(Role::ValueBias, block),
+            query_norm: take(Role::QueryNorm, block),
+            key_norm: take(Role::KeyNorm, block),
+            attention_output: required(take(Role::AttentionOutput, block)),
+            post_attention_norm: take(Role::PostAttentionNorm, block),
+            feed_forward_norm: required(take(Role::FeedForwardNorm, block)),
+            gate: required(take(Role::Gate, block)),
+            up: required(take(Role::Up, block)),
+            down: required(take(Role::Down, block)),
+            post_feed_forward_norm: take(Role::PostFeedForwardNorm, block),
         });
     }
-    let output_norm = next()?;
-    let output = if tied { None } else { Some(next()?) };
-    Ok(ModelWeights { token_embedding, blocks, output_norm, output })
+    Ok(ModelWeights {
+        token_embedding: required(take(Role::TokenEmbedding, 0)),
+        blocks,
+        output_norm: required(take(Role::OutputNorm, 0)),
+        output: take(Role::Output, 0),
+    })
+}
+
+/// Row ranges of a vocabulary-sized matrix (the token embedding, the output layer) that each fit
+/// `limit` bytes: one storage binding of the device. Gemma 3's 262,144 × 640 Q8_0 embedding is
+/// 170 MiB, more than the 128 MiB many devices bind at once, so such a matrix is held in parts.
+pub fn vocabulary_parts(rows: usize, row_bytes: u64, limit: u64) -> Result<Vec<Range<usize>>, ModelError> {
+    if row_bytes > limit {
+        return Err(ModelError::OutOfMemory(format!(
+            "one row of the vocabulary matrix needs {row_bytes} bytes, more than this GPU binds at once ({limit})"
+        )));
+    }
+    let per_part = (limit / row_bytes.max(1)) as usize;
+    Ok((0..rows).step_by(per_part.max(1)).map(|begin| begin..(begin + per_part).min(rows)).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_matrix_larger_than_a_binding_is_held_in_parts_that_fit() {
+        // Gemma 3's embedding: 262,144 rows of 680 bytes (Q8_0, 640 columns) in 128 MiB bindings.
+        let parts = vocabulary_parts(262_144, 680, 128 << 20).unwrap();
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0], 0..197_379);
+        assert_eq!(parts[1], 197_379..262_144);
+        assert!(parts.iter().all(|p| p.len() as u64 * 680 <= 128 << 20));
+        assert_eq!(vocabulary_parts(49_152, 612, 1 << 30).unwrap(), [0..49_152]);
+        assert!(vocabulary_parts(10, 1 << 20, 1000).is_err());
+    }
 }

@@ -1,20 +1,28 @@
 //! The tokenizer and chat template that a GGUF file describes in its `tokenizer.*` metadata.
 //!
-//! Encoding goes through the `tokenizers` crate, configured as llama.cpp configures a `gpt2`
-//! tokenizer: byte-level BPE with the vocabulary and merges from the file, the pre-tokenizer
-//! named by `tokenizer.ggml.pre`, and every control token as a special token that is parsed out of
-//! the text before BPE (llama.cpp's `special = true`). Decoding is done here, token by token, into
-//! raw bytes ([`Tokenizer::token_bytes`]): a byte-level token can end in the middle of a UTF-8
-//! character, and streaming needs the bytes, not a lossy string.
+//! Two tokenizer models, as llama.cpp reads them:
+//! - `gpt2`: byte-level BPE through the `tokenizers` crate, with the vocabulary and merges from
+//!   the file and the pre-tokenizer named by `tokenizer.ggml.pre` (`pretokenizer.rs`: `gpt2`,
+//!   `smollm`, `llama-bpe`, `qwen2`);
+//! - `llama`: SentencePiece's BPE, merged by the file's scores with byte fallback (`spm.rs`).
+//!
+//! In both, control and user-defined tokens written in the text are parsed out of it first
+//! (llama.cpp's `special = true`). Decoding is done here, token by token, into raw bytes
+//! ([`Tokenizer::token_bytes`]): a token can end in the middle of a UTF-8 character, and
+//! streaming needs the bytes, not a lossy string.
 
 mod chat;
 mod pretokenizer;
+mod spm;
 
 use std::collections::HashSet;
 
+use aho_corasick::{AhoCorasick, MatchKind};
 use nucleus_gguf::{GgufError, GgufFile};
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
+
+use spm::Spm;
 
 pub use chat::{ChatMessage, ChatTemplate};
 
@@ -22,9 +30,9 @@ pub use chat::{ChatMessage, ChatTemplate};
 pub enum TokenizerError {
     #[error("GGUF tokenizer metadata: {0}")]
     Metadata(#[from] GgufError),
-    #[error("unsupported tokenizer model '{0}' (supported: gpt2 byte-level BPE)")]
+    #[error("unsupported tokenizer model '{0}' (supported: gpt2, byte-level BPE; llama, SentencePiece)")]
     UnsupportedModel(String),
-    #[error("unsupported pre-tokenizer '{0}'")]
+    #[error("unsupported pre-tokenizer '{0}' (supported: {supported})", supported = pretokenizer::NAMES.join(", "))]
     UnsupportedPreTokenizer(String),
     #[error("invalid tokenizer data: {0}")]
     Invalid(String),
@@ -37,6 +45,7 @@ pub enum TokenizerError {
 /// GGUF `tokenizer.ggml.token_type` values.
 const TOKEN_TYPE_CONTROL: i64 = 3;
 const TOKEN_TYPE_USER_DEFINED: i64 = 4;
+const TOKEN_TYPE_BYTE: i64 = 6;
 
 /// Control-token texts that end generation, as llama.cpp recognises them.
 const END_OF_GENERATION_TEXTS: &[&str] = &[
@@ -50,9 +59,19 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
     "<｜end▁of▁sentence｜>",
 ];
 
+/// How text becomes ids.
+enum Encoder {
+    /// Byte-level BPE (`gpt2`), special tokens split out by the `tokenizers` crate.
+    Bpe(HfTokenizer),
+    /// SentencePiece (`llama`), special tokens split out here.
+    Spm { model: Spm, specials: Option<AhoCorasick>, special_ids: Vec<u32>, add_space_prefix: bool },
+}
+
 /// A tokenizer built from GGUF metadata.
 pub struct Tokenizer {
-    encoder: HfTokenizer,
+    encoder: Encoder,
+    /// `tokenizer.ggml.model`.
+    model_name: String,
     /// The raw bytes each token stands for.
     token_bytes: Vec<Vec<u8>>,
     is_control: Vec<bool>,
@@ -67,14 +86,10 @@ pub struct Tokenizer {
 impl Tokenizer {
     /// Builds the tokenizer described by `tokenizer.*` keys of `file`.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
-        let model = file.get_str("tokenizer.ggml.model")?;
-        if model != "gpt2" {
-            return Err(TokenizerError::UnsupportedModel(model.to_string()));
+        let model_name = file.get_str("tokenizer.ggml.model")?.to_string();
+        if model_name != "gpt2" && model_name != "llama" {
+            return Err(TokenizerError::UnsupportedModel(model_name));
         }
-        let pre_tokenizer_name = file.get_str("tokenizer.ggml.pre").unwrap_or("default").to_string();
-        let pre_tokenizer = pretokenizer::for_name(&pre_tokenizer_name)
-            .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_tokenizer_name.clone()))?;
-
         let tokens = file.get_string_array("tokenizer.ggml.tokens")?;
         let token_types: Vec<i64> = match file.get("tokenizer.ggml.token_type") {
             Some(_) => file
@@ -92,44 +107,86 @@ impl Tokenizer {
                 token_types.len()
             )));
         }
-        let merges = file
-            .get_string_array("tokenizer.ggml.merges")?
-            .into_iter()
-            .map(|merge| {
-                merge
-                    .split_once(' ')
-                    .map(|(a, b)| (a.to_string(), b.to_string()))
-                    .ok_or_else(|| TokenizerError::Invalid(format!("merge '{merge}' is not two tokens")))
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-
         let is_control: Vec<bool> = token_types.iter().map(|&t| t == TOKEN_TYPE_CONTROL).collect();
-        let mut vocab = Vocab::default();
-        for (id, token) in tokens.iter().enumerate() {
-            vocab.insert(token.to_string(), id as u32);
-        }
-        let bpe = BPE::builder()
-            .vocab_and_merges(vocab, merges)
-            .build()
-            .map_err(|e| TokenizerError::Invalid(e.to_string()))?;
-        let mut encoder = HfTokenizer::new(bpe);
-        encoder.with_pre_tokenizer(Some(pre_tokenizer));
-        let specials = tokens
-            .iter()
-            .zip(&token_types)
-            .filter(|(_, t)| **t == TOKEN_TYPE_CONTROL || **t == TOKEN_TYPE_USER_DEFINED)
-            .map(|(text, _)| AddedToken::from(text.to_string(), true));
-        encoder.add_special_tokens(specials.collect::<Vec<_>>()).map_err(|e| TokenizerError::Invalid(e.to_string()))?;
+        let special = |t: i64| t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED;
+        let optional_bool = |key: &str| file.get(key).and_then(|v| v.as_bool());
+
+        let (encoder, pre_tokenizer_name, default_add_bos) = if model_name == "gpt2" {
+            let pre_tokenizer_name = file.get_str("tokenizer.ggml.pre").unwrap_or("default").to_string();
+            let pre = pretokenizer::for_name(&pre_tokenizer_name)
+                .ok_or_else(|| TokenizerError::UnsupportedPreTokenizer(pre_tokenizer_name.clone()))?;
+            let merges = file
+                .get_string_array("tokenizer.ggml.merges")?
+                .into_iter()
+                .map(|merge| {
+                    merge
+                        .split_once(' ')
+                        .map(|(a, b)| (a.to_string(), b.to_string()))
+                        .ok_or_else(|| TokenizerError::Invalid(format!("merge '{merge}' is not two tokens")))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut vocab = Vocab::default();
+            for (id, token) in tokens.iter().enumerate() {
+                vocab.insert(token.to_string(), id as u32);
+            }
+            let bpe = BPE::builder()
+                .vocab_and_merges(vocab, merges)
+                .ignore_merges(pre.ignore_merges)
+                .build()
+                .map_err(|e| TokenizerError::Invalid(e.to_string()))?;
+            let mut encoder = HfTokenizer::new(bpe);
+            encoder.with_pre_tokenizer(Some(pre.pre_tokenizer));
+            let specials = tokens
+                .iter()
+                .zip(&token_types)
+                .filter(|(_, t)| special(**t))
+                .map(|(text, _)| AddedToken::from(text.to_string(), true));
+            encoder
+                .add_special_tokens(specials.collect::<Vec<_>>())
+                .map_err(|e| TokenizerError::Invalid(e.to_string()))?;
+            (Encoder::Bpe(encoder), pre_tokenizer_name, pre.add_bos)
+        } else {
+            let scores: Vec<f32> = file
+                .get_array("tokenizer.ggml.scores")?
+                .iter()
+                .map(|v| v.as_f64().map(|f| f as f32))
+                .collect::<Option<_>>()
+                .ok_or_else(|| TokenizerError::Invalid("tokenizer.ggml.scores holds non-numbers".into()))?;
+            let unknown = match file.get("tokenizer.ggml.unknown_token_id").and_then(|v| v.as_u64()) {
+                Some(id) if (id as usize) < tokens.len() => Some(id as u32),
+                _ => None,
+            };
+            let model = Spm::new(&tokens, scores, unknown)?;
+            let (special_texts, special_ids): (Vec<&str>, Vec<u32>) = tokens
+                .iter()
+                .zip(&token_types)
+                .enumerate()
+                .filter(|(_, (text, t))| special(**t) && !text.is_empty())
+                .map(|(id, (text, _))| (*text, id as u32))
+                .unzip();
+            let specials = (!special_texts.is_empty())
+                .then(|| {
+                    AhoCorasick::builder()
+                        .match_kind(MatchKind::LeftmostLongest)
+                        .build(&special_texts)
+                        .map_err(|e| TokenizerError::Invalid(e.to_string()))
+                })
+                .transpose()?;
+            // llama.cpp's default for SentencePiece files without the key.
+            let add_space_prefix = optional_bool("tokenizer.ggml.add_space_prefix").unwrap_or(true);
+            (Encoder::Spm { model, specials, special_ids, add_space_prefix }, "sentencepiece".to_string(), true)
+        };
 
         let token_bytes = tokens
             .iter()
             .zip(&token_types)
-            .map(|(text, &t)| {
-                if t == TOKEN_TYPE_CONTROL || t == TOKEN_TYPE_USER_DEFINED {
-                    text.as_bytes().to_vec()
-                } else {
-                    byte_level_decode(text)
+            .map(|(text, &t)| match (&encoder, t) {
+                (_, t) if special(t) => text.as_bytes().to_vec(),
+                (Encoder::Spm { .. }, TOKEN_TYPE_BYTE) => {
+                    spm::byte_token(text).map_or_else(|| text.as_bytes().to_vec(), |b| vec![b])
                 }
+                (Encoder::Spm { .. }, _) => text.replace(spm::SPACE, " ").into_bytes(),
+                (Encoder::Bpe(_), _) => byte_level_decode(text),
             })
             .collect();
 
@@ -146,7 +203,7 @@ impl Tokenizer {
         let eos_id = optional_id("tokenizer.ggml.eos_token_id")?;
         let eot_id = optional_id("tokenizer.ggml.eot_token_id")?;
         let eom_id = optional_id("tokenizer.ggml.eom_token_id")?;
-        let add_bos = file.get("tokenizer.ggml.add_bos_token").and_then(|v| v.as_bool()).unwrap_or(false);
+        let add_bos = optional_bool("tokenizer.ggml.add_bos_token").unwrap_or(default_add_bos);
 
         let mut end_of_generation: Vec<u32> = [eos_id, eot_id, eom_id].into_iter().flatten().collect();
         for (id, text) in tokens.iter().enumerate() {
@@ -170,6 +227,7 @@ impl Tokenizer {
 
         Ok(Self {
             encoder,
+            model_name,
             token_bytes,
             is_control,
             bos_id,
@@ -181,15 +239,42 @@ impl Tokenizer {
         })
     }
 
-    /// Token ids of `text`. Control tokens written in the text (`<|im_start|>`) become their ids;
-    /// a BOS token is prepended only if the file says `add_bos_token`.
+    /// Token ids of `text`. Control and user-defined tokens written in the text
+    /// (`<|im_start|>`, `<start_of_turn>`) become their ids; a BOS token is prepended when the
+    /// file says `add_bos_token` (or, without the key, as llama.cpp does for its tokenizer),
+    /// unless the text begins with it already (a chat template that writes it, as Llama 3's does).
     pub fn encode(&self, text: &str) -> Result<Vec<u32>, TokenizerError> {
-        let encoding = self.encoder.encode(text, false).map_err(|e| TokenizerError::Encode(e.to_string()))?;
-        let mut ids = Vec::with_capacity(encoding.len() + 1);
-        if self.add_bos {
-            ids.extend(self.bos_id);
+        let mut ids = Vec::with_capacity(text.len() / 3 + 2);
+        let bos = self.bos_id.filter(|_| self.add_bos);
+        ids.extend(bos);
+        match &self.encoder {
+            Encoder::Bpe(encoder) => {
+                let encoding = encoder.encode(text, false).map_err(|e| TokenizerError::Encode(e.to_string()))?;
+                ids.extend_from_slice(encoding.get_ids());
+            }
+            Encoder::Spm { model, specials, special_ids, add_space_prefix } => {
+                // As llama.cpp, text between special tokens (and at either end) is encoded on its
+                // own, after a space when the file says `add_space_prefix`.
+                let prefix = if *add_space_prefix { spm::SPACE } else { "" };
+                let fragment = |raw: &str, ids: &mut Vec<u32>| {
+                    model.encode(&(prefix.to_string() + &raw.replace(' ', spm::SPACE)), ids)
+                };
+                let mut at = 0;
+                for found in specials.iter().flat_map(|s| s.find_iter(text)) {
+                    if found.start() > at {
+                        fragment(&text[at..found.start()], &mut ids)?;
+                    }
+                    ids.push(special_ids[found.pattern().as_usize()]);
+                    at = found.end();
+                }
+                if at < text.len() {
+                    fragment(&text[at..], &mut ids)?;
+                }
+            }
         }
-        ids.extend_from_slice(encoding.get_ids());
+        if bos.is_some() && ids.get(1) == bos.as_ref() {
+            ids.remove(0);
+        }
         Ok(ids)
     }
 
@@ -239,8 +324,14 @@ impl Tokenizer {
         self.add_bos
     }
 
+    /// The BPE pre-tokenizer (`tokenizer.ggml.pre`), or `sentencepiece`.
     pub fn pre_tokenizer_name(&self) -> &str {
         &self.pre_tokenizer_name
+    }
+
+    /// `tokenizer.ggml.model`: `gpt2` (byte-level BPE) or `llama` (SentencePiece).
+    pub fn model_name(&self) -> &str {
+        &self.model_name
     }
 
     pub fn chat_template(&self) -> Option<&ChatTemplate> {
