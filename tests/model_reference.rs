@@ -298,12 +298,15 @@ fn check_errors(file: &GgufFile, device: &ModelDevice, path: Path) {
     assert_eq!(cache.len(), 0, "a failed forward leaves the cache untouched");
 }
 
-/// The logit lens on both paths that run on wgpu: each block's row is the CPU reference's final
-/// norm and output layer of that block's residual; the last row is the pass's own logits (and the
-/// reference's); the two paths' residuals agree at every depth; " Paris" wins only at the end.
+/// The logit lens on both paths that run on wgpu: each block's statistics, top candidates and
+/// followed logits are the CPU reference's final norm and output layer of that block's residual;
+/// the last block's are the pass's own logits (and the reference's); the two paths' residuals
+/// agree at every depth; " Paris" wins only at the end. The fused path reads back only what the
+/// lens shows (never blocks × vocabulary).
 #[test]
 fn the_logit_lens_reads_each_blocks_residual_through_the_head_and_ends_on_the_passs_logits() {
     use nucleus_kernels::reference::lm_head;
+    const CANDIDATES: usize = 10;
     let file = GgufFile::parse(model_bytes()).unwrap();
     let gamma = file.dequantize("output_norm.weight").unwrap();
     let head = file.dequantize("token_embd.weight").unwrap();
@@ -312,35 +315,45 @@ fn the_logit_lens_reads_each_blocks_residual_through_the_head_and_ends_on_the_pa
     let mut residuals = Vec::new();
     for path in [Path::Fused, Path::BurnOps(LinearKernel::BurnMatmul)] {
         let model = Model::load(&file, &wgpu_device(), path).unwrap();
-        let blocks = model.config().block_count;
+        let (blocks, dim, vocab) =
+            (model.config().block_count, model.config().embedding_length, model.config().vocab_size);
         let mut cache = model.new_cache(case.ids.len() + 1).unwrap();
         // The prompt but its last token first: the lens then runs one token over a filled cache.
         let (context, last) = case.ids.split_at(case.ids.len() - 1);
         model.forward(context, &mut cache, Logits::Last).unwrap();
-        let lens = pollster::block_on(model.logit_lens(last, &mut cache)).unwrap();
-        assert_eq!(cache.len(), case.ids.len());
-        assert_eq!((lens.hidden.len(), lens.logits.len()), (blocks, blocks));
-        let own = last_logits(&model, &case.ids);
-        let last_row = lens.logits.last().unwrap();
-        assert!(max_abs_diff(last_row, &own) < RECOMPUTE_TOLERANCE, "{path:?}: the last row is not the pass's logits");
-        assert!(
-            max_abs_diff(last_row, &case.last_logits()) < LOGIT_TOLERANCE,
-            "{path:?}: the last row against the reference"
-        );
-        for layer in [0, blocks / 2, blocks - 1] {
-            let expected: Vec<f32> = lm_head(&lens.hidden[layer], &gamma, model.config().rms_norm_eps, &head)
-                .into_iter()
-                .map(|v| v as f32)
-                .collect();
-            let diff = max_abs_diff(&lens.logits[layer], &expected);
-            assert!(
-                diff < LOGIT_TOLERANCE,
-                "{path:?}: layer {}: the head of its residual differs by {diff}",
-                layer + 1
-            );
+        let lens = pollster::block_on(model.logit_lens(last, &mut cache, CANDIDATES)).unwrap();
+        let read = lens.bytes_read;
+        if path == Path::Fused {
+            let expected = blocks * (dim + 4 + 3 * CANDIDATES) * 4;
+            println!("[lens] the fused lens read {read} bytes (the rows would be {})", blocks * vocab * 4);
+            assert_eq!(read, expected as u64, "residuals and the per-block records only");
         }
-        assert_eq!(argmax(last_row), paris);
-        assert_ne!(argmax(&lens.logits[0]), paris, "the first block does not know the answer yet");
+        assert_eq!(cache.len(), case.ids.len());
+        assert_eq!((lens.hidden.len(), lens.layers.len()), (blocks, blocks));
+        // The reference: the CPU's norm and head of every residual, reduced the same way.
+        let rows: Vec<Vec<f32>> = lens
+            .hidden
+            .iter()
+            .map(|row| lm_head(row, &gamma, model.config().rms_norm_eps, &head).into_iter().map(|v| v as f32).collect())
+            .collect();
+        let expected = nucleus_model::LogitLens::from_rows(lens.hidden.clone(), &rows, CANDIDATES);
+        for (layer, (ours, theirs)) in lens.layers.iter().zip(&expected.layers).enumerate() {
+            let what = format!("{path:?}: block {}", layer + 1);
+            assert!((ours.log_sum_exp - theirs.log_sum_exp).abs() < f64::from(LOGIT_TOLERANCE), "{what}: log-sum-exp");
+            assert_eq!(ours.top[0].0, theirs.top[0].0, "{what}: its own top token");
+            assert!(max_abs_diff(&ours.tracked, &theirs.tracked) < LOGIT_TOLERANCE, "{what}: the followed logits");
+        }
+        let own = last_logits(&model, &case.ids);
+        let final_layer = lens.layers.last().unwrap();
+        let at = |row: &[f32]| final_layer.top.iter().map(|&(id, _)| row[id as usize]).collect::<Vec<f32>>();
+        assert_eq!(final_layer.top.iter().map(|&(id, _)| id).collect::<Vec<_>>(), top_ids(&own, CANDIDATES));
+        assert!(max_abs_diff(&final_layer.tracked, &at(&own)) < RECOMPUTE_TOLERANCE, "{path:?}: not the pass's logits");
+        assert!(
+            max_abs_diff(&final_layer.tracked, &at(&case.last_logits())) < LOGIT_TOLERANCE,
+            "{path:?}: the last block against the reference"
+        );
+        assert_eq!(final_layer.top[0].0, paris);
+        assert_ne!(lens.layers[0].top[0].0, paris, "the first block does not know the answer yet");
         residuals.push(lens.hidden);
     }
     for (layer, (fused, burn)) in residuals[0].iter().zip(&residuals[1]).enumerate() {
@@ -352,4 +365,67 @@ fn the_logit_lens_reads_each_blocks_residual_through_the_head_and_ends_on_the_pa
             layer + 1
         );
     }
+}
+
+/// Gemma 3's lens on the fused path (two output-layer parts on lavapipe, 262,144 entries): the
+/// last block's candidates are the reference's top ones, and " Paris" forms late.
+#[test]
+fn gemma_logit_lens_on_the_fused_path_reads_only_what_it_shows() {
+    let file = GgufFile::parse(gemma_bytes()).unwrap();
+    let case = &GEMMA3.reference().logit_cases["capital"];
+    let model = Model::load(&file, &wgpu_device(), Path::Fused).unwrap();
+    let mut cache = model.new_cache(case.ids.len()).unwrap();
+    let lens = pollster::block_on(model.logit_lens(&case.ids, &mut cache, 10)).unwrap();
+    assert_eq!(lens.bytes_read, (18 * (640 + 4 + 30) * 4) as u64, "18 blocks' residuals and records, no row");
+    let last = lens.layers.last().unwrap();
+    let reference_top: Vec<u32> = case.top20.iter().take(10).map(|t| t.id).collect();
+    assert_eq!(last.top.iter().map(|&(id, _)| id).collect::<Vec<_>>(), reference_top);
+    for (&(_, logit), expected) in last.top.iter().zip(&case.top20) {
+        assert!((logit - expected.logit).abs() < LOGIT_TOLERANCE, "{logit} against {}", expected.logit);
+    }
+    let paris = 9079;
+    let depth = lens.layers.iter().position(|layer| layer.top.iter().any(|&(id, _)| id == paris));
+    println!("[lens] Gemma 3: ' Paris' first among a block's top 10 after block {}", depth.map_or(0, |d| d + 1));
+    assert!(depth.is_some_and(|d| d > 0), "' Paris' forms after the first block");
+}
+
+/// A Gemma 3 decode step on the fused path: eight dispatches per block (its norms after the
+/// sub-layers fused with their residual additions), `embed` and `lm_head` once per part of the
+/// embedding (two on lavapipe's 128 MiB bindings), the decode tail's three, all in one queue
+/// submission with one queue write. Counted on a GPU handle of the model's own (its counters).
+#[test]
+fn gemma_decode_step_is_eight_dispatches_per_block_in_one_submission() {
+    use nucleus_kernels::LogitAdjustments;
+    use nucleus_kernels::tail::fused::TailRequest;
+    let shared = wgpu_device();
+    let gpu = shared.gpu().unwrap();
+    let own = ModelDevice::from_parts(shared.burn().clone(), Some(gpu.retuned(gpu.tuning())));
+    let file = GgufFile::parse(gemma_bytes()).unwrap();
+    let model = Model::load(&file, &own, Path::Fused).unwrap();
+    let case = &GEMMA3.reference().logit_cases["capital"];
+    let mut cache = model.new_cache(case.ids.len() + 1).unwrap();
+    let adjustments = LogitAdjustments::new();
+    let request = TailRequest { adjustments: &adjustments, temperature: 1.0, k: 8, raw_top_k: None };
+    let prefill = model.forward(&case.ids, &mut cache, Logits::Last).unwrap();
+    let (tail, _) = pollster::block_on(prefill.decode_tail(&request)).unwrap();
+    let counters = own.gpu().unwrap().counters();
+    let step = model.forward(&[tail.ids[0]], &mut cache, Logits::Last).unwrap();
+    let (next, _) = pollster::block_on(step.decode_tail(&request)).unwrap();
+    let calls = own.gpu().unwrap().counters() - counters;
+    let limits = gpu.limits();
+    let row_bytes = 640 / 32 * 34;
+    let parts = nucleus_model::vocabulary_parts(
+        262_144,
+        row_bytes,
+        limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
+    )
+    .unwrap()
+    .len() as u64;
+    println!(
+        "[gemma, fused] decode step: {} dispatches ({parts} embedding parts), {} submission, {} queue write, {} bytes read",
+        calls.dispatches, calls.submissions, calls.buffer_writes, calls.bytes_read
+    );
+    assert_eq!(calls.dispatches, parts + 18 * 8 + parts + 3);
+    assert_eq!((calls.submissions, calls.buffer_writes), (1, 1));
+    assert_eq!(next.ids[0], case.greedy[1], "the step's token is the reference's second");
 }

@@ -406,10 +406,11 @@ export class Nucleus {
    * Where the answer forms: the logit lens of one step. `options`: the run's `prompt` or
    * `messages`, `generated` (the ids generated before the step; [] for the first), `candidates`
    * (1..=64, default 10). Resolves to `{ candidates: [{ id, text, prob }], layers: [{ layer, probs,
-   * top: { id, text, prob } }], contextTokens, cachedTokens }`: for each block, the probability of
-   * each candidate (the step's own top ones) if the model stopped there, and that depth's own top
-   * token. The last layer is the step itself. What the KV cache holds of the context is not run
-   * again. Refused with `busy` while a generation runs.
+   * top: { id, text, prob } }], contextTokens, cachedTokens, bytesRead }`: for each block, the
+   * probability of each candidate (the step's own top ones) if the model stopped there, and that
+   * depth's own top token. The last layer is the step itself. What the KV cache holds of the
+   * context is not run again; only what the lens shows is read back (`bytesRead`). Refused with
+   * `busy` while a generation runs.
    */
   async logitLens(options) {
     checkOptionsObject(options, 'logitLens');

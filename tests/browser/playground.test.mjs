@@ -291,7 +291,7 @@ test('the logit lens of a step: one row per layer, the last the step itself; " P
   assert.ok(!firstTop.startsWith('␣Paris '), `layer 1 already says ${firstTop}`);
   const n = capital.ids.length;
   assert.match(await page.textContent('#lens-summary'),
-    new RegExp(`^“␣Paris” is the top prediction (from layer \\d+ of 30 on|only at the last layer) \\(p 0\\.\\d{3} at the end\\)\\. The lens ran 1 token; the KV cache held the other ${n - 1}\\.$`));
+    new RegExp(`^“␣Paris” is the top prediction (from layer \\d+ of 30 on|only at the last layer) \\(p 0\\.\\d{3} at the end\\)\\. The lens ran 1 token; the KV cache held the other ${n - 1}; \\d+\\.\\d KB came back from the GPU\\.$`));
   await page.screenshot({ path: path.join(OUTPUT, 'playground-logit-lens.png'), fullPage: true });
   // Another step clears it.
   await page.click('#tokens .token >> nth=1');

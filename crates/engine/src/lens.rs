@@ -1,12 +1,12 @@
 //! The logit lens of one step: where the answer forms. The context the step saw (the prompt and
 //! the tokens generated before it) runs once more, keeping the residual stream after every
 //! block; the final norm and the output layer applied to each row say what the model would
-//! predict if it stopped at that depth ([`nucleus_model::Model::logit_lens`]). What the KV cache
-//! holds of the context is not run again, so inspecting a step of the run just made costs one
-//! token's pass.
+//! predict if it stopped at that depth ([`nucleus_model::Model::logit_lens`], which on the fused
+//! path reads back only each depth's statistics, its top token and the followed candidates'
+//! logits, never the blocks × vocabulary rows). What the KV cache holds of the context is not run
+//! again, so inspecting a step of the run just made costs one token's pass.
 
 use nucleus_model::LogitLens;
-use nucleus_sampler::log_softmax;
 use serde::Serialize;
 
 use crate::{Engine, EngineError, Prompt};
@@ -56,6 +56,9 @@ pub struct LensReport {
     /// Tokens of the context, and those the KV cache already held (not run again).
     pub context_tokens: usize,
     pub cached_tokens: usize,
+    /// Bytes read back from the device (on the fused path, each block's few candidates and
+    /// statistics, never its whole row).
+    pub bytes_read: u64,
 }
 
 impl LensRequest {
@@ -86,7 +89,7 @@ impl Engine {
             });
         }
         let cached = self.reuse_cache_prefix(&context);
-        let lens = self.model.logit_lens(&context[cached..], &mut self.cache).await?;
+        let lens = self.model.logit_lens(&context[cached..], &mut self.cache, request.candidates).await?;
         self.cached_tokens.extend_from_slice(&context[cached..]);
         self.lens_report(&lens, request.candidates, context.len(), cached)
     }
@@ -98,34 +101,33 @@ impl Engine {
         context_tokens: usize,
         cached_tokens: usize,
     ) -> Result<LensReport, EngineError> {
-        let probs: Vec<Vec<f64>> = lens
-            .logits
-            .iter()
-            .map(|row| Ok(log_softmax(row)?.into_iter().map(f64::exp).collect()))
-            .collect::<Result<_, EngineError>>()?;
-        let token = |id: usize, row: &[f64]| LensToken {
-            id: id as u32,
-            text: self.tokenizer.token_text(id as u32),
-            prob: row[id],
+        let token = |id: u32, logit: f32, log_sum_exp: f64| LensToken {
+            id,
+            text: self.tokenizer.token_text(id),
+            prob: (f64::from(logit) - log_sum_exp).exp(),
         };
-        let last = probs.last().expect("a model has blocks");
-        let mut order: Vec<usize> = (0..last.len()).collect();
-        // Best first; ties to the lower id, as the sampler orders candidates.
-        order.sort_by(|&a, &b| last[b].total_cmp(&last[a]).then(a.cmp(&b)));
-        order.truncate(candidates);
-        let layers = probs
+        let last = lens.layers.last().expect("a model has blocks");
+        let layers = lens
+            .layers
             .iter()
             .enumerate()
-            .map(|(index, row)| {
-                let best = (0..row.len()).fold(0, |best, id| if row[id] > row[best] { id } else { best });
-                LensLayer { layer: index + 1, probs: order.iter().map(|&id| row[id]).collect(), top: token(best, row) }
+            .map(|(index, layer)| LensLayer {
+                layer: index + 1,
+                probs: layer.tracked.iter().map(|&logit| (f64::from(logit) - layer.log_sum_exp).exp()).collect(),
+                top: token(layer.top[0].0, layer.top[0].1, layer.log_sum_exp),
             })
             .collect();
         Ok(LensReport {
-            candidates: order.iter().map(|&id| token(id, last)).collect(),
+            candidates: last
+                .top
+                .iter()
+                .take(candidates)
+                .map(|&(id, logit)| token(id, logit, last.log_sum_exp))
+                .collect(),
             layers,
             context_tokens,
             cached_tokens,
+            bytes_read: lens.bytes_read,
         })
     }
 }

@@ -112,6 +112,8 @@ enum Grid {
     Combine { heads: u32 },
     /// `(rows, 1, 1)`.
     Rows,
+    /// `(⌈count / WG⌉, 1, 1)`: one lane per entry.
+    Entries { count: u32 },
 }
 
 /// A kernel with its bind group and parameters, ready to record.
@@ -146,6 +148,7 @@ impl Bound {
             Grid::Attention { heads } => (&self.single, [shape.attn_chunks, heads, shape.rows]),
             Grid::Combine { heads } => (&self.single, [heads, shape.rows, 1]),
             Grid::Rows => (&self.single, [shape.rows, 1, 1]),
+            Grid::Entries { count } => (&self.single, [count.div_ceil(tuning.workgroup), 1, 1]),
         };
         recorder.dispatch(pipeline, &self.group, grid);
     }
@@ -682,6 +685,55 @@ pub fn norm_residual(
     bind(gpu, &NORM_RESIDUAL, &[], params, &[step, y, norm, x], Grid::Rows, 0)
 }
 
+// ---------------------------------------------------------------------------------------------
+// gather.wgsl
+
+wgsl_struct! {
+    /// `gather.wgsl`'s parameters.
+    pub struct GatherParams {
+        /// Entries gathered.
+        pub count: u32,
+        /// The word of `ids` the first id is at.
+        pub ids_at: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+    }
+}
+
+static GATHER: KernelSpec = KernelSpec {
+    name: "gather",
+    source: include_str!("../../../shaders/gather.wgsl"),
+    structs: &[StepParams::WGSL, GatherParams::WGSL],
+    rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", GatherParams::NAME),
+        Slot::Read("ids", "array<u32>"),
+        Slot::Read("row", "array<f32>"),
+        Slot::ReadWrite("out", "array<f32>"),
+    ],
+};
+
+/// `gather.wgsl`: `out[i] = row[ids[ids_at + i]]` for `i < count`, in one dispatch.
+pub fn gather(
+    gpu: &Gpu,
+    params: GatherParams,
+    step: &BufferView,
+    ids: &BufferView,
+    row: &BufferView,
+    out: &BufferView,
+) -> Result<Bound, KernelError> {
+    if u64::from(params.ids_at + params.count) * 4 > ids.size || u64::from(params.count) * 4 > out.size {
+        return Err(KernelError::invalid("count", format!("{params:?} past the ids or the output")));
+    }
+    bind(gpu, &GATHER, &[], params, &[step, ids, row, out], Grid::Entries { count: params.count }, 0)
+}
+
 /// Every layer kernel's module for every weight format (each weight binding in each format,
 /// the kernel's other bindings in the first), one-row and many-row variants, for `tuning`, with
 /// and without a staged input: `(label, WGSL)`. For validating every variant on a driver
@@ -697,6 +749,7 @@ pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
         &NORM_RESIDUAL,
         &FFN_GATE_UP,
         &LM_HEAD,
+        &GATHER,
     ];
     let mut modules = Vec::new();
     for spec in kernels {

@@ -13,7 +13,7 @@ use common::{Rng, block_on};
 use nucleus_gguf::{GgmlType, dequantize};
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams,
-    FfnBuffers, FfnParams, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
+    FfnBuffers, FfnParams, GatherParams, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
 
@@ -552,6 +552,30 @@ fn norm_residual_adds_the_normalised_output() {
             let got = run(&gpu, &[&bound], &step.shape, &x_buf);
             let expected = reference::norm_residual(&x, &y, &gamma, 1e-6);
             assert_close(&got, &expected, &format!("{dim} wide, {rows} rows, {:?}", gpu.tuning()));
+        }
+    }
+}
+
+/// `gather.wgsl` (the logit lens's followed logits) against `reference::gather`: exact, ids
+/// read from past a header as the lens reads them from a packed top-k result, counts that are
+/// and are not multiples of the workgroup.
+#[test]
+fn gather_reads_the_chosen_entries() {
+    let mut rng = Rng::new(8);
+    for gpu in tunings() {
+        for count in [1usize, 10, 64, 100] {
+            let row = random_f32(&mut rng, 5000, 3.0);
+            let ids: Vec<u32> = (0..count).map(|_| rng.below(5000) as u32).collect();
+            let header = [7u32, 7, 7, 7];
+            let words: Vec<u32> = header.iter().chain(&ids).copied().collect();
+            let (ids_buf, row_buf) = (storage(&gpu, bytemuck::cast_slice(&words)), f32s(&gpu, &row));
+            let out = gpu.storage("out", (count * 4) as u64);
+            let step = Step::new(&gpu, StepShape::new(0, 1, 1, 1, 4096), &[]);
+            let params = GatherParams { count: count as u32, ids_at: 4, ..Default::default() };
+            let bound =
+                layer::gather(&gpu, params, &step.view(), &ids_buf.view(), &row_buf.view(), &out.view()).unwrap();
+            let got = run(&gpu, &[&bound], &step.shape, &out);
+            assert_eq!(got, reference::gather(&row, &ids), "{count} entries, {:?}", gpu.tuning());
         }
     }
 }

@@ -449,23 +449,34 @@ impl Model {
     }
 
     /// Runs `tokens` as [`Model::forward`] does and returns the logit lens of the last one:
-    /// the residual stream after every block, and the final norm and output layer applied to
-    /// each (what the model would predict if it stopped there). The last block's row is the
-    /// pass's own logits. One pass, read back whole: for one inspected step, not for generation.
-    pub async fn logit_lens(&self, tokens: &[u32], cache: &mut KvCache) -> Result<LogitLens, ModelError> {
+    /// the residual stream after every block, and what the final norm and output layer make of
+    /// each (what the model would predict if it stopped there): its statistics, its own top
+    /// `candidates` and its logits of the last block's top `candidates` (1..=256). The last
+    /// block's row is the pass's own logits. One pass: for one inspected step, not for
+    /// generation. The fused path reads back only that; the Burn path reads whole rows.
+    pub async fn logit_lens(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        candidates: usize,
+    ) -> Result<LogitLens, ModelError> {
+        nucleus_kernels::validate_k(candidates)?;
         let (start, end) = self.check_pass(tokens, cache)?;
-        let (hidden, logits) = match (&self.route, &mut cache.inner) {
+        let lens = match (&self.route, &mut cache.inner) {
             #[cfg(feature = "burn-ops")]
             (Route::Burn(model), CacheKind::Burn(inner)) => {
                 let (hidden, logits) = model.logit_lens(tokens, inner, start)?;
-                (read_tensor(hidden).await?, read_tensor(logits).await?)
+                let (hidden, logits) = (read_tensor(hidden).await?, read_tensor(logits).await?);
+                LogitLens::from_rows(hidden, &logits, candidates)
             }
-            (Route::Fused(model), CacheKind::Fused(inner)) => model.logit_lens(tokens, inner, start).await?,
+            (Route::Fused(model), CacheKind::Fused(inner)) => {
+                model.logit_lens(tokens, inner, start, candidates).await?
+            }
             #[cfg(feature = "burn-ops")]
             _ => return Err(ModelError::Invalid("the cache was made for another model".into())),
         };
         cache.len = end;
-        Ok(LogitLens { hidden, logits })
+        Ok(lens)
     }
 }
 
@@ -474,8 +485,48 @@ impl Model {
 pub struct LogitLens {
     /// `[blocks][embedding]`: the residual stream after each block.
     pub hidden: Vec<Vec<f32>>,
-    /// `[blocks][vocab]`: the raw logits the final norm and output layer make of each row.
-    pub logits: Vec<Vec<f32>>,
+    /// Per block, first to last: what the final norm and output layer make of its residual.
+    pub layers: Vec<LensLogits>,
+    /// Bytes read back from the device for the lens.
+    pub bytes_read: u64,
+}
+
+/// One block's row of raw logits through the output layer, as much of it as the lens shows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LensLogits {
+    /// `ln Σ exp(logit)` over the vocabulary: `log p(x) = x − log_sum_exp` at T = 1.
+    pub log_sum_exp: f64,
+    /// This depth's most probable tokens, `(id, logit)`, best first (ties to the lower id).
+    pub top: Vec<(u32, f32)>,
+    /// Its logits of the last block's `top` ids, in that order.
+    pub tracked: Vec<f32>,
+}
+
+impl LogitLens {
+    /// The lens of whole rows `[blocks][vocab]` (the Burn path, and the reference of the fused
+    /// path's, which computes the same on the GPU).
+    pub fn from_rows(hidden: Vec<Vec<f32>>, rows: &[Vec<f32>], candidates: usize) -> Self {
+        let bytes_read = 4 * (hidden.iter().chain(rows).map(Vec::len).sum::<usize>() as u64);
+        let top_of = |row: &[f32]| -> Vec<(u32, f32)> {
+            let mut ids: Vec<u32> = (0..row.len() as u32).collect();
+            ids.sort_by(|&a, &b| row[b as usize].total_cmp(&row[a as usize]).then(a.cmp(&b)));
+            ids.into_iter().take(candidates).map(|id| (id, row[id as usize])).collect()
+        };
+        let followed = rows.last().map(|row| top_of(row)).unwrap_or_default();
+        let layers = rows
+            .iter()
+            .map(|row| {
+                let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+                let sum: f64 = row.iter().map(|&x| (f64::from(x) - f64::from(max)).exp()).sum();
+                LensLogits {
+                    log_sum_exp: f64::from(max) + sum.ln(),
+                    top: top_of(row),
+                    tracked: followed.iter().map(|&(id, _)| row[id as usize]).collect(),
+                }
+            })
+            .collect();
+        Self { hidden, layers, bytes_read }
+    }
 }
 
 #[cfg(all(test, feature = "burn-ops"))]

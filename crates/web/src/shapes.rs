@@ -40,7 +40,7 @@ pub fn info(info: &ModelInfo, file_name: Option<&str>) -> Value {
 }
 
 /// A logit lens: `{ candidates: [{ id, text, prob }], layers: [{ layer, probs, top }],
-/// contextTokens, cachedTokens }`.
+/// contextTokens, cachedTokens, bytesRead }`.
 pub fn lens(report: &LensReport) -> Value {
     camel_keys(to_value(report))
 }

@@ -200,3 +200,8 @@ pub fn lm_head(x: &[f32], gamma: &[f32], eps: f64, w: &[f32]) -> Vec<f64> {
     let dim = gamma.len();
     product(&rms_norm(x, gamma, eps), w, dim)
 }
+
+/// `gather.wgsl`: `row[ids[i]]` for each id.
+pub fn gather(row: &[f32], ids: &[u32]) -> Vec<f32> {
+    ids.iter().map(|&id| row[id as usize]).collect()
+}

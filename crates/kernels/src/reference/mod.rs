@@ -170,5 +170,5 @@ pub fn linear(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: Wei
 
 mod layer;
 pub use layer::{
-    QkvRows, QkvSpec, attention, attn_qkv, embed, ffn_gate_up, lm_head, matvec, norm_residual, rope_angles,
+    QkvRows, QkvSpec, attention, attn_qkv, embed, ffn_gate_up, gather, lm_head, matvec, norm_residual, rope_angles,
 };

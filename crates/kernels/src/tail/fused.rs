@@ -281,6 +281,16 @@ impl TailKernels {
         })
     }
 
+    /// Records the model's row's statistics at temperature 1 and its top `k` (no adjustment, no
+    /// readback) and returns the buffer of the packed result (`4 + 2k` words, the layout of
+    /// [`crate::RawRow`]), for a caller that copies it out after each of several rows (the logit
+    /// lens: one row per block).
+    pub fn record_raw_stats(&mut self, recorder: &mut Recorder, k: usize) -> Result<&GpuBuffer, KernelError> {
+        validate_k(k)?;
+        self.record_stats(recorder, Target::Raw, Source::Row, 1.0, k);
+        Ok(&self.raw.packed)
+    }
+
     /// The logits row the tail reads.
     pub fn logits(&self) -> &BufferView {
         &self.logits

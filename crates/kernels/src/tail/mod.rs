@@ -178,7 +178,7 @@ pub(crate) fn tail_output(words: &[u32], k: usize, temperature: f32) -> Result<T
 /// The raw row's statistics at temperature 1 (and its top `raw_top_k`, when > 0) from its
 /// packed words (`4`, or `4 + 2·raw_top_k`); the statistics count 16 bytes read, the top list
 /// `top_bytes`.
-pub(crate) fn raw_row(words: &[u32], raw_top_k: usize, top_bytes: usize) -> Result<RawRow, KernelError> {
+pub fn raw_row(words: &[u32], raw_top_k: usize, top_bytes: usize) -> Result<RawRow, KernelError> {
     let packed = layout::unpack(words, raw_top_k, raw_top_k > 0)?;
     let stats = SoftmaxStats::new(packed.max, packed.sum_exp, 1.0, HEADER_WORDS * 4);
     let top = (raw_top_k > 0).then_some(TopK { ids: packed.ids, logits: packed.logits, bytes_read: top_bytes });
