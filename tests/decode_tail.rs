@@ -2,7 +2,9 @@
 //! back only the candidates give the reference's greedy tokens and top-20, and the same seeded
 //! sampled tokens as reading whole rows.
 
-use nucleus_engine::{DECODE_TAIL_CANDIDATES, Engine, GenerateRequest, GenerationResult, LoadOptions, Prompt, Step};
+use nucleus_engine::{
+    DECODE_TAIL_CANDIDATES, Engine, GenerateRequest, GenerationResult, LinearKernel, LoadOptions, Path, Prompt, Step,
+};
 use nucleus_sampler::SamplingParams;
 use nucleus_tests::{cpu_device, model_bytes, reference, wgpu_device};
 
@@ -260,4 +262,51 @@ fn a_context_length_beyond_the_trained_one_is_a_bad_option_naming_it() {
     let error = Engine::load(model_bytes(), &wgpu_device(), options).err().expect("beyond 8,192");
     assert_eq!(error.code(), "bad-options");
     assert!(error.to_string().contains("1..=8192"), "{error}");
+}
+
+/// Files Nucleus cannot run, each refused with a typed error naming the cause, before any tensor
+/// is uploaded, on the fused path and on the CPU backend: an architecture it does not know, a
+/// tokenizer model it does not know, a tensor type its readers do not take, a truncated file, and
+/// something that is not GGUF at all (a PNG).
+#[test]
+fn a_model_nucleus_cannot_run_is_refused_by_name_before_any_upload() {
+    let tiny = |name: &str| std::fs::read(nucleus_tests::fixtures_dir().join("tiny").join(name)).unwrap();
+    let qwen2 = tiny("qwen2.gguf");
+    let png = [&b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR"[..], &[0; 64]].concat();
+    let cases: [(&str, Vec<u8>, &str, &str); 5] = [
+        (
+            "an unknown architecture",
+            tiny("unknown-architecture.gguf"),
+            "unsupported-model",
+            "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3)",
+        ),
+        (
+            "an unknown tokenizer",
+            tiny("unknown-tokenizer.gguf"),
+            "unsupported-model",
+            "unsupported tokenizer model 'bert'",
+        ),
+        (
+            "an unsupported tensor type",
+            tiny("unsupported-type.gguf"),
+            "unsupported-model",
+            "tensor 'blk.0.ffn_gate.weight' has type IQ4_NL",
+        ),
+        ("a truncated file", qwen2[..qwen2.len() - 1000].to_vec(), "bad-model", "blk.1"),
+        ("a PNG", png, "bad-model", "not a GGUF file: the first four bytes are [137, 80, 78, 71]"),
+    ];
+    for (device, path) in [(wgpu_device(), Path::Fused), (cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul))] {
+        for (what, bytes, code, needle) in &cases {
+            let mut uploads = 0;
+            let options = LoadOptions { path: Some(path), ..Default::default() };
+            let error = Engine::load_with_progress(bytes, &device, options, |_| uploads += 1)
+                .err()
+                .unwrap_or_else(|| panic!("{what} loaded on {path:?}"));
+            let message = error.to_string();
+            println!("[refused] {what} on {}: {} ({message})", path.as_str(), error.code());
+            assert_eq!(error.code(), *code, "{what}: {message}");
+            assert!(message.contains(needle), "{what}: {message:?} does not name {needle:?}");
+            assert_eq!(uploads, 0, "{what}: refused before any tensor was uploaded");
+        }
+    }
 }

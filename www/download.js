@@ -156,6 +156,27 @@ async function readInto(response, chunks, received) {
   }
 }
 
+/**
+ * A file given to the page, read whole (`report(loaded, total)` as it comes), checked to begin like
+ * a GGUF file: else `bad-model` naming what it begins with (a PNG dropped on the page).
+ * @param {Blob} file
+ * @param {string} name
+ * @param {(loaded: number, total: number) => void} report
+ * @returns {Promise<Uint8Array>}
+ */
+export async function readFile(file, name, report) {
+  const chunks = [];
+  let loaded = 0;
+  report(0, file.size);
+  await readInto({ body: file.stream() }, chunks, (n) => {
+    loaded += n;
+    if (chunks.length === 1) checkMagic(name, chunks);
+    report(loaded, file.size);
+  });
+  checkMagic(name, chunks, true);
+  return concatenate(chunks, loaded);
+}
+
 /** A `bad-model` error as soon as the first bytes show the file is not GGUF (`whole`: all came). */
 function checkMagic(url, chunks, whole = false) {
   const head = concatenate(chunks.slice(0, 4), Math.min(64, chunks.slice(0, 4).reduce((n, c) => n + c.byteLength, 0)));

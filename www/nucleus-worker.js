@@ -4,10 +4,10 @@
 // model per worker, one generation at a time (a second one is `busy`).
 
 import init, { loadEngine, lastPanic, loseDeviceForTesting, panicForTesting } from './pkg/nucleus_web.js';
-import { ERROR_CODES, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError } from './protocol.js';
-import { downloadModel, readStored, sha256Hex, storeModel } from './download.js';
-
-const MODEL_CACHE = 'nucleus-models-v1';
+import {
+  ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError,
+} from './protocol.js';
+import { downloadModel, readFile, readStored, sha256Hex, storeModel } from './download.js';
 
 /** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
 let engine = null;
@@ -90,7 +90,7 @@ async function adapterFacts() {
  * again, never used; a download that does not match is `bad-model`.
  */
 async function fetchModel(url, useCache, expectedSha256, progress) {
-  const cache = useCache && self.caches ? await caches.open(MODEL_CACHE).catch(() => null) : null;
+  const cache = await modelCache(useCache);
   const stored = cache ? await cache.match(url) : undefined;
   if (stored) {
     const bytes = await readStored(stored, (loaded, size) => progress('download', loaded, size, true));
@@ -107,14 +107,32 @@ async function fetchModel(url, useCache, expectedSha256, progress) {
   return { bytes, sha256, cache, fromCache: false };
 }
 
+/** The models' cache, when the load may use it and the browser has one. */
+async function modelCache(useCache) {
+  return useCache && self.caches ? caches.open(MODEL_CACHE).catch(() => null) : null;
+}
+
+/**
+ * A file given to the page, as fetchModel: its bytes (checked to be GGUF before the engine sees
+ * them), and the key it is kept under (LOCAL_MODELS).
+ */
+async function readGivenFile(file, name, useCache, progress) {
+  const bytes = await readFile(file, name, (loaded, total) => progress('read', loaded, total, false));
+  const sha256 = await sha256Hex(bytes);
+  const url = new URL(`${LOCAL_MODELS}/${sha256}/${encodeURIComponent(name)}`, self.location.href).href;
+  return { url, bytes, sha256, cache: await modelCache(useCache), fromCache: false };
+}
+
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ url, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache }, progress) {
+  async [REQUEST.load]({ url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await adapterFacts();
     wasmMemory = (await init()).memory;
-    const { bytes, sha256, cache, fromCache } = await fetchModel(url, useCache, expectedSha256, progress);
+    const { url, bytes, sha256, cache, fromCache } = file
+      ? await readGivenFile(file, name, useCache, progress)
+      : { url: given, ...await fetchModel(given, useCache, expectedSha256, progress) };
     try {
       engine = await loadEngine(bytes, contextLength ?? undefined, memoryBudget ?? undefined,
         (phase, loaded, total) => progress(phase, loaded, total, fromCache));
@@ -127,7 +145,7 @@ const handlers = {
     if (cacheError) console.warn(`nucleus: ${cacheError.message}`);
     loadMs = performance.now() - started;
     return {
-      ...JSON.parse(engine.info(String(url))), ...facts, sha256, loadMs, fromCache,
+      ...JSON.parse(engine.info(file ? name : String(url))), ...facts, url, sha256, loadMs, fromCache,
       cacheError: cacheError && { code: cacheError.code, message: cacheError.message },
     };
   },

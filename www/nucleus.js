@@ -10,7 +10,7 @@
 // this module sends it typed requests, one id each, and pulls steps one at a time. README.md
 // documents the whole API.
 
-import { ERROR_CODES, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
+import { ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
 
 export { ERROR_CODES };
 
@@ -351,12 +351,15 @@ export class Nucleus {
   #client;
 
   /**
-   * Loads a GGUF model into a new worker. Options: `model` (URL, same-origin or CORS; default
-   * DEFAULT_MODEL_URL), `onProgress({ phase: 'download'|'parse'|'upload', loaded, total, cached })`,
-   * `contextLength` (KV cache positions; default the model's), `memoryBudget` (bytes for every GPU
-   * buffer together; default none), `cache` (keep the file in the Cache API; default true),
-   * `sha256` (the file's, lowercase hex: a stored copy that differs is replaced, a download that
-   * differs is `bad-model`; default: not checked beyond its length).
+   * Loads a GGUF model into a new worker. Options: `model` (a URL, same-origin or CORS, default
+   * DEFAULT_MODEL_URL; or a `File`/`Blob`, a GGUF file a person gave the page: read, checked and
+   * kept under a key of its own, `info.url`), `onProgress({ phase: 'download'|'read'|'parse'|'upload',
+   * loaded, total, cached })`, `contextLength` (KV cache positions; default the model's),
+   * `memoryBudget` (bytes for every GPU buffer together; default none), `cache` (keep the file in
+   * the Cache API; default true), `sha256` (the file's, lowercase hex: a stored copy that differs
+   * is replaced, a download that differs is `bad-model`; default: not checked beyond its length).
+   * Whatever model the page already loaded is untouched: load the next one, then dispose of the
+   * old one.
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
@@ -364,7 +367,10 @@ export class Nucleus {
     const unknown = Object.keys(options).find((key) => !known.includes(key));
     if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${known.join(', ')})`);
     const { model = DEFAULT_MODEL_URL, sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
-    if (typeof model !== 'string' && !(model instanceof URL)) throw badOption('model', 'model must be a URL');
+    const file = typeof Blob !== 'undefined' && model instanceof Blob ? model : null;
+    if (!file && typeof model !== 'string' && !(model instanceof URL)) {
+      throw badOption('model', 'model must be a URL or a File');
+    }
     if (sha256 !== undefined && !/^[0-9a-f]{64}$/.test(sha256)) {
       throw badOption('sha256', `sha256 must be 64 lowercase hex digits, got ${JSON.stringify(sha256)}`);
     }
@@ -378,11 +384,13 @@ export class Nucleus {
     if (!globalThis.navigator?.gpu) {
       throw new NucleusError('no-webgpu', NO_WEBGPU_MESSAGE);
     }
-    const url = new URL(model, globalThis.document?.baseURI ?? import.meta.url).href;
+    const source = file
+      ? { file, name: file.name || 'model.gguf' }
+      : { url: new URL(model, globalThis.document?.baseURI ?? import.meta.url).href };
     const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
     const client = new WorkerClient(worker);
     try {
-      const info = await client.call(REQUEST.load, { url, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
+      const info = await client.call(REQUEST.load, { ...source, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
       return new Nucleus(client, info);
     } catch (error) {
       client.terminate();
@@ -390,9 +398,36 @@ export class Nucleus {
     }
   }
 
+  /**
+   * The models this browser keeps (the Cache API, by URL: downloads, and files given to the page
+   * under their LOCAL_MODELS keys), largest first, and the site's storage use and quota (bytes;
+   * null where the browser does not say): `{ models: [{ url, name, bytes, local }], usage, quota }`.
+   */
+  static async storedModels() {
+    const cache = globalThis.caches ? await caches.open(MODEL_CACHE) : null;
+    const models = [];
+    for (const request of cache ? await cache.keys() : []) {
+      const response = await cache.match(request);
+      const bytes = Number(response?.headers.get('content-length')) || (await response?.blob())?.size || 0;
+      const path = new URL(request.url).pathname;
+      models.push({ url: request.url, name: decodeURIComponent(path.split('/').pop()), bytes,
+        local: path.includes(`/${LOCAL_MODELS}/`) });
+    }
+    models.sort((a, b) => b.bytes - a.bytes || a.name.localeCompare(b.name));
+    const { usage = null, quota = null } = await globalThis.navigator?.storage?.estimate?.().catch(() => ({})) ?? {};
+    return { models, usage, quota };
+  }
+
+  /** Drops the kept copy of the model at `url` (a loaded model keeps running). Resolves to whether one was kept. */
+  static async removeStoredModel(url) {
+    if (typeof url !== 'string' && !(url instanceof URL)) throw badOption('url', 'url must be a URL');
+    const cache = globalThis.caches ? await caches.open(MODEL_CACHE) : null;
+    return cache ? cache.delete(String(url)) : false;
+  }
+
   constructor(client, info) {
     this.#client = client;
-    /** `{ name, architecture, vocabSize, contextLength, parameters, fileBytes, adapter, f16, sha256, loadMs, fromCache, cacheError }` */
+    /** `{ title, name, architecture, quantization, vocabSize, contextLength, chatTemplate, parameters, fileBytes, url, adapter, f16, sha256, loadMs, fromCache, cacheError }` */
     this.info = Object.freeze(info);
     this.chat = Object.freeze({ completions: Object.freeze({ create: (request) => createChatCompletion(this, request) }) });
   }

@@ -12,6 +12,10 @@ import { drawLens } from './lens.js';
 import { drawBeams } from './beams.js';
 import { RunColumn, chipKeys } from './run-column.js';
 import { drawLedger } from './ledger.js';
+import {
+  FILE_CHOICE, LOADED_CHOICE, MODEL_PARAM, URL_CHOICE, acceptDroppedFiles, fillPicker, initialChoice, knownChoice,
+  linkProblem, rememberChoice, showStoredModels, urlChoice,
+} from './models.js';
 
 const $ = (id) => document.getElementById(id);
 /** Candidates per step: the GPU decode tail's own K, so asking for them costs no extra read. */
@@ -54,6 +58,10 @@ const state = {
   shownRun: null,
   /** The step whose logit lens is shown: { run, index }, or null. */
   lensOf: null,
+  /** The model loaded (or loading): a ModelChoice of models.js. */
+  modelChoice: null,
+  /** A model replaced while a run used it: disposed of when the run ends. */
+  retired: null,
 };
 
 // The page's state, for the browser's console and the tests.
@@ -195,6 +203,8 @@ function checkForm() {
 const SETTINGS_KEY = 'nucleus-playground-settings';
 /** The link's parameter that names a trace to replay (kept in the link, not a setting). */
 const TRACE_PARAM = 'trace';
+/** Parameters of the link that are not settings: a trace to replay, a model at a URL (models.js). */
+const LINK_PARAMS = [TRACE_PARAM, MODEL_PARAM];
 
 /** Every setting: key -> { read(), write(text) -> true when the text was valid, expected }. */
 function settings() {
@@ -268,7 +278,7 @@ function loadSettings() {
   // In the settings' own order, whatever the link's (a format's text after its kind).
   const apply = (params, report) => {
     for (const key of params.keys()) {
-      if (key !== TRACE_PARAM && !all.has(key)) report.push(`${key} (not a setting)`);
+      if (!LINK_PARAMS.includes(key) && !all.has(key)) report.push(`${key} (not a setting)`);
     }
     for (const [key, setting] of all) {
       const text = params.get(key);
@@ -282,7 +292,7 @@ function loadSettings() {
     // Storage can be off (some private windows): settings then live in the URL only.
   }
   apply(stored, []);
-  const problems = [];
+  const problems = [linkProblem()].filter(Boolean);
   apply(new URLSearchParams(location.search), problems);
   $('settings-error').hidden = problems.length === 0;
   $('settings-error').textContent = problems.length ? `Not used from the link: ${problems.join('; ')}.` : '';
@@ -295,8 +305,9 @@ function saveSettings() {
   const params = new URLSearchParams();
   for (const [key, setting] of settings()) params.set(key, setting.read());
   const query = params.toString();
-  const trace = new URLSearchParams(location.search).get(TRACE_PARAM);
-  const link = trace ? `${query}&${new URLSearchParams({ [TRACE_PARAM]: trace })}` : query;
+  const current = new URLSearchParams(location.search);
+  const kept = new URLSearchParams(LINK_PARAMS.filter((key) => current.has(key)).map((key) => [key, current.get(key)]));
+  const link = kept.size ? `${query}&${kept}` : query;
   history.replaceState(null, '', `${location.pathname}?${link}${location.hash}`);
   try {
     localStorage.setItem(SETTINGS_KEY, query);
@@ -392,17 +403,27 @@ function chatMessages(message) {
 
 function setBusy(busy) {
   state.busy = busy;
+  if (!busy) {
+    // A model replaced during the run that used it goes now.
+    state.retired?.dispose();
+    state.retired = null;
+  }
   updateButtons();
   document.body.dataset.state = busy ? 'generating' : 'ready';
 }
+
+/** Whether `run` was made by the model loaded now (its tokens are this vocabulary's). */
+const ofLoadedModel = (run) => Boolean(state.lm && run?.model && run.model.sha256 === (state.lm.info.sha256 ?? null));
 
 function updateButtons() {
   const noMessage = isChat() && $('prompt').value.trim() === '';
   $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
   $('beam-run').disabled = state.busy || !state.lm || noMessage;
   $('compare-run').disabled = $('generate').disabled;
-  $('ledger-compare').disabled = state.busy || !state.lm || !state.shownRun?.options?.speculative;
-  $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps;
+  $('ledger-compare').disabled = state.busy || !state.lm || !state.shownRun?.options?.speculative
+    || !ofLoadedModel(state.shownRun);
+  $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps
+    || !ofLoadedModel(state.shownRun);
   $('stop').disabled = !state.busy;
   $('export-trace').disabled = state.busy || !state.shownRun;
   $('trace-file').disabled = state.busy;
@@ -1020,7 +1041,7 @@ const FORKS = 5;
 
 function drawForks(step) {
   const run = state.shownRun;
-  const canFork = Boolean(state.lm && run?.options && run.steps === state.steps && !state.busy);
+  const canFork = Boolean(state.lm && run?.options && run.steps === state.steps && !state.busy && ofLoadedModel(run));
   $('fork').hidden = !canFork;
   if (!canFork) return;
   $('fork-title').textContent = `Fork at step ${step.index + 1}: continue with another token instead of “${shownToken(step.token)}”`;
@@ -1114,8 +1135,11 @@ async function start() {
   $('new-chat').addEventListener('click', newConversation);
   $('reload-model').addEventListener('click', () => {
     $('form-error').hidden = true;
+    state.lm?.dispose();
+    state.lm = null;
     loadModel();
   });
+  installPicker();
   for (const radio of document.querySelectorAll('input[name="mode"]')) radio.addEventListener('change', renderConversation);
   renderConversation();
   $('show-boundaries').addEventListener('change', (e) => $('tokens').classList.toggle('boundaries', e.target.checked));
@@ -1142,41 +1166,94 @@ async function start() {
     showNoWebGpu('navigator.gpu is missing.');
     return;
   }
-  await loadModel();
+  await loadModel(initialChoice());
 }
 
 /**
- * Loads the model (again, after the GPU was lost or the engine crashed: the page, its prompt and
- * settings stay as they are; the file comes from the browser's cache).
+ * Loads `choice` (models.js), by default the one loaded last (again, after the GPU was lost or
+ * the engine crashed: the page, its prompt and settings stay as they are; the file comes from the
+ * browser's cache). The model loaded so far keeps working until the new one is ready, and stays
+ * when the new one fails: the picker says why. The engine checks what the model needs of the GPU
+ * before it uploads anything.
  */
-async function loadModel() {
+async function loadModel(choice = state.modelChoice) {
   $('reload-model').hidden = true;
-  state.lm?.dispose();
-  state.lm = null;
-  updateButtons();
-  document.body.dataset.state = 'loading';
+  $('model-error').hidden = true;
+  const previous = state.lm;
+  const previousChoice = state.modelChoice;
+  state.modelChoice = choice;
+  $('model-url-row').hidden = choice.id !== URL_CHOICE;
+  $('model-picker').dataset.loading = 'true';
+  if (!previous) {
+    updateButtons();
+    document.body.dataset.state = 'loading';
+  }
   $('load').hidden = false;
   $('load-bar').value = 0;
-  const phases = { download: 'Downloading the model', parse: 'Reading the model file', upload: 'Uploading the weights to the GPU' };
+  const phases = {
+    download: 'Downloading', read: 'Reading the file', parse: 'Reading the model', upload: 'Uploading the weights to the GPU',
+  };
+  let next;
   try {
-    state.lm = await Nucleus.load({
+    next = await Nucleus.load({
+      model: choice.file ?? choice.url,
       onProgress: ({ phase, loaded, total, cached }) => {
         const mb = (n) => (n / 1e6).toFixed(1);
-        $('load-label').textContent = `${phases[phase]}${cached && phase === 'download' ? ' (from the browser cache)' : ''}: `
+        $('load-label').textContent = `${phases[phase]} ${choice.label}${cached && phase === 'download' ? ' (from the browser cache)' : ''}: `
           + `${mb(loaded)} of ${mb(total)} MB`;
         $('load-bar').value = total ? loaded / total : 0;
       },
     });
   } catch (error) {
+    $('load').hidden = true;
+    delete $('model-picker').dataset.loading;
     if (error.code === 'no-webgpu') {
       showNoWebGpu(error.message);
+      return;
+    }
+    if (previous) {
+      // The model before stays: say why the new one did not load, and show the old one picked.
+      state.modelChoice = previousChoice;
+      fillPicker($('model-choice'), previousChoice);
+      showModelError(choice, error);
+    } else if (choice.id !== 'default') {
+      // A kept choice that no longer loads (a removed file, a URL gone): the default instead.
+      showModelError(choice, error);
+      await loadModel(knownChoice('default'));
     } else {
       document.body.dataset.state = 'error';
       $('status').textContent = `The model could not load (${error.code}): ${error.message}`;
     }
     return;
   }
-  const { info } = state.lm;
+  delete $('model-picker').dataset.loading;
+  $('load').hidden = true;
+  state.lm = next;
+  state.modelChoice = next.info.url === choice.url ? choice : urlChoice(next.info.url);
+  fillPicker($('model-choice'), state.modelChoice);
+  if (previous) {
+    // Runs of the old model stay on the page (their tokens are its own): no lens or fork on them.
+    if (state.busy) state.retired = previous;
+    else previous.dispose();
+    newConversation();
+  }
+  rememberChoice(next.info.url);
+  showModel(next.info);
+  refreshStoredModels();
+  if (!state.busy) setBusy(false);
+}
+
+/** A model that did not load: the picker says which and why; what was loaded stays. */
+function showModelError(choice, error) {
+  const fits = /contextLength (\d+) or less would fit/.exec(error.message)?.[1];
+  $('model-error').textContent = `${choice.label} could not load (${error.code}): ${error.message}`
+    + (fits ? ` The engine checked this before uploading anything: a shorter context would fit (${fits} positions).` : '')
+    + (state.lm ? ` ${state.lm.info.title} is still loaded.` : '');
+  $('model-error').hidden = false;
+}
+
+/** The loaded model in the page: its title, its facts, and what it can do (a chat needs a template). */
+function showModel(info) {
   const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
   $('status').textContent = `${info.title}, loaded in ${(info.loadMs / 1000).toFixed(1)} s`
     + `${info.fromCache ? ' from the browser cache' : ''}.`
@@ -1184,12 +1261,71 @@ async function loadModel() {
     + (info.cacheError ? ` Not kept for next time (${info.cacheError.code}): ${info.cacheError.message}.` : '');
   fillList($('model-facts'), [
     ['adapter', `${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}`],
-    ['model', `${info.name}: ${info.architecture}, ${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens`],
+    ['model', `${info.name}: ${info.architecture}, ${info.quantization}, ${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens`],
     ['forward pass', `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
     ['weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
   ]);
-  $('load').hidden = true;
-  setBusy(false);
+  // A base model has no chat template: it continues the text it is given.
+  const chat = document.querySelector('input[name="mode"][value="chat"]');
+  chat.disabled = !info.chatTemplate;
+  if (!info.chatTemplate && chat.checked) {
+    document.querySelector('input[name="mode"][value="raw"]').checked = true;
+    renderConversation();
+    saveSettings();
+  }
+  $('base-model').hidden = info.chatTemplate;
+  $('base-model').textContent = info.chatTemplate ? ''
+    : `${info.title.split(' · ')[0]} has no chat template (a base model): it continues the text you give it.`;
+  $('exact-hint').textContent = `each step reads its whole logits row (${(info.vocabSize * 4 / 1024).toLocaleString('en', { maximumFractionDigits: 0 })} KB) instead of only the top candidates`;
+}
+
+/** The picker's list of the models this browser keeps. */
+function refreshStoredModels() {
+  showStoredModels({
+    tbody: $('stored-list').tBodies[0],
+    summary: $('stored-summary'),
+    quota: $('stored-quota'),
+    currentUrl: state.lm?.info.url,
+    onLoad: (choice) => loadModel(choice),
+    onRemoved: () => refreshStoredModels(),
+  }).catch((error) => {
+    $('stored-quota').textContent = `This browser's storage could not be read: ${error.message}`;
+  });
+}
+
+/** The picker's events: a known model, a file (chosen or dropped anywhere), a URL. */
+function installPicker() {
+  fillPicker($('model-choice'));
+  const pickFile = (file) => loadModel({ id: FILE_CHOICE, file, label: file.name || 'the file' });
+  $('model-choice').addEventListener('change', () => {
+    const id = $('model-choice').value;
+    $('model-url-row').hidden = id !== URL_CHOICE;
+    if (id === FILE_CHOICE) {
+      $('model-file').click();
+    } else if (id !== URL_CHOICE && id !== LOADED_CHOICE) {
+      loadModel(knownChoice(id));
+    }
+  });
+  // The file dialog closed without a file: the picker shows the model loaded again.
+  $('model-file').addEventListener('cancel', () => fillPicker($('model-choice'), state.modelChoice));
+  $('model-file').addEventListener('change', () => {
+    const [file] = $('model-file').files;
+    if (file) pickFile(file);
+    $('model-file').value = '';
+  });
+  $('model-url-load').addEventListener('click', () => {
+    let url;
+    try {
+      url = new URL($('model-url').value.trim(), location.href).href;
+    } catch {
+      $('model-error').textContent = `“${$('model-url').value}” is not a URL.`;
+      $('model-error').hidden = false;
+      return;
+    }
+    loadModel(urlChoice(url));
+  });
+  acceptDroppedFiles($('drop-zone'), pickFile);
+  $('stored-models').addEventListener('toggle', refreshStoredModels);
 }
 
 /** Errors after which this model can do nothing more: the page offers to load it again. */

@@ -8,9 +8,11 @@
 // messages first.
 
 /**
- * @typedef {{ id: number, type: 'load', url: string, sha256?: string, contextLength?: number, memoryBudget?: number,
- *   cache: boolean }} LoadRequest
- *   Loads the model at `url` (one per worker). Replies with the model's `info`.
+ * @typedef {{ id: number, type: 'load', url?: string, file?: Blob, name?: string, sha256?: string,
+ *   contextLength?: number, memoryBudget?: number, cache: boolean }} LoadRequest
+ *   Loads the model at `url` (one per worker), or the GGUF `file` a person gave the page (`name`:
+ *   its file name), kept under a key of LOCAL_MODELS. Replies with the model's `info`, whose
+ *   `url` is where it was loaded from (that key, for a file).
  * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
  *   Replies with the token ids (number[]).
  * @typedef {{ id: number, type: 'generate', options: string }} GenerateRequest
@@ -38,9 +40,10 @@
  * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | BeamSearchRequest | AbortRequest
  *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest} Request
  *
- * @typedef {{ id: number, type: 'progress', phase: 'download' | 'parse' | 'upload', loaded: number,
+ * @typedef {{ id: number, type: 'progress', phase: 'download' | 'read' | 'parse' | 'upload', loaded: number,
  *   total: number, cached: boolean }} LoadProgressReply
- *   `loaded` and `total` in bytes; `cached`: the file came from the browser's cache.
+ *   `loaded` and `total` in bytes (`read`: a file given to the page); `cached`: the file came from the
+ *   browser's cache.
  * @typedef {{ id: number, type: 'progress', phase: 'prefill', loaded: number, total: number,
  *   cached: number }} PrefillProgressReply
  *   `loaded` and `total` in prompt tokens; `cached`: the prompt tokens the KV cache already held.
@@ -54,6 +57,16 @@
  *
  * @typedef {keyof typeof ERROR_CODES} ErrorCode
  */
+
+/** The Cache API cache that keeps models between visits, by URL (the worker stores, the page lists). */
+export const MODEL_CACHE = 'nucleus-models-v1';
+
+/**
+ * Where in MODEL_CACHE a file given to the page is kept: `<this path>/<sha256>/<file name>` beside
+ * the worker's script, a key that is never fetched (once removed from the cache, loading it fails
+ * with `fetch-failed`).
+ */
+export const LOCAL_MODELS = 'nucleus-local-models';
 
 /** The request types, by name. */
 export const REQUEST = Object.freeze({

@@ -10,7 +10,7 @@
 // (nucleus-models-v1, see nucleus-worker.js), downloaded once and checked before use, so model
 // requests (*.gguf) and every Range request pass through untouched.
 
-const APP_CACHE = 'nucleus-app-v3';
+const APP_CACHE = 'nucleus-app-v4';
 /** Every file the playground and the embed page load, relative to this worker (tests/browser checks the list). */
 const APP_FILES = [
   './',
@@ -28,6 +28,7 @@ const APP_FILES = [
   'trace.js',
   'branches.js',
   'ledger.js',
+  'models.js',
   'timeline.js',
   'lens.js',
   'beams.js',

@@ -87,7 +87,8 @@ test('Nucleus.load() loads the default model with progress, on a WebGPU adapter'
   console.log(`  loaded in ${loaded.ms.toFixed(0)} ms on ${info.adapter.vendor}/${info.adapter.architecture} `
     + `(fallback ${info.adapter.isFallback}), path ${info.path}, weights ${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`);
   assert.match(info.name, /^Smollm2 135M/i);
-  assert.equal(info.title, 'SmolLM2-135M-Instruct · Q4_1 · 98 MB');
+  assert.equal(info.title, 'SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens');
+  assert.equal(info.chatTemplate, true);
   assert.equal(info.quantization, 'Q4_1');
   assert.equal(info.architecture, 'llama');
   assert.equal(info.vocabSize, 49152);

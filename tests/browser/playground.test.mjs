@@ -44,7 +44,7 @@ after(async () => {
 });
 
 test('the page loads the model and shows the adapter', async () => {
-  assert.match(await page.textContent('#status'), /^SmolLM2-135M-Instruct · Q4_1 · 98 MB, loaded in/);
+  assert.match(await page.textContent('#status'), /^SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens, loaded in/);
   assert.match(await page.textContent('[data-stat="adapter"]'), /swiftshader/i);
   assert.equal(await page.isVisible('#no-webgpu'), false);
   assert.equal(await page.isEnabled('#generate'), true);

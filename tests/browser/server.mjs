@@ -16,6 +16,11 @@ export const MODEL_PATH = process.env.NUCLEUS_MODEL
   ?? path.join(os.homedir(), '.cache/nucleus/models', MODEL_NAME);
 /** The default model file's digest: build.sh's, which checks the download against it. */
 export const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
+/** Gemma 3 270M, the second architecture (`./build.sh model` fetches it). */
+export const GEMMA_NAME = 'gemma-3-270m-q4_k_m.gguf';
+export const GEMMA_PATH = process.env.NUCLEUS_GEMMA ?? path.join(os.homedir(), '.cache/nucleus/models', GEMMA_NAME);
+/** The models served at /models/, as `./build.sh serve` serves them. */
+const MODELS = { [`/models/${MODEL_NAME}`]: MODEL_PATH, [`/models/${GEMMA_NAME}`]: GEMMA_PATH };
 
 const TYPES = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',
@@ -44,9 +49,8 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
       response.end(body);
       return;
     }
-    const file = pathname === `/models/${MODEL_NAME}`
-      ? MODEL_PATH
-      : path.join(root, path.normalize(pathname).replace(/^(\.\.[/\\])+/, ''), pathname.endsWith('/') ? 'index.html' : '');
+    const file = MODELS[pathname]
+      ?? path.join(root, path.normalize(pathname).replace(/^(\.\.[/\\])+/, ''), pathname.endsWith('/') ? 'index.html' : '');
     try {
       const stat = await fs.stat(file);
       if (!stat.isFile()) throw new Error('not a file');

@@ -12,7 +12,9 @@ and Q4_1 by gguf-py. The reference: transformers' float64 forward pass (eager at
 weights the GGUF holds, dequantized by gguf-py; the tokenizer's ids for a set of strings.
 
 Writes tests/fixtures/tiny/{family}.gguf and tests/fixtures/tiny/{family}.json, read by
-tests/model_reference.rs and tests/tokenizer_reference.rs. Deterministic (fixed seeds).
+tests/model_reference.rs and tests/tokenizer_reference.rs, and three files Nucleus must refuse
+(unknown-architecture.gguf, unknown-tokenizer.gguf, unsupported-type.gguf: tests/decode_tail.rs
+and the browser tests). Deterministic (fixed seeds).
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers==5.24.0 tokenizers==0.23.3 gguf==0.19.0
     /tmp/venv/bin/python tests/tools/make_tiny_families.py
@@ -324,7 +326,36 @@ def make(name, family, seed):
     print(f"{name}: vocab {n_vocab}, {(OUT / f'{name}.gguf').stat().st_size} bytes")
 
 
+def patched(source, target, replacements, type_patch=None):
+    """A copy of `source` with byte strings replaced (each by one of the same length, so the file
+    stays consistent) and, with `type_patch = (tensor name, old type, new type)`, that tensor's
+    type id changed in the tensor table (between types of the same block size)."""
+    data = bytearray((OUT / source).read_bytes())
+    for old, new in replacements:
+        assert len(old) == len(new) and old in data, (old, new)
+        data = bytearray(bytes(data).replace(old, new))
+    if type_patch:
+        name, old, new = type_patch
+        at = data.index(name.encode()) + len(name)
+        n_dims = int.from_bytes(data[at:at + 4], "little")
+        at += 4 + 8 * n_dims
+        assert int.from_bytes(data[at:at + 4], "little") == old
+        data[at:at + 4] = new.to_bytes(4, "little")
+    (OUT / target).write_bytes(bytes(data))
+    print(f"{target}: from {source}")
+
+
+def broken_variants():
+    """Files Nucleus must refuse by name before uploading anything: an architecture it does not
+    run (`mamba`), a tokenizer model it does not know (`bert`), a tensor type its readers do not
+    take (IQ4_NL, 18 bytes per 32 weights like Q4_0, so the file stays whole)."""
+    patched("qwen3.gguf", "unknown-architecture.gguf", [(b"qwen3", b"mamba")])
+    patched("qwen2.gguf", "unknown-tokenizer.gguf", [(b"gpt2", b"bert")])
+    patched("qwen2.gguf", "unsupported-type.gguf", [], ("blk.0.ffn_gate.weight", int(Q.Q4_0), int(Q.IQ4_NL)))
+
+
 if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     for seed, (name, family) in enumerate(FAMILIES.items()):
         make(name, family, 1000 + seed)
+    broken_variants()

@@ -1,5 +1,6 @@
 //! `nucleus bench`: prefill and decode speed of the real generation path, several runs, with the
-//! work each decode token asks of the GPU, side by side for the forward-pass paths.
+//! work each decode token asks of the GPU, side by side for the forward-pass paths and the models
+//! (`--model` once per model: SmolLM2-135M and Gemma 3 270M in `./build.sh bench`).
 
 use nucleus_engine::{Engine, GenerateRequest, Path, Prompt, PromptLookup, Stopwatch};
 use nucleus_sampler::SamplingParams;
@@ -9,8 +10,10 @@ use crate::{Backend, DeviceArgs, LinearArg, ModelArg, PathArg, load_engine};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    #[command(flatten)]
-    model: ModelArg,
+    /// GGUF model files, each measured on each path, side by side [default: $NUCLEUS_MODEL, else
+    /// ~/.cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf]
+    #[arg(long = "model", value_name = "PATH")]
+    models: Vec<std::path::PathBuf>,
     #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
     backend: Backend,
     /// The paths to compare [default on wgpu: fused and burn; on the CPU backend: burn].
@@ -50,9 +53,10 @@ struct Run {
     decode_ms_per_token: f64,
 }
 
-/// Everything measured on one path.
+/// Everything measured on one path of one model.
 struct PathReport {
-    path: Path,
+    /// The model's short name (its title's first part) and the path: the column's heading.
+    label: String,
     load_ms: f64,
     runs: Vec<Run>,
     /// GPU calls of the first step and per decode step (wgpu only).
@@ -90,14 +94,17 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 
     let mut reports = Vec::new();
     let mut first_engine = None;
-    for path in paths {
+    let models =
+        if args.models.is_empty() { vec![ModelArg::default()] } else { args.models.iter().map(ModelArg::of).collect() };
+    for (model, path) in models.iter().flat_map(|model| paths.iter().map(move |&path| (model, path))) {
         let flags = DeviceArgs { backend: args.backend, path: Some(path), linear: args.linear };
         let context = (args.prompt_tokens + args.gen_tokens)
             .max(if long_context > 0 { long_context + 32 } else { 0 })
             .max(if args.speculative_lookup > 0 { SPECULATIVE_PROMPT_ROOM + args.gen_tokens } else { 0 });
-        let (mut engine, load_ms) = load_engine(&args.model, &flags, Some(context), Some(&device))?;
-        if reports.is_empty() {
-            println!("model {} ({} parameters)", engine.info().name, engine.info().parameters);
+        let (mut engine, load_ms) = load_engine(model, &flags, Some(context), Some(&device))?;
+        let title = engine.info().title(Some(&model.path().to_string_lossy()));
+        if path == paths[0] {
+            println!("model {title} ({} parameters)", engine.info().parameters);
         }
         eprintln!("[bench] {}: {} runs", engine.info().path, args.runs + 1);
         let prompt = bench_prompt(&engine, args.prompt_tokens)?;
@@ -121,7 +128,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             None
         };
         reports.push(PathReport {
-            path: engine.model().path(),
+            label: format!("{} {}", title.split(" · ").next().unwrap_or_default(), engine.model().path().as_str()),
             load_ms,
             runs,
             calls,
@@ -167,10 +174,10 @@ fn mib(bytes: u64) -> f64 {
 }
 
 fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) {
-    let width = 16;
+    let width = reports.iter().map(|r| r.label.len()).max().unwrap_or(0).max(16);
     print!("\n{:<40}", "median of the runs (min..max below)");
     for report in reports {
-        print!(" {:>width$}", report.path.as_str());
+        print!(" {:>width$}", report.label);
     }
     println!();
     let column = |report: &PathReport, f: &dyn Fn(&Run) -> f64| {
@@ -316,7 +323,8 @@ fn speculative_comparison(engine: &mut Engine, args: &BenchArgs) -> Result<(), S
         "prompt", "plain tok/s", "spec. tok/s", "speedup", "accepted", "tokens/pass", "same text"
     );
     for (name, text) in SPECULATIVE_PROMPTS {
-        let prompt = if name.contains("chat") {
+        // A base model (no chat template) continues the request as text.
+        let prompt = if name.contains("chat") && engine.tokenizer().chat_template().is_some() {
             Prompt::Chat(vec![nucleus_tokenizer::ChatMessage::user(text)])
         } else {
             Prompt::Text(text.to_string())

@@ -48,7 +48,7 @@ enum Command {
     },
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Default)]
 struct ModelArg {
     /// GGUF model file [default: $NUCLEUS_MODEL, else ~/.cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf]
     #[arg(long, value_name = "PATH")]
@@ -56,6 +56,11 @@ struct ModelArg {
 }
 
 impl ModelArg {
+    /// The file at `path`.
+    pub(crate) fn of(path: &PathBuf) -> Self {
+        Self { model: Some(path.clone()) }
+    }
+
     fn path(&self) -> PathBuf {
         self.model.clone().unwrap_or_else(default_model_path)
     }

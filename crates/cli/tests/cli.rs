@@ -107,7 +107,11 @@ fn generate_json_greedy_chat_matches_reference() {
     }
     let summary = &lines[6];
     // Named from the file (SmolLM2-135M-Instruct.Q4_1.gguf by default), not general.name.
-    assert!(summary["model"].as_str().unwrap().ends_with(" · Q4_1 · 98 MB"), "{}", summary["model"]);
+    assert!(
+        summary["model"].as_str().unwrap().ends_with(" · llama · Q4_1 · 98 MB · 49,152 tokens"),
+        "{}",
+        summary["model"]
+    );
     // No GPU here: the summary says the adapter is a CPU emulation (or that it ran on the CPU).
     let device = summary["device"].as_str().unwrap();
     assert!(device.contains("a CPU emulation of a GPU") || device.starts_with("the CPU"), "{device}");

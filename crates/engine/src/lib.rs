@@ -68,10 +68,14 @@ pub struct ModelInfo {
     /// `general.basename` and `general.size_label` ("SmolLM2", "135M"), when the file has them.
     pub basename: Option<String>,
     pub size_label: Option<String>,
-    /// The type that holds most of the weights' bytes (`Q4_1`, `Q8_0`, `F16`, …).
+    /// The quantization the file was made with (`general.file_type`: `Q4_K_M`, `Q4_1`, …), else
+    /// the type that holds most of the weights' bytes.
     pub quantization: String,
     pub architecture: String,
     pub vocab_size: usize,
+    /// Whether the file has a chat template (`tokenizer.chat_template`): without one the model
+    /// continues raw text only (a base model).
+    pub chat_template: bool,
     pub context_length: usize,
     pub parameters: usize,
     pub file_bytes: usize,
@@ -84,10 +88,10 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
-    /// The model as a person names it: "SmolLM2-135M-Instruct · Q4_1 · 98 MB". The name is the
-    /// file's (`file_name`: a path or URL; its last segment without `.gguf` and without a suffix
-    /// naming the quantization), else `general.basename` and `general.size_label`, else
-    /// `general.name`.
+    /// The model as a person names it: "SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152
+    /// tokens". The name is the file's (`file_name`: a path or URL; its last segment without
+    /// `.gguf` and without a suffix naming the quantization), else `general.basename` and
+    /// `general.size_label`, else `general.name`.
     pub fn title(&self, file_name: Option<&str>) -> String {
         let from_file = file_name.and_then(|name| {
             let last = name.split(['?', '#']).next()?.rsplit(['/', '\\']).next()?;
@@ -107,12 +111,35 @@ impl ModelInfo {
             _ => self.name.clone(),
         };
         let name = from_file.unwrap_or_else(from_metadata);
-        format!("{name} · {} · {:.0} MB", self.quantization, self.file_bytes as f64 / 1e6)
+        format!(
+            "{name} · {} · {} · {:.0} MB · {} tokens",
+            self.architecture,
+            self.quantization,
+            self.file_bytes as f64 / 1e6,
+            thousands(self.vocab_size)
+        )
     }
 }
 
-/// The type of the largest share of the tensor bytes.
-fn main_weight_type(file: &GgufFile<'_>) -> String {
+/// `262144` as `262,144`.
+fn thousands(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// The quantization the file names (`general.file_type`), else the type of the largest share of
+/// the tensor bytes.
+fn quantization(file: &GgufFile<'_>) -> String {
+    if let Some(name) = file.get("general.file_type").and_then(|v| v.as_u64()).and_then(nucleus_gguf::file_type_name) {
+        return name.to_string();
+    }
     let mut bytes: Vec<(nucleus_gguf::GgmlType, u64)> = Vec::new();
     for tensor in &file.tensors {
         match bytes.iter_mut().find(|(kind, _)| *kind == tensor.ggml_type) {
@@ -194,9 +221,10 @@ impl Engine {
             name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
             basename: file.get_str("general.basename").ok().map(str::to_string),
             size_label: file.get_str("general.size_label").ok().map(str::to_string),
-            quantization: main_weight_type(&file),
+            quantization: quantization(&file),
             architecture: config.architecture.clone(),
             vocab_size: config.vocab_size,
+            chat_template: tokenizer.chat_template().is_some(),
             context_length: capacity,
             parameters: nucleus_model::parameter_count(&file, config)? as usize,
             file_bytes: bytes.len(),
@@ -421,6 +449,7 @@ mod tests {
             quantization: "Q4_1".into(),
             architecture: "llama".into(),
             vocab_size: 49_152,
+            chat_template: true,
             context_length: 8192,
             parameters: 134_515_008,
             file_bytes: 98_160_000,
@@ -439,9 +468,22 @@ mod tests {
             "https://example.org/m/SmolLM2-135M-Instruct.Q4_1.gguf?download=1",
             "C:\\models\\SmolLM2-135M-Instruct.gguf",
         ] {
-            assert_eq!(with_basename.title(Some(file)), "SmolLM2-135M-Instruct · Q4_1 · 98 MB", "{file}");
+            let title = with_basename.title(Some(file));
+            assert_eq!(title, "SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens", "{file}");
         }
-        assert_eq!(with_basename.title(None), "SmolLM2-135M · Q4_1 · 98 MB");
-        assert_eq!(info(None, None).title(Some("")), "Smollm2 135M 8k Lc100K Mix1 Ep2 · Q4_1 · 98 MB");
+        assert_eq!(with_basename.title(None), "SmolLM2-135M · llama · Q4_1 · 98 MB · 49,152 tokens");
+        let unnamed = info(None, None).title(Some(""));
+        assert_eq!(unnamed, "Smollm2 135M 8k Lc100K Mix1 Ep2 · llama · Q4_1 · 98 MB · 49,152 tokens");
+        let gemma = ModelInfo {
+            quantization: "Q4_K_M".into(),
+            architecture: "gemma3".into(),
+            vocab_size: 262_144,
+            file_bytes: 253_113_024,
+            ..info(Some("gemma-3"), Some("270M"))
+        };
+        assert_eq!(
+            gemma.title(Some("gemma-3-270m-q4_k_m.gguf")),
+            "gemma-3-270m · gemma3 · Q4_K_M · 253 MB · 262,144 tokens"
+        );
     }
 }

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 pub use dequant::{can_dequantize, dequantize};
-pub use types::GgmlType;
+pub use types::{GgmlType, file_type_name};
 
 /// Everything that can be wrong with a GGUF file.
 #[derive(Debug, thiserror::Error, PartialEq)]

@@ -71,18 +71,33 @@ impl GpuWeight {
     }
 }
 
-/// A tensor as the fused path holds it: in a buffer of its own, or packed into its block's
-/// attention vectors.
+/// A tensor as the fused path holds it: in a buffer of its own, or (the small vectors `attn_qkv`
+/// reads) on the host until its block's attention vectors are packed from them.
 enum Loaded {
     Gpu(GpuWeight),
-    Packed,
+    Host(Vec<f32>),
 }
 
 impl Loaded {
-    fn gpu(self) -> GpuWeight {
+    fn gpu(&self) -> &GpuWeight {
         match self {
             Loaded::Gpu(weight) => weight,
-            Loaded::Packed => unreachable!("packed tensors are read through their block's attention vectors"),
+            Loaded::Host(_) => unreachable!("only the attention vectors stay on the host"),
+        }
+    }
+
+    fn host(&self) -> &[f32] {
+        match self {
+            Loaded::Host(values) => values,
+            Loaded::Gpu(_) => unreachable!("the attention vectors are read on the host"),
+        }
+    }
+
+    /// Bytes on the GPU (a host vector's are in its block's attention vectors).
+    fn bytes(&self) -> u64 {
+        match self {
+            Loaded::Gpu(weight) => weight.bytes(),
+            Loaded::Host(_) => 0,
         }
     }
 }
@@ -95,35 +110,30 @@ fn packed(role: Role) -> bool {
     )
 }
 
-/// A block's attention vectors: `[γ (dim) | query norm, key norm (head_dim each) | biases of
-/// q, k, v]`, the optional parts present when the family has them, padded to whole vec4s; and
-/// the offsets `attn_qkv` reads them at ([`layer::NONE`] when absent).
+/// A block's attention vectors on the GPU: `[γ (dim) | query norm, key norm (head_dim each) |
+/// biases of q, k, v]`, the optional parts present when the family has them, padded to whole
+/// vec4s; and the offsets `attn_qkv` reads them at ([`layer::NONE`] when absent).
 struct AttentionVectors {
-    values: Vec<f32>,
+    buffer: GpuBuffer,
     qk_norm_at: u32,
     bias_at: u32,
 }
 
 impl AttentionVectors {
-    fn read(file: &GgufFile, config: &ModelConfig, block: usize) -> Result<Self, ModelError> {
-        let spec = config.architecture().block;
-        let read = |role: Role| file.dequantize(&role.tensor_name(block));
-        let mut values = read(Role::AttentionNorm)?;
+    fn upload(gpu: &Gpu, block: &weights::BlockWeights<Loaded>) -> Self {
+        let mut values = block.attention_norm.host().to_vec();
         let mut qk_norm_at = layer::NONE;
         let mut bias_at = layer::NONE;
-        if spec.qk_norm {
+        if let (Some(q), Some(k)) = (&block.query_norm, &block.key_norm) {
             qk_norm_at = values.len() as u32;
-            values.extend(read(Role::QueryNorm)?);
-            values.extend(read(Role::KeyNorm)?);
+            values.extend(q.host().iter().chain(k.host()));
         }
-        if spec.qkv_bias {
+        if let (Some(q), Some(k), Some(v)) = (&block.query_bias, &block.key_bias, &block.value_bias) {
             bias_at = values.len() as u32;
-            for role in [Role::QueryBias, Role::KeyBias, Role::ValueBias] {
-                values.extend(read(role)?);
-            }
+            values.extend(q.host().iter().chain(k.host()).chain(v.host()));
         }
         values.resize(values.len().next_multiple_of(4), 0.0);
-        Ok(Self { values, qk_norm_at, bias_at })
+        Self { buffer: gpu.upload("attention vectors", bytemuck::cast_slice(&values)), qk_norm_at, bias_at }
     }
 
     /// Bytes of the buffer, from the configuration alone (the memory plan's).
@@ -140,23 +150,6 @@ impl AttentionVectors {
     }
 }
 
-/// The weights of one block as the kernels bind them.
-struct BlockWeights {
-    attention_vectors: GpuBuffer,
-    qk_norm_at: u32,
-    bias_at: u32,
-    query: GpuWeight,
-    key: GpuWeight,
-    value: GpuWeight,
-    attention_output: GpuWeight,
-    post_attention_norm: Option<GpuWeight>,
-    feed_forward_norm: GpuWeight,
-    gate: GpuWeight,
-    up: GpuWeight,
-    down: GpuWeight,
-    post_feed_forward_norm: Option<GpuWeight>,
-}
-
 /// The model on the GPU; shared by its caches and its pending logits.
 pub(crate) struct FusedModel {
     shared: Arc<Shared>,
@@ -165,12 +158,9 @@ pub(crate) struct FusedModel {
 struct Shared {
     gpu: Gpu,
     config: ModelConfig,
-    // Held for the bind groups that read them.
-    _token_embedding: GpuWeight,
-    blocks: Vec<BlockWeights>,
-    _output_norm: GpuWeight,
-    /// `None` when the output layer is the token embedding.
-    _output: Option<GpuWeight>,
+    weights: ModelWeights<Loaded>,
+    /// Each block's attention vectors.
+    vectors: Vec<AttentionVectors>,
     /// `[context, hd/2]` pairs (cos, sin), one table per RoPE base, computed in f64.
     rope: Vec<GpuBuffer>,
     rope_of_block: Vec<usize>,
@@ -322,57 +312,15 @@ impl FusedModel {
         let limits = gpu.limits();
         let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         let weights = weights::load(file, config, progress, |role, info| {
-            if packed(role) { Ok(Loaded::Packed) } else { upload(file, role, info, gpu, limit).map(Loaded::Gpu) }
+            if packed(role) {
+                Ok(Loaded::Host(file.dequantize(&info.name)?))
+            } else {
+                upload(file, role, info, gpu, limit).map(Loaded::Gpu)
+            }
         })?;
-        let ModelWeights { token_embedding, blocks, output_norm, output } = weights;
-        let blocks = blocks
-            .into_iter()
-            .enumerate()
-            .map(|(index, b)| {
-                let vectors = AttentionVectors::read(file, config, index)?;
-                Ok(BlockWeights {
-                    attention_vectors: gpu.upload("attention vectors", bytemuck::cast_slice(&vectors.values)),
-                    qk_norm_at: vectors.qk_norm_at,
-                    bias_at: vectors.bias_at,
-                    query: b.query.gpu(),
-                    key: b.key.gpu(),
-                    value: b.value.gpu(),
-                    attention_output: b.attention_output.gpu(),
-                    post_attention_norm: b.post_attention_norm.map(Loaded::gpu),
-                    feed_forward_norm: b.feed_forward_norm.gpu(),
-                    gate: b.gate.gpu(),
-                    up: b.up.gpu(),
-                    down: b.down.gpu(),
-                    post_feed_forward_norm: b.post_feed_forward_norm.map(Loaded::gpu),
-                })
-            })
-            .collect::<Result<Vec<_>, ModelError>>()?;
-        let (token_embedding, output_norm, output) =
-            (token_embedding.gpu(), output_norm.gpu(), output.map(Loaded::gpu));
-        let weight_bytes = token_embedding.bytes()
-            + output_norm.bytes()
-            + output.as_ref().map_or(0, GpuWeight::bytes)
-            + blocks
-                .iter()
-                .map(|b| {
-                    let optional = [&b.post_attention_norm, &b.post_feed_forward_norm];
-                    b.attention_vectors.size()
-                        + [
-                            &b.query,
-                            &b.key,
-                            &b.value,
-                            &b.attention_output,
-                            &b.feed_forward_norm,
-                            &b.gate,
-                            &b.up,
-                            &b.down,
-                        ]
-                        .iter()
-                        .map(|w| w.bytes())
-                        .sum::<u64>()
-                        + optional.iter().filter_map(|w| w.as_ref()).map(GpuWeight::bytes).sum::<u64>()
-                })
-                .sum::<u64>();
+        let vectors: Vec<AttentionVectors> = weights.blocks.iter().map(|b| AttentionVectors::upload(gpu, b)).collect();
+        let weight_bytes =
+            weights.all().map(Loaded::bytes).sum::<u64>() + vectors.iter().map(|v| v.buffer.size()).sum::<u64>();
 
         let c = config;
         let d = c.embedding_length;
@@ -416,6 +364,7 @@ impl FusedModel {
         let step_view = step.range(0, step_bytes);
         let ids_view = step.range(ids_offset, MAX_ROWS as u64 * 4);
         let u = |n: usize| n as u32;
+        let token_embedding = weights.token_embedding.gpu();
         let embed = token_embedding
             .parts
             .iter()
@@ -432,9 +381,10 @@ impl FusedModel {
             Some(out) => (out.view(), 0),
             None => (x.view(), 1),
         };
-        let post_norm = |norm: &Option<GpuWeight>| {
+        let post_norm = |norm: &Option<Loaded>| {
             norm.as_ref()
                 .map(|norm| {
+                    let norm = norm.gpu();
                     let params = NormResidualParams { dim: u(d), eps, ..Default::default() };
                     layer::norm_residual(gpu, params, &step_view, &projection_out, norm.view(), &x.view())
                 })
@@ -444,10 +394,13 @@ impl FusedModel {
             FeedForward::SwiGlu => ACTIVATION_SILU,
             FeedForward::GeGluTanh => ACTIVATION_GELU_TANH,
         };
-        let blocks_bound = blocks
+        let blocks_bound = weights
+            .blocks
             .iter()
             .enumerate()
             .map(|(index, b)| {
+                let (attention_output, gate, up, down) =
+                    (b.attention_output.gpu(), b.gate.gpu(), b.up.gpu(), b.down.gpu());
                 Ok(BlockKernels {
                     combine: layer::attention_combine(
                         gpu,
@@ -458,30 +411,30 @@ impl FusedModel {
                     )?,
                     attention_output: layer::matvec_residual(
                         gpu,
-                        b.attention_output.format,
+                        attention_output.format,
                         MatvecParams { inputs: u(c.q_dim()), outputs: u(d), accumulate, ..Default::default() },
                         &step_view,
                         &attention_out.view(),
-                        b.attention_output.view(),
+                        attention_output.view(),
                         &projection_out,
                     )?,
                     post_attention: post_norm(&b.post_attention_norm)?,
                     gate_up: layer::ffn_gate_up(
                         gpu,
-                        [b.gate.format, b.up.format],
+                        [gate.format, up.format],
                         FfnParams { dim: u(d), hidden: u(c.feed_forward_length), eps, activation },
                         FfnBuffers {
                             step: &step_view,
                             x: &x.view(),
-                            norm: b.feed_forward_norm.view(),
-                            w_gate: b.gate.view(),
-                            w_up: b.up.view(),
+                            norm: b.feed_forward_norm.gpu().view(),
+                            w_gate: gate.view(),
+                            w_up: up.view(),
                             h: &hidden.view(),
                         },
                     )?,
                     down: layer::matvec_residual(
                         gpu,
-                        b.down.format,
+                        down.format,
                         MatvecParams {
                             inputs: u(c.feed_forward_length),
                             outputs: u(d),
@@ -490,14 +443,14 @@ impl FusedModel {
                         },
                         &step_view,
                         &hidden.view(),
-                        b.down.view(),
+                        down.view(),
                         &projection_out,
                     )?,
                     post_feed_forward: post_norm(&b.post_feed_forward_norm)?,
                 })
             })
             .collect::<Result<Vec<_>, KernelError>>()?;
-        let output_layer = output.as_ref().unwrap_or(&token_embedding);
+        let output_layer = weights.output().gpu();
         let lm_head = output_layer
             .parts
             .iter()
@@ -513,7 +466,7 @@ impl FusedModel {
                 let buffers = LmHeadBuffers {
                     step: &step_view,
                     x: &x.view(),
-                    norm: output_norm.view(),
+                    norm: weights.output_norm.gpu().view(),
                     w: &part.view,
                     logits: &logits.view(),
                 };
@@ -525,10 +478,8 @@ impl FusedModel {
             shared: Arc::new(Shared {
                 gpu: gpu.clone(),
                 config: config.clone(),
-                _token_embedding: token_embedding,
-                blocks,
-                _output_norm: output_norm,
-                _output: output,
+                weights,
+                vectors,
                 rope,
                 rope_of_block: tables.block_table,
                 step,
@@ -904,11 +855,12 @@ impl FusedCache {
         let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
         let step_view = shared.step.range(0, step_bytes);
         let mut blocks = Vec::with_capacity(c.block_count);
-        for (index, weights) in shared.blocks.iter().enumerate() {
+        for (index, (weights, vectors)) in shared.weights.blocks.iter().zip(&shared.vectors).enumerate() {
             let kv = shared.gpu.storage("kv cache", bytes);
+            let (wq, wk, wv) = (weights.query.gpu(), weights.key.gpu(), weights.value.gpu());
             let params = AttnQkvParams {
-                qk_norm_at: weights.qk_norm_at,
-                bias_at: weights.bias_at,
+                qk_norm_at: vectors.qk_norm_at,
+                bias_at: vectors.bias_at,
                 ..AttnQkvParams::new(
                     c.embedding_length as u32,
                     c.q_dim() as u32,
@@ -920,15 +872,15 @@ impl FusedCache {
             };
             let qkv = layer::attn_qkv(
                 &shared.gpu,
-                [weights.query.format, weights.key.format, weights.value.format],
+                [wq.format, wk.format, wv.format],
                 params,
                 AttnQkvBuffers {
                     step: &step_view,
                     x: &shared.x.view(),
-                    norm: &weights.attention_vectors.view(),
-                    wq: weights.query.view(),
-                    wk: weights.key.view(),
-                    wv: weights.value.view(),
+                    norm: &vectors.buffer.view(),
+                    wq: wq.view(),
+                    wk: wk.view(),
+                    wv: wv.view(),
                     rope: &shared.rope[shared.rope_of_block[index]].view(),
                     q: &shared.q.view(),
                     kv: &kv.view(),

@@ -144,6 +144,7 @@ mod tests {
             quantization: "Q8_0".into(),
             architecture: "llama".into(),
             vocab_size: 7,
+            chat_template: false,
             context_length: 16,
             parameters: 100,
             file_bytes: 400,
@@ -152,7 +153,8 @@ mod tests {
             kv_bytes_per_token: 48,
         };
         let value = super::info(&info, Some("https://example.org/tiny-q8_0.gguf"));
-        assert_eq!(value["title"], "tiny · Q8_0 · 0 MB");
+        assert_eq!(value["title"], "tiny · llama · Q8_0 · 0 MB · 7 tokens");
+        assert_eq!(value["chatTemplate"], false);
         assert_eq!(value["sizeLabel"], "1M");
         assert_eq!(value["vocabSize"], 7);
         assert_eq!(value["fileBytes"], 400);
