@@ -6,7 +6,8 @@
 #   ./build.sh lint     cargo fmt --check and clippy with warnings as errors, native and wasm32
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
 #   ./build.sh web      build the wasm modules (engine, sampler) into www/pkg/ (wasm-bindgen, wasm-opt)
-#   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`
+#   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`,
+#                       SmolLM2-135M and Gemma 3 270M side by side
 #   ./build.sh cli      build the native `nucleus` binary
 #   ./build.sh model    fetch the models (SmolLM2-135M, Gemma 3 270M) into the cache, checked by sha256
 #   ./build.sh setup    system packages and toolchain only
@@ -276,8 +277,9 @@ cmd_cli() {
 cmd_bench() {
   cmd_setup
   ensure_model
+  ensure_gemma
   ensure_chromium
-  export NUCLEUS_MODEL="$(model_path)"
+  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)"
   cmd_web
   cargo build --release --locked --bin nucleus
   node tests/browser/bench.mjs "$@"

@@ -38,7 +38,7 @@ test('without WebGPU a trace file replays: its chips, its settings on the knobs,
   await page.setInputFiles('#trace-file', TRACE_FILE);
   await page.waitForFunction(() => document.body.dataset.replay === 'true');
   assert.deepEqual(await chips(), [' Paris', '.', '↵\n']);
-  assert.match(await page.textContent('#trace-status'), /Replaying a recorded run of SmolLM2-135M-Instruct · Q4_1 · 98 MB \(3 steps\) for “The capital of France is”/);
+  assert.match(await page.textContent('#trace-status'), /Replaying a recorded run of SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens \(3 steps\) for “The capital of France is”/);
   assert.equal(await page.inputValue('#knob-temperature-number'), '0', 'the run was greedy');
   assert.equal(await page.textContent('[data-stat="finish reason"]'), 'length');
   await page.click('#tokens .token >> nth=0');

@@ -94,8 +94,11 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
 
     let mut reports = Vec::new();
     let mut first_engine = None;
-    let models =
-        if args.models.is_empty() { vec![ModelArg::default()] } else { args.models.iter().map(ModelArg::of).collect() };
+    let models = if args.models.is_empty() {
+        vec![ModelArg::default()]
+    } else {
+        args.models.iter().map(|path| ModelArg::of(path)).collect()
+    };
     for (model, path) in models.iter().flat_map(|model| paths.iter().map(move |&path| (model, path))) {
         let flags = DeviceArgs { backend: args.backend, path: Some(path), linear: args.linear };
         let context = (args.prompt_tokens + args.gen_tokens)

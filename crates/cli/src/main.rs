@@ -57,8 +57,8 @@ struct ModelArg {
 
 impl ModelArg {
     /// The file at `path`.
-    pub(crate) fn of(path: &PathBuf) -> Self {
-        Self { model: Some(path.clone()) }
+    pub(crate) fn of(path: &std::path::Path) -> Self {
+        Self { model: Some(path.to_path_buf()) }
     }
 
     fn path(&self) -> PathBuf {

@@ -364,7 +364,7 @@ fn upload(
     let row_bytes = cols as u64 * 4;
     let ranges = match (role, max_binding) {
         (Role::TokenEmbedding | Role::Output, Some(limit)) => weights::vocabulary_parts(rows, row_bytes, limit)?,
-        _ => vec![0..rows],
+        _ => std::iter::once(0..rows).collect(),
     };
     let parts = ranges
         .into_iter()

@@ -766,7 +766,7 @@ fn upload(file: &GgufFile, role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64)
             let what = format!("tensor '{}'", info.name);
             return Err(KernelError::TooLarge { what, bytes: bytes.len() as u64, limit }.into());
         }
-        _ => vec![0..rows],
+        _ => std::iter::once(0..rows).collect(),
     };
     let parts = ranges
         .into_iter()

@@ -61,8 +61,9 @@ const END_OF_GENERATION_TEXTS: &[&str] = &[
 
 /// How text becomes ids.
 enum Encoder {
-    /// Byte-level BPE (`gpt2`), special tokens split out by the `tokenizers` crate.
-    Bpe(HfTokenizer),
+    /// Byte-level BPE (`gpt2`), special tokens split out by the `tokenizers` crate (boxed: it is
+    /// far larger than the other).
+    Bpe(Box<HfTokenizer>),
     /// SentencePiece (`llama`), special tokens split out here.
     Spm { model: Spm, specials: Option<AhoCorasick>, special_ids: Vec<u32>, add_space_prefix: bool },
 }
@@ -144,7 +145,7 @@ impl Tokenizer {
             encoder
                 .add_special_tokens(specials.collect::<Vec<_>>())
                 .map_err(|e| TokenizerError::Invalid(e.to_string()))?;
-            (Encoder::Bpe(encoder), pre_tokenizer_name, pre.add_bos)
+            (Encoder::Bpe(Box::new(encoder)), pre_tokenizer_name, pre.add_bos)
         } else {
             let scores: Vec<f32> = file
                 .get_array("tokenizer.ggml.scores")?

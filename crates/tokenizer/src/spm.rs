@@ -18,8 +18,8 @@ pub(crate) const SPACE: &str = "\u{2581}";
 pub(crate) struct Spm {
     ids: HashMap<String, u32>,
     scores: Vec<f32>,
-    /// The id of `<0xXX>` for each byte.
-    byte_ids: [Option<u32>; 256],
+    /// The id of `<0xXX>` for each byte (256 entries).
+    byte_ids: Vec<Option<u32>>,
     unknown: Option<u32>,
 }
 
@@ -63,7 +63,7 @@ impl Spm {
             return Err(TokenizerError::Invalid(format!("{} tokens but {} scores", tokens.len(), scores.len())));
         }
         let mut ids = HashMap::with_capacity(tokens.len());
-        let mut byte_ids = [None; 256];
+        let mut byte_ids = vec![None; 256];
         for (id, &token) in tokens.iter().enumerate() {
             ids.entry(token.to_string()).or_insert(id as u32);
             if let Some(byte) = byte_token(token) {
