@@ -1,29 +1,30 @@
 //! The tokenizer built from the GGUF gives llama.cpp's ids on every reference string.
 
 use nucleus_gguf::GgufFile;
-use nucleus_tests::{GEMMA3, TINY_FAMILIES, gemma_bytes, model_bytes, reference, tiny_family};
+use nucleus_tests::{GEMMA3, Reference, TINY_FAMILIES, gemma_bytes, model_bytes, reference, tiny_family};
 use nucleus_tokenizer::{ChatMessage, Tokenizer};
 
 fn tokenizer() -> Tokenizer {
     Tokenizer::from_gguf(&GgufFile::parse(model_bytes()).unwrap()).unwrap()
 }
 
+/// Every reference string and prompt `tokenizer` encodes otherwise than `reference`, described.
+fn mismatches(tokenizer: &Tokenizer, reference: &Reference) -> Vec<String> {
+    let strings = reference.tokenizer_cases.iter().map(|c| (&c.text, &c.ids));
+    let prompts = reference.logit_cases.values().map(|c| (&c.text, &c.ids));
+    strings
+        .chain(prompts)
+        .filter_map(|(text, expected)| {
+            let ids = tokenizer.encode(text).unwrap();
+            (&ids != expected).then(|| format!("{text:?}\n  ours:      {ids:?}\n  reference: {expected:?}"))
+        })
+        .collect()
+}
+
 #[test]
 fn ids_match_llama_cpp_on_every_reference_string() {
-    let tokenizer = tokenizer();
     let reference = reference();
-    let mut failures = Vec::new();
-    for case in reference
-        .tokenizer_cases
-        .iter()
-        .map(|c| (&c.text, &c.ids))
-        .chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids)))
-    {
-        let ids = tokenizer.encode(case.0).unwrap();
-        if &ids != case.1 {
-            failures.push(format!("{:?}\n  ours:      {ids:?}\n  reference: {:?}", case.0, case.1));
-        }
-    }
+    let failures = mismatches(&tokenizer(), &reference);
     println!("tokenizer: {} reference strings checked", reference.tokenizer_cases.len() + reference.logit_cases.len());
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
 }
@@ -66,16 +67,11 @@ fn gemma_ids_match_the_reference_and_decode_back() {
     assert!(tokenizer.chat_template().is_none(), "Gemma 3 270M is a base model without a template");
     assert_eq!(tokenizer.end_of_generation_ids(), &[1, 106]);
     let reference = GEMMA3.reference();
-    let mut failures = Vec::new();
-    let cases = reference.tokenizer_cases.iter().map(|c| (&c.text, &c.ids));
-    for (text, expected) in cases.chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids))) {
-        let ids = tokenizer.encode(text).unwrap();
-        if &ids != expected {
-            failures.push(format!("{text:?}\n  ours:      {ids:?}\n  reference: {expected:?}"));
-        }
-        assert_eq!(&tokenizer.decode(&expected[1..]), text, "decoding {expected:?}");
-    }
+    let failures = mismatches(&tokenizer, &reference);
     assert!(failures.is_empty(), "{} mismatches:\n{}", failures.len(), failures.join("\n"));
+    for case in &reference.tokenizer_cases {
+        assert_eq!(tokenizer.decode(&case.ids[1..]), case.text, "decoding {:?}", case.ids);
+    }
 }
 
 /// The tiny families' byte-level BPE tokenizers with the `llama-bpe` (digits in threes, whole
@@ -87,14 +83,7 @@ fn tiny_families_ids_match_hugging_face() {
     for family in TINY_FAMILIES {
         let (bytes, reference) = tiny_family(family);
         let tokenizer = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
-        let mut failures = Vec::new();
-        let cases = reference.tokenizer_cases.iter().map(|c| (&c.text, &c.ids));
-        for (text, expected) in cases.chain(reference.logit_cases.values().map(|c| (&c.text, &c.ids))) {
-            let ids = tokenizer.encode(text).unwrap();
-            if &ids != expected {
-                failures.push(format!("{text:?}\n  ours:      {ids:?}\n  reference: {expected:?}"));
-            }
-        }
+        let failures = mismatches(&tokenizer, &reference);
         assert!(failures.is_empty(), "{family}: {} mismatches:\n{}", failures.len(), failures.join("\n"));
         let chat = &reference.logit_cases["chat"];
         let rendered = tokenizer.render_chat(&[ChatMessage::user("What is 2+2?")]).unwrap();

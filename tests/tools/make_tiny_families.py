@@ -56,6 +56,18 @@ TOKENIZER_STRINGS = [
     "don't you're I'll WE'LL", "x = f(y) ** 2  # comment", "   ", "a", "12345678", "ΑΒΓ αβγ Привет",
 ]
 
+# What Qwen2 and Qwen3 files share: the qwen2 pre-tokenizer, ChatML, no BOS added.
+QWEN_TOKENIZER = {
+    "pre": "qwen2",
+    "regex": QWEN2,
+    "ignore_merges": False,
+    "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
+    "bos": "<|endoftext|>",
+    "eos": "<|im_end|>",
+    "add_bos": False,
+    "template": CHATML,
+}
+
 FAMILIES = {
     "llama3": {
         "architecture": "llama",
@@ -77,15 +89,8 @@ FAMILIES = {
                   "ffn_gate": Q.Q5_0, "ffn_up": Q.Q4_1, "ffn_down": Q.Q8_0},
     },
     "qwen2": {
+        **QWEN_TOKENIZER,
         "architecture": "qwen2",
-        "pre": "qwen2",
-        "regex": QWEN2,
-        "ignore_merges": False,
-        "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        "bos": "<|endoftext|>",
-        "eos": "<|im_end|>",
-        "add_bos": False,
-        "template": CHATML,
         "tied": True,
         "heads": (4, 2, 16),
         "hidden": 64,
@@ -95,15 +100,8 @@ FAMILIES = {
                   "ffn_gate": Q.Q4_0, "ffn_up": Q.Q5_0, "ffn_down": Q.Q4_1},
     },
     "qwen3": {
+        **QWEN_TOKENIZER,
         "architecture": "qwen3",
-        "pre": "qwen2",
-        "regex": QWEN2,
-        "ignore_merges": False,
-        "specials": ["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        "bos": "<|endoftext|>",
-        "eos": "<|im_end|>",
-        "add_bos": False,
-        "template": CHATML,
         "tied": False,
         # Heads wider than hidden / heads: 4 x 32 = 128 > 64, as Qwen3-0.6B's 16 x 128 > 1024.
         "heads": (4, 2, 32),
