@@ -6,7 +6,7 @@ use nucleus_engine::{
     DECODE_TAIL_CANDIDATES, Engine, GenerateRequest, GenerationResult, LinearKernel, LoadOptions, Path, Prompt, Step,
 };
 use nucleus_sampler::SamplingParams;
-use nucleus_tests::{cpu_device, model_bytes, reference, wgpu_device};
+use nucleus_tests::{burn_cpu_device, cpu_device, model_bytes, reference, wgpu_device};
 
 fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationResult) {
     engine.clear_cache();
@@ -295,7 +295,12 @@ fn a_model_nucleus_cannot_run_is_refused_by_name_before_any_upload() {
         ("a truncated file", qwen2[..qwen2.len() - 1000].to_vec(), "bad-model", "blk.1"),
         ("a PNG", png, "bad-model", "not a GGUF file: the first four bytes are [137, 80, 78, 71]"),
     ];
-    for (device, path) in [(wgpu_device(), Path::Fused), (cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul))] {
+    let paths = [
+        (wgpu_device(), Path::Fused),
+        (cpu_device(), Path::Cpu),
+        (burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+    ];
+    for (device, path) in paths {
         for (what, bytes, code, needle) in &cases {
             let mut uploads = 0;
             let options = LoadOptions { path: Some(path), ..Default::default() };

@@ -7,8 +7,8 @@
 use nucleus_gguf::GgufFile;
 use nucleus_model::{DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
 use nucleus_tests::{
-    GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, cpu_device, gemma_bytes, max_abs_diff, model_bytes,
-    reference, tiny_family, top_ids, wgpu_device,
+    GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, burn_cpu_device, cpu_device, gemma_bytes, max_abs_diff,
+    model_bytes, reference, tiny_family, top_ids, wgpu_device,
 };
 use nucleus_tokenizer::Tokenizer;
 
@@ -168,16 +168,29 @@ fn wgpu_burn_ops_with_the_wgsl_linear_kernel_match_reference() {
     check_backend("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl));
 }
 
+/// The CPU engine: our kernels over the GGUF blocks, no GPU.
 #[test]
-fn cpu_matches_reference() {
-    check_backend("cpu", cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+fn cpu_engine_matches_reference() {
+    check_backend("cpu engine", cpu_device(), Path::Cpu);
+}
+
+#[test]
+fn burn_cpu_matches_reference() {
+    check_backend("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+}
+
+/// Gemma 3 on the CPU engine, every case, the long one (713 tokens, past the 512-token window of
+/// the local blocks) included.
+#[test]
+fn gemma_cpu_engine_matches_reference() {
+    check_gemma("gemma, cpu engine", cpu_device(), Path::Cpu, &[]);
 }
 
 /// Gemma 3 on Burn's CPU backend, every case: the long one (713 tokens) is past the 512-token
 /// sliding window of the local blocks, so only a correct window gives its logits.
 #[test]
-fn gemma_cpu_matches_reference() {
-    check_gemma("gemma, cpu", cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), &[]);
+fn gemma_burn_cpu_matches_reference() {
+    check_gemma("gemma, burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), &[]);
 }
 
 /// Gemma 3 in the fused kernels on lavapipe; the long prompt too when NUCLEUS_LONG_PROMPTS is set
@@ -197,7 +210,8 @@ fn tiny_families_match_transformers_on_every_path() {
         let (bytes, reference) = tiny_family(family);
         let file = format!("{family}.gguf");
         let paths = [
-            ("cpu", cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+            ("cpu engine", cpu_device(), Path::Cpu),
+            ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
             ("fused", wgpu_device(), Path::Fused),
             ("wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
             ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
@@ -216,12 +230,20 @@ fn gemma_wgpu_burn_ops_match_reference() {
 }
 
 #[test]
-fn the_wgpu_only_paths_are_refused_on_the_cpu_backend() {
+fn each_path_is_refused_on_a_device_it_does_not_run_on() {
     let file = GgufFile::parse(model_bytes()).unwrap();
-    let error = Model::load(&file, &cpu_device(), Path::BurnOps(LinearKernel::Wgsl)).err().unwrap();
-    assert!(error.to_string().contains("runs on wgpu devices"), "{error}");
-    let error = Model::load(&file, &cpu_device(), Path::Fused).err().unwrap();
-    assert!(error.to_string().contains("runs on wgpu devices"), "{error}");
+    let refusals = [
+        (burn_cpu_device(), Path::BurnOps(LinearKernel::Wgsl), "runs on wgpu devices"),
+        (burn_cpu_device(), Path::Fused, "runs on wgpu devices"),
+        (cpu_device(), Path::Fused, "runs on wgpu devices"),
+        (cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), "runs on a Burn device"),
+        (burn_cpu_device(), Path::Cpu, "runs on ModelDevice::cpu()"),
+        (wgpu_device(), Path::Cpu, "runs on ModelDevice::cpu()"),
+    ];
+    for (device, path, needle) in refusals {
+        let error = Model::load(&file, &device, path).err().unwrap();
+        assert!(error.to_string().contains(needle), "{path:?} on {}: {error}", device.describe());
+    }
 }
 
 /// The fused path with the fused weights only: the model file's 98 MB, not 555 MiB of f32.
@@ -275,14 +297,20 @@ fn check_all_positions(device: ModelDevice, path: Path) {
 
 #[test]
 fn all_position_logits_equal_last_position_logits() {
-    check_all_positions(cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+    check_all_positions(cpu_device(), Path::Cpu);
+    check_all_positions(burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
     check_all_positions(wgpu_device(), Path::Fused);
 }
 
 #[test]
 fn context_overflow_and_bad_tokens_are_errors() {
     let file = GgufFile::parse(model_bytes()).unwrap();
-    for (device, path) in [(cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)), (wgpu_device(), Path::Fused)] {
+    let paths = [
+        (cpu_device(), Path::Cpu),
+        (burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+        (wgpu_device(), Path::Fused),
+    ];
+    for (device, path) in paths {
         check_errors(&file, &device, path);
     }
 }
@@ -298,7 +326,7 @@ fn check_errors(file: &GgufFile, device: &ModelDevice, path: Path) {
     assert_eq!(cache.len(), 0, "a failed forward leaves the cache untouched");
 }
 
-/// The logit lens on both paths that run on wgpu: each block's statistics, top candidates and
+/// The logit lens on the fused, Burn-op (wgpu) and CPU-engine paths: each block's statistics, top candidates and
 /// followed logits are the CPU reference's final norm and output layer of that block's residual;
 /// the last block's are the pass's own logits (and the reference's); the two paths' residuals
 /// agree at every depth; " Paris" wins only at the end. The fused path reads back only what the
@@ -313,8 +341,13 @@ fn the_logit_lens_reads_each_blocks_residual_through_the_head_and_ends_on_the_pa
     let case = &reference().logit_cases["capital"];
     let paris = case.top20[0].id;
     let mut residuals = Vec::new();
-    for path in [Path::Fused, Path::BurnOps(LinearKernel::BurnMatmul)] {
-        let model = Model::load(&file, &wgpu_device(), path).unwrap();
+    let paths = [
+        (wgpu_device(), Path::Fused),
+        (wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+        (cpu_device(), Path::Cpu),
+    ];
+    for (device, path) in paths {
+        let model = Model::load(&file, &device, path).unwrap();
         let (blocks, dim, vocab) =
             (model.config().block_count, model.config().embedding_length, model.config().vocab_size);
         let mut cache = model.new_cache(case.ids.len() + 1).unwrap();
@@ -356,14 +389,16 @@ fn the_logit_lens_reads_each_blocks_residual_through_the_head_and_ends_on_the_pa
         assert_ne!(lens.layers[0].top[0].0, paris, "the first block does not know the answer yet");
         residuals.push(lens.hidden);
     }
-    for (layer, (fused, burn)) in residuals[0].iter().zip(&residuals[1]).enumerate() {
-        let scale = fused.iter().fold(1.0f32, |m, v| m.max(v.abs()));
-        let diff = max_abs_diff(fused, burn);
-        assert!(
-            diff < 1e-4 * scale,
-            "block {}: the paths' residuals differ by {diff} (largest value {scale})",
-            layer + 1
-        );
+    for other in &residuals[1..] {
+        for (layer, (fused, theirs)) in residuals[0].iter().zip(other).enumerate() {
+            let scale = fused.iter().fold(1.0f32, |m, v| m.max(v.abs()));
+            let diff = max_abs_diff(fused, theirs);
+            assert!(
+                diff < 1e-4 * scale,
+                "block {}: the paths' residuals differ by {diff} (largest value {scale})",
+                layer + 1
+            );
+        }
     }
 }
 
@@ -396,10 +431,10 @@ fn gemma_logit_lens_on_the_fused_path_reads_only_what_it_shows() {
 #[test]
 fn gemma_decode_step_is_eight_dispatches_per_block_in_one_submission() {
     use nucleus_kernels::LogitAdjustments;
-    use nucleus_kernels::tail::fused::TailRequest;
+    use nucleus_kernels::TailRequest;
     let shared = wgpu_device();
     let gpu = shared.gpu().unwrap();
-    let own = ModelDevice::from_parts(shared.burn().clone(), Some(gpu.retuned(gpu.tuning())));
+    let own = ModelDevice::from_parts(shared.burn().unwrap().clone(), Some(gpu.retuned(gpu.tuning())));
     let file = GgufFile::parse(gemma_bytes()).unwrap();
     let model = Model::load(&file, &own, Path::Fused).unwrap();
     let case = &GEMMA3.reference().logit_cases["capital"];

@@ -170,9 +170,14 @@ pub fn wgpu_device() -> ModelDevice {
         .clone()
 }
 
-/// Burn's pure-Rust CPU backend.
+/// The CPU engine (`Path::Cpu`).
 pub fn cpu_device() -> ModelDevice {
     ModelDevice::cpu()
+}
+
+/// Burn's pure-Rust CPU backend (the Burn-op path on the CPU).
+pub fn burn_cpu_device() -> ModelDevice {
+    ModelDevice::burn_cpu()
 }
 
 /// max |a - b| over two equal-length slices.

@@ -14,9 +14,10 @@ pub struct BenchArgs {
     /// ~/.cache/nucleus/models/SmolLM2-135M-Instruct.Q4_1.gguf]
     #[arg(long = "model", value_name = "PATH")]
     models: Vec<std::path::PathBuf>,
-    #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
-    /// The paths to compare [default on wgpu: fused and burn; on the CPU backend: burn].
+    /// The paths to compare [default on wgpu: fused and burn; on the CPU engine: cpu; on
+    /// burn-cpu: burn].
     #[arg(long = "path", value_enum)]
     paths: Vec<PathArg>,
     /// The kernel of the linear layers on the Burn path.
@@ -42,6 +43,10 @@ pub struct BenchArgs {
     /// decoding by prompt lookup (0 = skip).
     #[arg(long, value_name = "K", default_value_t = nucleus_engine::DEFAULT_MAX_DRAFT)]
     speculative_lookup: usize,
+    /// Also print the medians as one JSON line at the end (`{"device", "reports": [...]}`), for
+    /// tests/browser/bench.mjs's table of engines.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Figures of one run.
@@ -76,11 +81,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.prompt_tokens == 0 || args.gen_tokens == 0 || args.runs == 0 {
         return Err("--prompt-tokens, --gen-tokens and --runs must be at least 1".into());
     }
-    let device = args.backend.device()?;
-    let paths: Vec<PathArg> = match (&args.paths[..], args.backend) {
-        ([], Backend::Wgpu) => vec![PathArg::Fused, PathArg::Burn],
-        ([], Backend::Cpu) => vec![PathArg::Burn],
-        (paths, _) => paths.to_vec(),
+    let (device, why) = args.backend.device()?;
+    if let Some(why) = why {
+        println!("auto: the CPU engine, as {why}");
+    }
+    let paths: Vec<PathArg> = match &args.paths[..] {
+        [] if device.gpu().is_some() => vec![PathArg::Fused, PathArg::Burn],
+        [] if device.is_cpu_engine() => vec![PathArg::Cpu],
+        [] => vec![PathArg::Burn],
+        paths => paths.to_vec(),
     };
     let long_context = args.long_context.unwrap_or(if device.is_cpu_adapter() { 0 } else { 2000 });
     println!(
@@ -118,11 +127,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 runs.push(run);
             }
         }
-        let calls = if args.backend == Backend::Wgpu {
-            Some(counted_run(&mut engine, &prompt, args.gen_tokens)?)
-        } else {
-            None
-        };
+        let calls =
+            if device.gpu().is_some() { Some(counted_run(&mut engine, &prompt, args.gen_tokens)?) } else { None };
         let host_us_per_token = host_encode_time(&mut engine, &prompt, args.gen_tokens)?;
         let long = if long_context > 0 {
             eprintln!("[bench] {}: decode at position 100 and {long_context}", engine.info().path);
@@ -157,6 +163,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         }
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
+    if args.json {
+        println!("{}", json_summary(&reports, &device.describe()));
+    }
     if let Some(gpu) = device.gpu() {
         // Every run above has ended: what stays is what the engines still loaded hold.
         let counters = gpu.counters();
@@ -166,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             mib(counters.live_bytes)
         );
     }
-    if let Some(usage) = device.burn().memory_pool_usage() {
+    if let Some(usage) = device.burn().and_then(|burn| burn.memory_pool_usage()) {
         println!("Burn's device memory reserved (MiB, all paths) {:>8.1}", mib(usage.bytes_reserved));
     }
     Ok(())
@@ -427,6 +436,29 @@ fn decode_ms_at(engine: &mut Engine, position: usize) -> Result<f64, String> {
 }
 
 /// Peak resident set size of this process (Linux; 0 elsewhere).
+/// The medians of each report and the process's peak memory, as one JSON object.
+fn json_summary(reports: &[PathReport], device: &str) -> serde_json::Value {
+    let median = |report: &PathReport, f: fn(&Run) -> f64| {
+        let mut values: Vec<f64> = report.runs.iter().map(f).collect();
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let reports: Vec<_> = reports
+        .iter()
+        .map(|r| {
+            serde_json::json!({
+                "label": r.label,
+                "loadMs": r.load_ms,
+                "ttftMs": median(r, |run| run.ttft_ms),
+                "prefillTokensPerS": median(r, |run| run.prefill_tokens_per_s),
+                "decodeTokensPerS": median(r, |run| run.decode_tokens_per_s),
+                "weightBytes": r.weight_bytes,
+            })
+        })
+        .collect();
+    serde_json::json!({ "device": device, "peakRssMiB": peak_rss_mib(), "reports": reports })
+}
+
 fn peak_rss_mib() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -442,7 +474,7 @@ fn peak_rss_mib() -> f64 {
 /// `iterations` after 2 warm-up calls.
 fn decode_tail_alone(engine: &Engine, prompt: &[u32], iterations: usize) -> Result<(), String> {
     use nucleus_kernels::LogitAdjustments;
-    use nucleus_kernels::tail::fused::TailRequest;
+    use nucleus_kernels::TailRequest;
 
     const K: usize = nucleus_engine::DECODE_TAIL_CANDIDATES;
     const TEMPERATURE: f32 = 0.8;

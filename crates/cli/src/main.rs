@@ -81,18 +81,37 @@ fn default_model_path() -> PathBuf {
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 enum Backend {
+    /// The GPU through wgpu when there is a real one; the CPU engine when there is none or the
+    /// only adapter emulates a GPU on the CPU (lavapipe, llvmpipe, SwiftShader), which the CPU
+    /// engine outruns.
+    Auto,
     /// Burn's wgpu backend (Vulkan here; lavapipe when there is no GPU).
     Wgpu,
-    /// Burn's pure-Rust CPU backend (flex).
+    /// The CPU engine: our kernels over the quantized weights on every core.
     Cpu,
+    /// Burn's pure-Rust CPU backend (flex), for the Burn-op path: a reference, not for speed.
+    BurnCpu,
 }
 
 impl Backend {
-    /// The device (Burn's wgpu backend is started once per process).
-    pub(crate) fn device(self) -> Result<ModelDevice, String> {
+    /// The device (Burn's wgpu backend is started once per process), and for `auto`, why it
+    /// picked the CPU engine when it did.
+    pub(crate) fn device(self) -> Result<(ModelDevice, Option<String>), String> {
         match self {
-            Backend::Wgpu => ModelDevice::wgpu().map_err(|e| e.to_string()),
-            Backend::Cpu => Ok(ModelDevice::cpu()),
+            Backend::Auto => Ok(match ModelDevice::wgpu() {
+                Ok(gpu) if !gpu.is_cpu_adapter() => (gpu, None),
+                Ok(emulated) => {
+                    let adapter = emulated.gpu().map(|gpu| gpu.adapter_info().name.clone()).unwrap_or_default();
+                    let why = format!(
+                        "the only GPU adapter ({adapter}) emulates a GPU on the CPU, which the CPU engine outruns"
+                    );
+                    (ModelDevice::cpu(), Some(why))
+                }
+                Err(e) => (ModelDevice::cpu(), Some(format!("no GPU ({e})"))),
+            }),
+            Backend::Wgpu => ModelDevice::wgpu().map(|gpu| (gpu, None)).map_err(|e| e.to_string()),
+            Backend::Cpu => Ok((ModelDevice::cpu(), None)),
+            Backend::BurnCpu => Ok((ModelDevice::burn_cpu(), None)),
         }
     }
 }
@@ -102,7 +121,9 @@ impl Backend {
 pub(crate) enum PathArg {
     /// Our WGSL kernels over the quantized weights (wgpu only; the default there).
     Fused,
-    /// Burn tensor operations over f32 weights (the default on the CPU backend).
+    /// Our CPU kernels over the quantized weights (the CPU engine's, and only, path).
+    Cpu,
+    /// Burn tensor operations over f32 weights (the default on Burn's CPU backend).
     Burn,
 }
 
@@ -120,9 +141,9 @@ pub(crate) enum LinearArg {
 /// How a model is loaded: `--backend`, `--path`, `--linear`, `--context`.
 #[derive(clap::Args, Clone, Copy)]
 pub(crate) struct DeviceArgs {
-    #[arg(long, value_enum, default_value_t = Backend::Wgpu)]
+    #[arg(long, value_enum, default_value_t = Backend::Auto)]
     backend: Backend,
-    /// The forward pass [default: fused on wgpu, burn on the CPU backend].
+    /// The forward pass [default: fused on wgpu, cpu on the CPU engine, burn on burn-cpu].
     #[arg(long, value_enum)]
     path: Option<PathArg>,
     /// The kernel of the linear layers on the Burn path.
@@ -140,8 +161,10 @@ impl DeviceArgs {
         };
         match self.path {
             Some(PathArg::Fused) => Path::Fused,
+            Some(PathArg::Cpu) => Path::Cpu,
             Some(PathArg::Burn) => Path::BurnOps(linear),
             None if device.gpu().is_some() => Path::Fused,
+            None if device.is_cpu_engine() => Path::Cpu,
             None => Path::BurnOps(linear),
         }
     }
@@ -339,12 +362,16 @@ pub(crate) fn load_engine(
 ) -> Result<(Engine, f64), String> {
     let clock = Stopwatch::start();
     let bytes = model.read()?;
-    let target = match existing {
-        Some(target) => target.clone(),
+    let (target, why) = match existing {
+        Some(target) => (target.clone(), None),
         None => device.backend.device()?,
     };
     let options = LoadOptions { context_length: context, path: Some(device.path(&target)), ..LoadOptions::default() };
     let engine = Engine::load(&bytes, &target, options).map_err(|e| format!("{}: {e}", model.path().display()))?;
+    // Said once the model runs: a file that does not load gets its one error line alone.
+    if let Some(why) = why {
+        eprintln!("[nucleus] running on the CPU engine: {why}");
+    }
     Ok((engine, clock.elapsed_ms()))
 }
 

@@ -29,7 +29,9 @@ mod timing;
 mod wire;
 
 use nucleus_gguf::GgufFile;
-use nucleus_model::{DeviceLogits, KvCache, LoadProgress, Logits, MemoryLimits, MemoryPlan, Model, ModelConfig};
+use nucleus_model::{DeviceLogits, KvCache, LoadProgress, Logits, Model, ModelConfig};
+#[cfg(feature = "gpu")]
+use nucleus_model::{MemoryLimits, MemoryPlan};
 use nucleus_sampler::{Sampler, StopConditions, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
@@ -79,7 +81,7 @@ pub struct ModelInfo {
     pub context_length: usize,
     pub parameters: usize,
     pub file_bytes: usize,
-    /// The forward pass's path: `fused`, `burn-matmul` or `burn-wgsl`.
+    /// The forward pass's path: `fused`, `cpu`, `burn-matmul` or `burn-wgsl`.
     pub path: &'static str,
     /// Bytes of the weights on the device.
     pub weight_bytes: u64,
@@ -210,6 +212,7 @@ impl Engine {
         }
         let path = options.path.unwrap_or_else(|| Path::default_for(device, &config));
         // Everything the fused path will hold, checked before anything is uploaded.
+        #[cfg(feature = "gpu")]
         if let (Path::Fused, Some(gpu)) = (path, device.gpu()) {
             let limits = MemoryLimits::of_device(&gpu.limits(), options.memory_budget);
             MemoryPlan::fused(&file, &config, capacity)?.check(&limits)?;
@@ -232,7 +235,7 @@ impl Engine {
             weight_bytes: model.memory().weight_bytes,
             kv_bytes_per_token: config.kv_token_bytes(),
         };
-        let decode_tail = nucleus_kernels::supports_device(device.burn());
+        let decode_tail = model.supports_decode_tail();
         Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail, constraints: None })
     }
 
@@ -260,7 +263,7 @@ impl Engine {
 
     /// Turns the GPU decode tail on or off (it stays off on devices that cannot run it).
     pub fn set_decode_tail(&mut self, enabled: bool) {
-        self.decode_tail = enabled && nucleus_kernels::supports_device(self.model.device().burn());
+        self.decode_tail = enabled && self.model.supports_decode_tail();
     }
 
     /// Empties the KV cache, so the next generation prefills its whole prompt.

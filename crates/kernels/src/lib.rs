@@ -79,16 +79,22 @@
 #[cfg(feature = "burn-ops")]
 mod burn_launch;
 pub mod format;
+#[cfg(feature = "gpu")]
 pub mod gpu;
+#[cfg(feature = "gpu")]
 mod kernel;
+#[cfg(feature = "gpu")]
 pub mod layer;
 mod linear;
 pub mod reference;
 pub mod tail;
+#[cfg(feature = "gpu")]
 mod wgsl;
 
 pub use format::WeightFormat;
+#[cfg(feature = "gpu")]
 pub use gpu::{BufferView, Gpu, GpuBuffer, GpuCounters, Tuning, WGPU_TASKS_PER_SUBMISSION};
+#[cfg(feature = "gpu")]
 pub use kernel::Recorder;
 #[cfg(feature = "burn-ops")]
 pub use linear::linear;
@@ -96,14 +102,17 @@ pub use linear::{LinearKernel, WeightLayout};
 pub use tail::adjust::{LogitAdjustment, LogitAdjustments};
 pub use tail::{
     BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB, RawRow,
-    SoftmaxOutput, SoftmaxStats, TailOutput, TopK, WORKGROUP_SIZE, inverse_temperature, packed_words, validate_k,
+    SoftmaxOutput, SoftmaxStats, TailOutput, TailRequest, TopK, WORKGROUP_SIZE, inverse_temperature, packed_words,
+    validate_k,
 };
 #[cfg(feature = "burn-ops")]
 pub use tail::{
     PendingTail, adjust_logits, decode_tail, decode_tail_enqueue, decode_tail_with_raw, softmax, softmax_stats, top_k,
 };
+#[cfg(feature = "gpu")]
 pub use wgsl::{ATTENTION_LANES, MAX_HEAD_DIM, WgslStruct};
 
+#[cfg(feature = "gpu")]
 use burn::backend::DispatchDevice;
 
 /// What can go wrong; parameter errors name the parameter.
@@ -163,6 +172,7 @@ impl KernelError {
 }
 
 /// Whether the kernels can run on `device` (a wgpu device: Vulkan, Metal, DX12 or WebGPU).
+#[cfg(feature = "gpu")]
 pub fn supports_device(device: &burn::tensor::Device) -> bool {
     matches!(device.as_dispatch(), DispatchDevice::Cube(burn::cubecl::Device::Wgpu(_)))
 }

@@ -1,8 +1,6 @@
 //! `linear.wgsl`: the model's linear layers without workgroup barriers, for wgpu adapters that
 //! run on the CPU (see the crate documentation's "Linear layers").
 
-use burn::backend::wgpu::wgpu;
-
 #[cfg(feature = "burn-ops")]
 mod burn_route;
 #[cfg(feature = "burn-ops")]
@@ -30,7 +28,9 @@ impl LinearKernel {
     /// The kernel for a wgpu adapter: [`LinearKernel::Wgsl`] on an adapter that runs on the CPU
     /// (SwiftShader, lavapipe, WARP; in a browser, the fallback adapter), Burn's matmul on GPUs.
     /// Why, with the measurements: ARCHITECTURE.md, "Linear layers on CPU adapters".
-    pub fn for_adapter(adapter: &wgpu::AdapterInfo) -> Self {
+    #[cfg(feature = "gpu")]
+    pub fn for_adapter(adapter: &burn::backend::wgpu::wgpu::AdapterInfo) -> Self {
+        use burn::backend::wgpu::wgpu;
         if adapter.device_type == wgpu::DeviceType::Cpu { LinearKernel::Wgsl } else { LinearKernel::BurnMatmul }
     }
 }

@@ -18,11 +18,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::backend::wgpu::wgpu;
 use nucleus_gguf::{GgufFile, TensorInfo};
+use nucleus_kernels::TailRequest;
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams,
     FfnBuffers, FfnParams, GatherParams, LmHeadBuffers, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
 };
-use nucleus_kernels::tail::fused::{TailKernels, TailRequest, TailSizes};
+use nucleus_kernels::tail::fused::{TailKernels, TailSizes};
 use nucleus_kernels::{
     BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
 };
@@ -31,12 +32,10 @@ use crate::architecture::{FeedForward, Norm, Role, Rope};
 use crate::memory::PlannedBuffer;
 use crate::rope::RopeTables;
 use crate::weights::{self, ModelWeights};
-use crate::{LensLogits, LoadProgress, LogitLens, Logits, ModelConfig, ModelError};
+use crate::{LensLogits, LoadProgress, LogitLens, Logits, MAX_LOGIT_ROWS, ModelConfig, ModelError};
 
 /// Most rows (tokens) one pass runs; a longer prompt runs in several passes.
 pub const MAX_ROWS: usize = 128;
-/// Most rows of logits one pass computes ([`Logits::All`]: verification of drafted tokens).
-pub const MAX_LOGIT_ROWS: usize = 16;
 /// KV-cache positions allocated at first; the cache doubles as positions are used, up to its
 /// capacity.
 const INITIAL_CACHE_POSITIONS: usize = 256;

@@ -6,15 +6,18 @@
 //! decode tail, is asynchronous, so the same code runs in the browser, where synchronous reads
 //! panic.
 //!
-//! Two paths compute the same forward pass ([`Path`]):
+//! Three paths compute the same forward pass ([`Path`]):
 //! - **fused** (wgpu devices): our WGSL kernels over the weights as GGUF stores them, a few
 //!   dispatches per block, one queue submission per decode step (`fused.rs`);
+//! - **CPU** (no GPU, [`ModelDevice::cpu`]): `nucleus-cpu`'s kernels over the same blocks, in
+//!   this process's memory, vectorised and threaded natively (`cpu.rs`): the engine for every
+//!   visitor without a usable GPU;
 //! - **Burn operations** (any Burn device): Burn tensor operations over f32 weights, the
 //!   reference the fused path is checked against and the path of the CPU backend (`burn_ops.rs`).
 //!   Behind the `burn-ops` feature (on for the CLI and the tests, off in the browser build, which
 //!   then carries no Burn tensor operation); without it, loading on this path is refused by name.
 //!
-//! Both take their tensors from one weight table (`weights.rs`), their RoPE angles from one set of
+//! All take their tensors from one weight table (`weights.rs`), their RoPE angles from one set of
 //! tables (`rope.rs`), and ask one [`BlockSpec`] what a block computes (`architecture.rs`), so
 //! another family is a new [`Architecture`] value and, for a variant no path computes yet, its
 //! computation in each path: not a new loop.
@@ -23,8 +26,11 @@ mod architecture;
 #[cfg(feature = "burn-ops")]
 mod burn_ops;
 mod config;
+mod cpu;
 mod device;
+#[cfg(feature = "gpu")]
 mod fused;
+#[cfg(feature = "gpu")]
 mod memory;
 mod rope;
 mod weights;
@@ -32,21 +38,24 @@ mod weights;
 #[cfg(feature = "burn-ops")]
 use burn::tensor::Tensor;
 use nucleus_gguf::{GgufError, GgufFile};
-use nucleus_kernels::tail::fused::TailRequest;
-use nucleus_kernels::{KernelError, RawRow, TailOutput};
+use nucleus_kernels::{KernelError, RawRow, TailOutput, TailRequest};
 
 pub use architecture::{
     ARCHITECTURES, Architecture, BlockSpec, FeedForward, GEMMA3, LLAMA, Norm, QWEN2, QWEN3, Role, Rope, SlidingWindow,
 };
 pub use config::{BlockAttention, ModelConfig};
 pub use device::ModelDevice;
-pub use fused::{FusedLogits, MAX_LOGIT_ROWS, MAX_ROWS};
+#[cfg(feature = "gpu")]
+pub use fused::{FusedLogits, MAX_ROWS};
+#[cfg(feature = "gpu")]
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::LinearKernel;
 pub use weights::{parameter_count, vocabulary_parts};
 
 #[cfg(feature = "burn-ops")]
 use burn_ops::{BurnCache, BurnModel};
+use cpu::{CpuCache, CpuModel};
+#[cfg(feature = "gpu")]
 use fused::{FusedCache, FusedModel};
 
 #[derive(Debug, thiserror::Error)]
@@ -84,6 +93,10 @@ fn supported_architectures() -> String {
     ARCHITECTURES.iter().map(|a| a.name).collect::<Vec<_>>().join(", ")
 }
 
+/// Most rows of logits one pass computes ([`Logits::All`]: verification of drafted tokens): the
+/// fused path's limit, which every path keeps so that a generation runs the same everywhere.
+pub const MAX_LOGIT_ROWS: usize = 16;
+
 /// Which positions of a forward pass produce logits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
@@ -99,25 +112,34 @@ pub enum Logits {
 pub enum Path {
     /// Our WGSL kernels over the quantized weights (wgpu devices).
     Fused,
+    /// Our CPU kernels over the quantized weights ([`ModelDevice::cpu`]).
+    Cpu,
     /// Burn tensor operations over f32 weights, the linear layers in this kernel.
     BurnOps(LinearKernel),
 }
 
 impl Path {
-    /// The fused path on a wgpu device when its kernels take the model's shapes; Burn's
-    /// operations (and its matmul) elsewhere, and for a model the fused kernels cannot run.
+    /// The CPU engine on its device; the fused path on a wgpu device when its kernels take the
+    /// model's shapes; Burn's operations (and its matmul) elsewhere, and for a model the fused
+    /// kernels cannot run.
     pub fn default_for(device: &ModelDevice, config: &ModelConfig) -> Self {
-        if device.gpu().is_some() && fused::check_dims(config).is_ok() {
-            Path::Fused
-        } else {
-            Path::BurnOps(LinearKernel::BurnMatmul)
+        #[cfg(feature = "gpu")]
+        if !device.is_cpu_engine() {
+            return if device.gpu().is_some() && fused::check_dims(config).is_ok() {
+                Path::Fused
+            } else {
+                Path::BurnOps(LinearKernel::BurnMatmul)
+            };
         }
+        let _ = (device, config);
+        Path::Cpu
     }
 
-    /// `"fused"`, `"burn-matmul"` or `"burn-wgsl"`.
+    /// `"fused"`, `"cpu"`, `"burn-matmul"` or `"burn-wgsl"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Path::Fused => "fused",
+            Path::Cpu => "cpu",
             Path::BurnOps(LinearKernel::BurnMatmul) => "burn-matmul",
             Path::BurnOps(LinearKernel::Wgsl) => "burn-wgsl",
         }
@@ -137,7 +159,10 @@ enum Route {
     /// Boxed: the Burn module tree is large and this is the fallback path.
     #[cfg(feature = "burn-ops")]
     Burn(Box<BurnModel>),
+    #[cfg(feature = "gpu")]
     Fused(FusedModel),
+    /// Boxed: its weight table is held inline, where the others hold handles.
+    Cpu(Box<CpuModel>),
 }
 
 /// A loaded model on one device.
@@ -158,7 +183,9 @@ pub struct KvCache {
 enum CacheKind {
     #[cfg(feature = "burn-ops")]
     Burn(BurnCache),
+    #[cfg(feature = "gpu")]
     Fused(FusedCache),
+    Cpu(CpuCache),
 }
 
 impl KvCache {
@@ -186,23 +213,28 @@ impl KvCache {
         self.len = self.len.min(len);
     }
 
-    /// Bytes it holds on the device now (the fused cache grows as positions are used; the Burn
-    /// cache is allocated whole).
+    /// Bytes it holds on the device now (the fused and CPU caches grow as positions are used;
+    /// the Burn cache is allocated whole).
     pub fn device_bytes(&self) -> u64 {
         match &self.inner {
+            #[cfg(feature = "gpu")]
             CacheKind::Fused(cache) => cache.bytes(),
+            CacheKind::Cpu(cache) => cache.bytes(),
             #[cfg(feature = "burn-ops")]
             CacheKind::Burn(cache) => cache.bytes(),
         }
     }
 
     /// An independent copy (beam search keeps one per beam). Cheap on the Burn path (the first
-    /// write copies); a GPU copy of the filled positions on the fused path.
+    /// write copies); a GPU copy of the filled positions on the fused path; a memory copy on the
+    /// CPU path.
     pub fn try_clone(&self) -> Result<KvCache, ModelError> {
         let inner = match &self.inner {
             #[cfg(feature = "burn-ops")]
             CacheKind::Burn(cache) => CacheKind::Burn(cache.clone()),
+            #[cfg(feature = "gpu")]
             CacheKind::Fused(cache) => CacheKind::Fused(cache.duplicate(self.len)?),
+            CacheKind::Cpu(cache) => CacheKind::Cpu(cache.clone()),
         };
         Ok(KvCache { inner, len: self.len, capacity: self.capacity })
     }
@@ -214,7 +246,10 @@ pub enum DeviceLogits {
     #[cfg(feature = "burn-ops")]
     Tensor(Box<Tensor<2>>),
     /// Rows of the fused path's logits buffer.
+    #[cfg(feature = "gpu")]
     Fused(FusedLogits),
+    /// Rows in memory (the CPU path): already computed, nothing to wait for.
+    Host(Vec<Vec<f32>>),
 }
 
 impl DeviceLogits {
@@ -223,7 +258,9 @@ impl DeviceLogits {
         match self {
             #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => tensor.dims()[0],
+            #[cfg(feature = "gpu")]
             DeviceLogits::Fused(logits) => logits.rows(),
+            DeviceLogits::Host(rows) => rows.len(),
         }
     }
 
@@ -236,7 +273,9 @@ impl DeviceLogits {
                 read_tensor((**tensor).clone().slice([0..1, 0..1])).await?;
                 Ok(())
             }
+            #[cfg(feature = "gpu")]
             DeviceLogits::Fused(logits) => logits.wait().await,
+            DeviceLogits::Host(_) => Ok(()),
         }
     }
 
@@ -245,16 +284,24 @@ impl DeviceLogits {
         match self {
             #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => read_tensor((**tensor).clone()).await,
+            #[cfg(feature = "gpu")]
             DeviceLogits::Fused(logits) => logits.read().await,
+            DeviceLogits::Host(rows) => Ok(rows.clone()),
         }
     }
 
     /// The decode tail on the (one) row: adjustments, softmax statistics at `request.temperature`
     /// and the top `request.k`, and with `raw_top_k` the raw row's statistics (and top list), in
-    /// one read. The row itself is left as the model made it, for a full read after.
+    /// one read. The row itself is left as the model made it, for a full read after. A GPU
+    /// step: refused for logits already in memory ([`Model::supports_decode_tail`]).
     pub async fn decode_tail(&self, request: &TailRequest<'_>) -> Result<(TailOutput, Option<RawRow>), ModelError> {
         match self {
+            #[cfg(feature = "gpu")]
             DeviceLogits::Fused(logits) => logits.decode_tail(request).await,
+            DeviceLogits::Host(_) => {
+                let _ = request;
+                Err(ModelError::Device("the decode tail runs on a GPU; these logits are in memory already".into()))
+            }
             #[cfg(feature = "burn-ops")]
             DeviceLogits::Tensor(tensor) => Ok(match request.raw_top_k {
                 None => {
@@ -294,7 +341,7 @@ async fn read_tensor(logits: Tensor<2>) -> Result<Vec<Vec<f32>>, ModelError> {
 /// Bytes a model holds on its device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ModelMemory {
-    /// The weights as uploaded (GGUF blocks on the fused path, f32 on the Burn path).
+    /// The weights as uploaded (GGUF blocks on the fused and CPU paths, f32 on the Burn path).
     pub weight_bytes: u64,
 }
 
@@ -324,36 +371,47 @@ impl Model {
     ) -> Result<Self, ModelError> {
         let tied_output = weights::tied_output(file);
         let route = match path {
+            #[cfg(feature = "gpu")]
             Path::Fused => {
                 let gpu = device.gpu().ok_or_else(|| {
-                    ModelError::Device(format!("the fused path runs on wgpu devices, not {:?}", device.burn()))
+                    ModelError::Device(format!("the fused path runs on wgpu devices, not {}", device.describe()))
                 })?;
                 Route::Fused(FusedModel::load(file, &config, gpu, progress)?)
             }
+            Path::Cpu => {
+                if !device.is_cpu_engine() {
+                    return Err(ModelError::Device(format!(
+                        "the CPU path runs on ModelDevice::cpu(), not {}",
+                        device.describe()
+                    )));
+                }
+                Route::Cpu(Box::new(CpuModel::load(file, &config, progress)?))
+            }
             #[cfg(feature = "burn-ops")]
             Path::BurnOps(kernel) => {
-                // Every tensor's type, before anything is uploaded.
-                for (_, _, info) in weights::tensors(file, &config)? {
-                    if !nucleus_gguf::can_dequantize(info.ggml_type) {
-                        return Err(GgufError::UnsupportedDequantization {
-                            name: info.name.clone(),
-                            ggml_type: info.ggml_type,
-                        }
-                        .into());
-                    }
-                }
+                weights::check_dequantizable(file, &config)?;
                 let max_binding = device.gpu().map(|gpu| {
                     let limits = gpu.limits();
                     limits.max_storage_buffer_binding_size.min(limits.max_buffer_size)
                 });
-                Route::Burn(Box::new(BurnModel::load(file, &config, device.burn(), max_binding, kernel, progress)?))
+                let burn = device.burn().ok_or_else(|| {
+                    ModelError::Device("the Burn-op path runs on a Burn device, not the CPU engine's".into())
+                })?;
+                Route::Burn(Box::new(BurnModel::load(file, &config, burn, max_binding, kernel, progress)?))
             }
-            #[cfg(not(feature = "burn-ops"))]
+            #[cfg(all(feature = "gpu", not(feature = "burn-ops")))]
             Path::BurnOps(_) => {
                 return Err(ModelError::NotInThisBuild(format!(
                     "this build runs the model only in its fused kernels, which cannot take this model ({}); \
                      the Burn-op path that could is not in this build (the browser's)",
                     fused::check_dims(&config).err().map_or_else(|| "path burn".to_string(), |e| e.to_string())
+                )));
+            }
+            #[cfg(not(feature = "gpu"))]
+            Path::Fused | Path::BurnOps(_) => {
+                return Err(ModelError::NotInThisBuild(format!(
+                    "the {} path runs on a GPU, and this build (the browser's threaded CPU engine) has none",
+                    path.as_str()
                 )));
             }
         };
@@ -371,10 +429,22 @@ impl Model {
     /// The path this model's forward pass takes.
     pub fn path(&self) -> Path {
         match &self.route {
+            #[cfg(feature = "gpu")]
             Route::Fused(_) => Path::Fused,
+            Route::Cpu(_) => Path::Cpu,
             #[cfg(feature = "burn-ops")]
             Route::Burn(model) => Path::BurnOps(model.linear_kernel()),
         }
+    }
+
+    /// Whether [`DeviceLogits::decode_tail`] can end this model's decode steps: logits left on a
+    /// device whose Burn backend runs the tail's kernels.
+    pub fn supports_decode_tail(&self) -> bool {
+        #[cfg(feature = "gpu")]
+        return !matches!(self.route, Route::Cpu(_))
+            && self.device.burn().is_some_and(nucleus_kernels::supports_device);
+        #[cfg(not(feature = "gpu"))]
+        false
     }
 
     /// Whether the output layer is the token embedding.
@@ -385,7 +455,9 @@ impl Model {
     /// Bytes the model holds on its device.
     pub fn memory(&self) -> ModelMemory {
         let weight_bytes = match &self.route {
+            #[cfg(feature = "gpu")]
             Route::Fused(model) => model.weight_bytes(),
+            Route::Cpu(model) => model.weight_bytes(),
             #[cfg(feature = "burn-ops")]
             Route::Burn(model) => model.weight_bytes(),
         };
@@ -400,7 +472,9 @@ impl Model {
         let inner = match &self.route {
             #[cfg(feature = "burn-ops")]
             Route::Burn(model) => CacheKind::Burn(model.new_cache(capacity)),
+            #[cfg(feature = "gpu")]
             Route::Fused(model) => CacheKind::Fused(model.new_cache(capacity)?),
+            Route::Cpu(model) => CacheKind::Cpu(model.new_cache()),
         };
         Ok(KvCache { inner, len: 0, capacity })
     }
@@ -415,6 +489,7 @@ impl Model {
             (Route::Burn(model), CacheKind::Burn(inner)) => {
                 DeviceLogits::Tensor(Box::new(model.forward(tokens, inner, start, logits)?))
             }
+            #[cfg(feature = "gpu")]
             (Route::Fused(model), CacheKind::Fused(inner)) => {
                 if logits == Logits::All && tokens.len() > MAX_LOGIT_ROWS {
                     return Err(ModelError::Unsupported(format!(
@@ -424,7 +499,10 @@ impl Model {
                 }
                 DeviceLogits::Fused(model.forward(tokens, inner, start, logits)?)
             }
-            #[cfg(feature = "burn-ops")]
+            (Route::Cpu(model), CacheKind::Cpu(inner)) => {
+                DeviceLogits::Host(model.forward(tokens, inner, start, logits)?)
+            }
+            #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
             _ => return Err(ModelError::Invalid("the cache was made for another model".into())),
         };
         cache.len = end;
@@ -453,7 +531,8 @@ impl Model {
     /// each (what the model would predict if it stopped there): its statistics, its own top
     /// `candidates` and its logits of the last block's top `candidates` (1..=256). The last
     /// block's row is the pass's own logits. One pass: for one inspected step, not for
-    /// generation. The fused path reads back only that; the Burn path reads whole rows.
+    /// generation. The fused path reads back only that; the Burn path reads whole rows (the CPU
+    /// path has them in memory).
     pub async fn logit_lens(
         &self,
         tokens: &[u32],
@@ -469,10 +548,12 @@ impl Model {
                 let (hidden, logits) = (read_tensor(hidden).await?, read_tensor(logits).await?);
                 LogitLens::from_rows(hidden, &logits, candidates)
             }
+            #[cfg(feature = "gpu")]
             (Route::Fused(model), CacheKind::Fused(inner)) => {
                 model.logit_lens(tokens, inner, start, candidates).await?
             }
-            #[cfg(feature = "burn-ops")]
+            (Route::Cpu(model), CacheKind::Cpu(inner)) => model.logit_lens(tokens, inner, start, candidates)?,
+            #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
             _ => return Err(ModelError::Invalid("the cache was made for another model".into())),
         };
         cache.len = end;
@@ -487,7 +568,7 @@ pub struct LogitLens {
     pub hidden: Vec<Vec<f32>>,
     /// Per block, first to last: what the final norm and output layer make of its residual.
     pub layers: Vec<LensLogits>,
-    /// Bytes read back from the device for the lens.
+    /// Bytes read back from the device for the lens (0 on the CPU engine, whose rows are in memory).
     pub bytes_read: u64,
 }
 
@@ -503,8 +584,8 @@ pub struct LensLogits {
 }
 
 impl LogitLens {
-    /// The lens of whole rows `[blocks][vocab]` (the Burn path, and the reference of the fused
-    /// path's, which computes the same on the GPU).
+    /// The lens of whole rows `[blocks][vocab]` (the Burn and CPU paths, and the reference of
+    /// the fused path's, which computes the same on the GPU).
     pub fn from_rows(hidden: Vec<Vec<f32>>, rows: &[Vec<f32>], candidates: usize) -> Self {
         let bytes_read = 4 * (hidden.iter().chain(rows).map(Vec::len).sum::<usize>() as u64);
         let top_of = |row: &[f32]| -> Vec<(u32, f32)> {
@@ -553,9 +634,10 @@ mod tests {
     }
 
     #[test]
-    fn the_default_path_is_fused_on_wgpu_unless_the_kernels_cannot_take_the_shapes() {
+    fn the_default_path_is_the_cpu_engine_on_its_device_and_fused_on_wgpu_unless_the_kernels_cannot_take_the_shapes() {
         let burn = Path::BurnOps(LinearKernel::BurnMatmul);
-        assert_eq!(Path::default_for(&ModelDevice::cpu(), &smollm2()), burn);
+        assert_eq!(Path::default_for(&ModelDevice::cpu(), &smollm2()), Path::Cpu);
+        assert_eq!(Path::default_for(&ModelDevice::burn_cpu(), &smollm2()), burn);
         let wgpu = ModelDevice::wgpu().expect("a wgpu adapter (lavapipe without a GPU)");
         assert_eq!(Path::default_for(&wgpu, &smollm2()), Path::Fused);
         let wide_heads = ModelConfig { head_count: 2, head_count_kv: 1, head_dim: 288, rope_dims: 288, ..smollm2() };

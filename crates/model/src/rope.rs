@@ -35,6 +35,7 @@ impl RopeTables {
     }
 
     /// Tables a configuration needs (one per distinct base), before the file is read.
+    #[cfg(feature = "gpu")]
     pub(crate) fn count(config: &ModelConfig) -> usize {
         let mut bases: Vec<f64> = (0..config.block_count).map(|b| config.block_attention(b).rope_base).collect();
         bases.sort_by(f64::total_cmp);
@@ -43,6 +44,7 @@ impl RopeTables {
     }
 
     /// Bytes of one position's row in one table as the fused path uploads it (f32 pairs).
+    #[cfg(feature = "gpu")]
     pub(crate) fn position_bytes(config: &ModelConfig) -> u64 {
         (config.rope_dims / 2) as u64 * 8
     }

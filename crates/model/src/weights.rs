@@ -140,6 +140,19 @@ pub fn tensors<'f>(file: &'f GgufFile, config: &ModelConfig) -> Result<Vec<(Role
         .collect()
 }
 
+/// Refuses, before anything is loaded, a weight of a type `nucleus_gguf` cannot dequantize (the
+/// Burn and CPU paths read every format through it).
+pub fn check_dequantizable(file: &GgufFile, config: &ModelConfig) -> Result<(), ModelError> {
+    for (_, _, info) in tensors(file, config)? {
+        if !nucleus_gguf::can_dequantize(info.ggml_type) {
+            return Err(
+                GgufError::UnsupportedDequantization { name: info.name.clone(), ggml_type: info.ggml_type }.into()
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Parameters of the model: the elements of every tensor it loads (a tied output layer once).
 pub fn parameter_count(file: &GgufFile, config: &ModelConfig) -> Result<u64, ModelError> {
     Ok(tensors(file, config)?.iter().map(|(_, _, info)| info.element_count()).sum())

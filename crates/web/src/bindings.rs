@@ -17,9 +17,13 @@ use wasm_bindgen_futures::future_to_promise;
 
 use crate::shapes;
 
+#[cfg(feature = "gpu")]
 thread_local! {
     /// The one wgpu device of this worker (Burn's runtime can be initialised once).
     static DEVICE: RefCell<Option<ModelDevice>> = const { RefCell::new(None) };
+}
+
+thread_local! {
     /// The message of the last Rust panic, for the worker to report.
     static LAST_PANIC: RefCell<Option<String>> = const { RefCell::new(None) };
 }
@@ -36,14 +40,21 @@ unsafe extern "C" {
     fn __wasm_call_ctors();
 }
 
-/// Runs once, when the module is instantiated (wasm-bindgen's start function).
+/// Runs when the module is instantiated (wasm-bindgen's start function): once in the plain build;
+/// in the threaded build, on every thread that instantiates the shared module, of which only the
+/// first does anything.
 #[wasm_bindgen(start)]
 fn start() {
+    static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if STARTED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+        return;
+    }
     // Run the constructors here, once. Without an explicit call the linker treats the module as
     // a "command" and wraps every export to run all constructors on each call: every step, every
     // promise continuation re-ran them, which took most of a decode step in Chromium (measured:
     // 5 s of a 5.3 s step on SwiftShader).
-    // SAFETY: called once, before any other export; the constructors only register statics.
+    // SAFETY: called once (the flag above), before any other export; the constructors only
+    // register statics.
     unsafe { __wasm_call_ctors() };
     std::panic::set_hook(Box::new(|info| {
         let message = info.to_string();
@@ -94,6 +105,7 @@ fn option_error(error: OptionError) -> JsValue {
 
 /// The worker's wgpu device, created on first use with WebGPU (asynchronously: the browser has
 /// no synchronous adapter request).
+#[cfg(feature = "gpu")]
 async fn device() -> Result<ModelDevice, JsValue> {
     if let Some(device) = DEVICE.with(|d| d.borrow().clone()) {
         return Ok(device);
@@ -113,6 +125,7 @@ pub fn panic_for_testing() {
 /// Destroys the WebGPU device, as a driver reset would: for tests of the `device-lost` error.
 #[wasm_bindgen(js_name = loseDeviceForTesting)]
 pub fn lose_device_for_testing() {
+    #[cfg(feature = "gpu")]
     DEVICE.with(|d| {
         if let Some(gpu) = d.borrow().as_ref().and_then(ModelDevice::gpu) {
             gpu.device().destroy();
@@ -122,16 +135,35 @@ pub fn lose_device_for_testing() {
 
 /// Parses the GGUF `bytes`, checks what the model will hold against the device's limits and
 /// `memory_budget` (bytes, all buffers together), uploads the weights and allocates the KV cache
-/// (`context_length` positions, default the model's). `on_progress(phase, loaded, total)` is
-/// called with phase `"parse"` once, then `"upload"` per tensor, in bytes of the file.
+/// (`context_length` positions, default the model's). `backend`: `"webgpu"` (the fused kernels on
+/// the worker's WebGPU device) or `"cpu"` (the CPU engine in this module; WebGPU is not touched).
+/// `on_progress(phase, loaded, total)` is called with phase `"parse"` once, then `"upload"` per
+/// tensor, in bytes of the file.
 #[wasm_bindgen(js_name = loadEngine)]
 pub async fn load_engine(
     bytes: Uint8Array,
+    backend: String,
     context_length: Option<u32>,
     memory_budget: Option<f64>,
     on_progress: Function,
 ) -> Result<WasmEngine, JsValue> {
-    let device = device().await?;
+    let device = match backend.as_str() {
+        #[cfg(feature = "gpu")]
+        "webgpu" => device().await?,
+        #[cfg(not(feature = "gpu"))]
+        "webgpu" => {
+            return Err(js_error("no-webgpu", "this build of the engine (the threaded CPU engine) has no WebGPU"));
+        }
+        "cpu" => ModelDevice::cpu(),
+        #[cfg(feature = "burn-cpu")]
+        "burn-cpu" => ModelDevice::burn_cpu(),
+        other => {
+            return Err(option_error(OptionError {
+                message: format!("backend must be 'webgpu' or 'cpu' here, got {other:?}"),
+                option: "backend".into(),
+            }));
+        }
+    };
     let bytes = bytes.to_vec();
     let total = bytes.len() as f64;
     let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
@@ -169,11 +201,14 @@ pub struct WasmEngine {
 #[wasm_bindgen]
 impl WasmEngine {
     /// `{ title, name, basename, sizeLabel, quantization, architecture, vocabSize, contextLength,
-    /// parameters, fileBytes, path, weightBytes, kvBytesPerToken }` as JSON; `title` is named from `file_name` (the
-    /// model's URL) when given.
+    /// parameters, fileBytes, path, weightBytes, kvBytesPerToken, device }` as JSON; `title` is
+    /// named from `file_name` (the model's URL) when given; `device` is where it runs, as a person
+    /// reads it.
     pub fn info(&self, file_name: Option<String>) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;
-        Ok(shapes::info(inner.engine.info(), file_name.as_deref()).to_string())
+        let mut info = shapes::info(inner.engine.info(), file_name.as_deref());
+        info["device"] = inner.engine.model().device().describe().into();
+        Ok(info.to_string())
     }
 
     /// The token ids of `text` (control tokens written in it are parsed as special tokens).
@@ -281,11 +316,16 @@ impl WasmEngine {
     /// the worker adds the wasm memory's size.
     pub fn diagnostics(&self) -> Result<String, JsValue> {
         let inner = self.inner.try_borrow().map_err(|_| busy())?;
-        let model = inner.engine.model();
-        let counters = model.device().gpu().map(|gpu| gpu.counters());
+        #[cfg(feature = "gpu")]
+        let (buffers, bytes) = inner.engine.model().device().gpu().map_or((0, 0), |gpu| {
+            let counters = gpu.counters();
+            (counters.live_buffers, counters.live_bytes)
+        });
+        #[cfg(not(feature = "gpu"))]
+        let (buffers, bytes) = (0, 0);
         Ok(serde_json::json!({
-            "liveBuffers": counters.map_or(0, |c| c.live_buffers),
-            "liveBytes": counters.map_or(0, |c| c.live_bytes),
+            "liveBuffers": buffers,
+            "liveBytes": bytes,
             "kvCacheBytes": inner.engine.cache().device_bytes(),
         })
         .to_string())

@@ -1,7 +1,7 @@
 //! The step decision: sample the next token on the GPU decode tail when it settles the step,
 //! else from the whole logits row read back, and report the model's raw candidates either way.
 
-use nucleus_kernels::tail::fused::TailRequest;
+use nucleus_kernels::TailRequest;
 use nucleus_kernels::{LogitAdjustments, RawRow};
 use nucleus_model::DeviceLogits;
 use nucleus_sampler::{CandidateSet, SampleStep, TokenMask, TokenSet, log_softmax, top_k_ids};

@@ -116,6 +116,7 @@ impl LogitAdjustments {
     }
 
     /// Validates and packs for the kernel.
+    #[cfg(feature = "gpu")]
     pub(crate) fn plan(&self, vocab: usize) -> Result<AdjustPlan, KernelError> {
         self.validate(vocab)?;
         let mut words = Vec::with_capacity(5 * self.entries.len());
@@ -146,6 +147,7 @@ pub struct AdjustPlan {
 }
 
 impl AdjustPlan {
+    #[cfg(feature = "gpu")]
     pub(crate) fn is_empty(&self) -> bool {
         self.entry_count == 0 && self.allow_mask.is_none()
     }

@@ -9,9 +9,9 @@
 
 use burn::backend::wgpu::wgpu;
 
-use super::adjust::{AdjustPlan, LogitAdjustments};
+use super::adjust::AdjustPlan;
 use super::layout::{self, CHUNK_LEN, HEADER_WORDS, MAX_ADJUST_WORKGROUPS, MAX_K, WORKGROUP_SIZE, packed_words};
-use super::{RawRow, TailOutput, inverse_temperature, validate_k};
+use super::{RawRow, TailOutput, TailRequest, inverse_temperature, validate_k};
 use crate::KernelError;
 use crate::gpu::{BufferView, Gpu, GpuBuffer};
 use crate::kernel::{Kernel, KernelSpec, Recorder, Slot};
@@ -64,21 +64,6 @@ static TOPK: KernelSpec = KernelSpec {
         Slot::ReadWrite("packed", "array<u32>"),
     ],
 };
-
-/// What one decode tail computes.
-#[derive(Debug, Clone, Copy)]
-pub struct TailRequest<'a> {
-    /// Applied to a copy of the row before the statistics (skipped when empty); the row itself
-    /// stays the model's.
-    pub adjustments: &'a LogitAdjustments,
-    /// Temperature of the statistics (finite, > 0, 1/T finite).
-    pub temperature: f32,
-    /// Candidates, 1..=256.
-    pub k: usize,
-    /// `Some(n)`: also the raw row's statistics at temperature 1 and its top `n` (none when 0),
-    /// recorded before the adjustments.
-    pub raw_top_k: Option<usize>,
-}
 
 /// A recorded tail, to be read after the caller's submission.
 #[must_use = "read it after submitting the recorder"]

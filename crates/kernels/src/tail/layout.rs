@@ -16,6 +16,7 @@ pub const BLOCK_LEN: u32 = 16;
 /// `4096c + l + 256j`).
 pub const CHUNK_LEN: u32 = WORKGROUP_SIZE * BLOCK_LEN;
 /// Cap on the adjust kernel's workgroups (it loops over the rest).
+#[cfg(feature = "gpu")]
 pub const MAX_ADJUST_WORKGROUPS: u32 = 1024;
 /// Cap on the probability pass's workgroups (it loops over the rest; the Burn route's `softmax`).
 #[cfg(feature = "burn-ops")]
@@ -44,6 +45,7 @@ pub(crate) struct Packed {
 }
 
 /// The little-endian u32 words of a read-back buffer.
+#[cfg(feature = "gpu")]
 pub(crate) fn words_of(bytes: &[u8]) -> Vec<u32> {
     bytes.chunks_exact(4).map(|w| u32::from_le_bytes([w[0], w[1], w[2], w[3]])).collect()
 }

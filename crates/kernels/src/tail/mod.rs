@@ -10,6 +10,7 @@
 pub mod adjust;
 #[cfg(feature = "burn-ops")]
 mod burn_ops;
+#[cfg(feature = "gpu")]
 pub mod fused;
 pub(crate) mod layout;
 #[cfg(feature = "burn-ops")]
@@ -25,6 +26,21 @@ pub use self::layout::{
 pub use self::tensor::{
     PendingTail, adjust_logits, decode_tail, decode_tail_enqueue, decode_tail_with_raw, softmax, softmax_stats, top_k,
 };
+
+/// What one decode tail computes.
+#[derive(Debug, Clone, Copy)]
+pub struct TailRequest<'a> {
+    /// Applied to a copy of the row before the statistics (skipped when empty); the row itself
+    /// stays the model's.
+    pub adjustments: &'a adjust::LogitAdjustments,
+    /// Temperature of the statistics (finite, > 0, 1/T finite).
+    pub temperature: f32,
+    /// Candidates, 1..=256.
+    pub k: usize,
+    /// `Some(n)`: also the raw row's statistics at temperature 1 and its top `n` (none when 0),
+    /// recorded before the adjustments.
+    pub raw_top_k: Option<usize>,
+}
 
 /// Softmax statistics of one row (see the crate docs).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,6 +176,7 @@ pub struct RawRow {
 }
 
 /// A decode tail's result from its packed words (`4 + 2k`).
+#[cfg(feature = "gpu")]
 pub(crate) fn tail_output(words: &[u32], k: usize, temperature: f32) -> Result<TailOutput, KernelError> {
     let bytes_read = words.len() * 4;
     let packed = layout::unpack(words, k, true)?;

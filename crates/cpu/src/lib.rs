@@ -1,0 +1,33 @@
+//! # nucleus-cpu: the CPU engine's kernels
+//!
+//! The products a forward pass spends its time in, on the CPU, over the weights as the GGUF file
+//! stores them: no f32 copy of a matrix is ever made. [`matmul`] multiplies f32 activation rows by
+//! a [`Matrix`] of GGUF blocks: each weight row is dequantized a tile of [`TILE`] values at a time
+//! into a buffer on the stack (`nucleus_gguf::dequantize_into`, the one owner of every block
+//! format), and the tile serves every activation row before the next is read, so a prefill of
+//! `n` tokens reads the weights once. Activations stay f32 and are never quantized (llama.cpp's
+//! CPU kernels quantize them to 8 bits, which moves logits by up to ~0.6; the references here
+//! allow 1e-3).
+//!
+//! **SIMD.** The inner loops are written so the compiler vectorises them (eight accumulators, a
+//! tile of whole lanes): natively the kernel is compiled twice, for the baseline (SSE2 on x86-64)
+//! and for AVX2 with FMA and F16C, and the AVX2 one is chosen at run time when the CPU has it; in
+//! wasm the module is built with `simd128`.
+//!
+//! **Threads.** The rows of a product are spread over a small pool of our own whose helpers spin
+//! between jobs (`threads.rs`: why, and the protocol): natively every core (`NUCLEUS_THREADS` to
+//! choose), in the browser's threaded build one Web Worker per core (shared memory, so only in a
+//! cross-origin isolated page), in the plain wasm build the calling thread alone.
+//!
+//! Every kernel has a plain reference (`reference`: the matrix dequantized whole, f64 sums) and a
+//! test against it on every format, on shapes that are not multiples of the vector width
+//! (`tests/parity.rs`).
+
+mod dot;
+mod matmul;
+pub mod ops;
+pub mod reference;
+mod threads;
+
+pub use matmul::{Matrix, TILE, matmul, matmuls, simd};
+pub use threads::{for_each_chunk, for_each_task, threads};

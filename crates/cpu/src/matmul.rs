@@ -1,0 +1,221 @@
+//! `y = x · Wᵀ` for f32 activation rows `x` and a weight matrix `W` in its GGUF blocks.
+
+use nucleus_gguf::{GgmlType, dequantize_into};
+
+use crate::dot::{self, Dot};
+use crate::threads::for_each_task;
+
+/// Weights dequantized at a time: a multiple of every block size (32 and 256 values), 8 KB of
+/// stack, so a tile stays in L1 while every activation row reads it, and the rows of the models
+/// Nucleus runs (576 to 2,048 wide) are one tile: one dot product, one sum of lanes, per row.
+pub const TILE: usize = 256;
+
+/// Weight rows one task computes: enough work per task to hide the pool's hand-over (a few µs),
+/// few enough that two cores share even a 576-row projection.
+const ROWS_PER_TASK: usize = 64;
+
+/// A weight matrix `[rows, cols]` as a GGUF file stores it: `rows` rows of `cols` values in the
+/// blocks of `ggml_type`, row after row.
+#[derive(Debug, Clone, Copy)]
+pub struct Matrix<'a> {
+    pub ggml_type: GgmlType,
+    pub bytes: &'a [u8],
+    pub rows: usize,
+    pub cols: usize,
+}
+
+impl<'a> Matrix<'a> {
+    /// The matrix of `bytes`, checked: a type [`nucleus_gguf::can_dequantize`] reads, rows of
+    /// whole blocks, and exactly `rows` of them.
+    pub fn new(ggml_type: GgmlType, bytes: &'a [u8], rows: usize, cols: usize) -> Result<Self, String> {
+        if !nucleus_gguf::can_dequantize(ggml_type) {
+            return Err(format!("the CPU engine cannot read {ggml_type} weights"));
+        }
+        let (block, block_bytes) = ggml_type.block_layout();
+        if cols == 0 || !(cols as u64).is_multiple_of(block) {
+            return Err(format!("rows of {cols} {ggml_type} values are not whole blocks of {block}"));
+        }
+        let row_bytes = cols / block as usize * block_bytes as usize;
+        if bytes.len() != rows * row_bytes {
+            return Err(format!("{} bytes for {rows} rows of {row_bytes}", bytes.len()));
+        }
+        Ok(Self { ggml_type, bytes, rows, cols })
+    }
+
+    /// Bytes of one row.
+    pub fn row_bytes(&self) -> usize {
+        self.bytes.len() / self.rows.max(1)
+    }
+
+    /// Row `row`'s bytes.
+    pub fn row(&self, row: usize) -> &'a [u8] {
+        let len = self.row_bytes();
+        &self.bytes[row * len..(row + 1) * len]
+    }
+
+    /// Row `row` dequantized into `out` (`cols` values): an embedding lookup.
+    pub fn dequantize_row(&self, row: usize, out: &mut [f32]) {
+        assert!(dequantize_into(self.ggml_type, self.row(row), out), "checked readable in Matrix::new");
+    }
+}
+
+/// `y = x · Wᵀ` (or `y += x · Wᵀ` with `accumulate`) for `x`: `[n, w.cols]` and `y`: `[n, w.rows]`,
+/// row-major. Each weight row is dequantized a [`TILE`] at a time and every `x` row reads the tile;
+/// the weight rows are spread over the threads. Every sum is f32, in the order of the columns
+/// within 32 lanes, then the lanes pairwise, then the columns past the last whole 32 (`dot.rs`).
+///
+/// # Panics
+/// When `x` or `y` is not whole rows of the matrix's shape.
+pub fn matmul(w: &Matrix, x: &[f32], y: &mut [f32], accumulate: bool) {
+    matmuls(x, &mut [(w, y)], accumulate);
+}
+
+/// Several products of the same rows `x` (`[n, cols]`, every matrix `cols` wide), as [`matmul`]
+/// computes each, their rows spread over the threads together: one hand-over to the pool for the
+/// queries, keys and values, or the gate and up projections, instead of one per matrix.
+///
+/// # Panics
+/// When a matrix is not as wide as `x`'s rows, or an output not `[n, rows]`.
+pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bool) {
+    let Some(cols) = products.first().map(|(w, _)| w.cols) else { return };
+    let n = x.len() / cols;
+    for (w, y) in products.iter() {
+        assert!(
+            w.cols == cols && x.len() == n * cols && y.len() == n * w.rows,
+            "x [{n}, {cols}] and y [{n}, {}] for a [{}, {}] matrix",
+            y.len() / n.max(1),
+            w.rows,
+            w.cols
+        );
+    }
+    if n == 0 {
+        return;
+    }
+    let kernel = rows_kernel();
+    if n == 1 {
+        // y is the weight rows' outputs in order: each task writes its own rows in place.
+        let tasks = products
+            .iter_mut()
+            .flat_map(|(w, y)| y.chunks_mut(ROWS_PER_TASK).enumerate().map(move |(index, out)| (&**w, index, out)))
+            .collect();
+        for_each_task(tasks, |(w, index, out)| kernel(w, x, 1, index * ROWS_PER_TASK, out, accumulate));
+        return;
+    }
+    // Many rows: each task computes its weight rows for every x row into `[row, n]` order, then
+    // they are written out to `y`'s `[n, row]` order.
+    let mut by_row: Vec<Vec<f32>> = products.iter().map(|(w, _)| vec![0f32; w.rows * n]).collect();
+    let tasks = products
+        .iter()
+        .zip(&mut by_row)
+        .flat_map(|((w, _), out)| {
+            out.chunks_mut(ROWS_PER_TASK * n).enumerate().map(move |(index, out)| (*w, index, out))
+        })
+        .collect();
+    for_each_task(tasks, |(w, index, out)| kernel(w, x, n, index * ROWS_PER_TASK, out, false));
+    for ((w, y), by_row) in products.iter_mut().zip(&by_row) {
+        for (o, outputs) in by_row.chunks_exact(n).enumerate() {
+            for (r, &value) in outputs.iter().enumerate() {
+                let target = &mut y[r * w.rows + o];
+                *target = if accumulate { *target + value } else { value };
+            }
+        }
+    }
+}
+
+/// The kernel computing weight rows `first..` (as many as `out` holds, `n` values each) for the
+/// `n` rows of `x`.
+type RowsKernel = fn(&Matrix, &[f32], usize, usize, &mut [f32], bool);
+
+/// Whether this x86-64 CPU runs the AVX2 build.
+#[cfg(target_arch = "x86_64")]
+fn has_avx2() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+}
+
+/// The vector instructions the kernels run with on this CPU, as a person reads them.
+pub fn simd() -> &'static str {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() { "AVX2" } else { "SSE2" }
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        "NEON"
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        "WebAssembly SIMD"
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64", target_arch = "wasm32")))]
+    {
+        "no SIMD"
+    }
+}
+
+/// The fastest build of the kernel this CPU runs.
+fn rows_kernel() -> RowsKernel {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if has_avx2() {
+            return |w, x, n, first, out, accumulate| {
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                unsafe { rows_avx2(w, x, n, first, out, accumulate) }
+            };
+        }
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        return |w, x, n, first, out, accumulate| {
+            // SAFETY: a wasm module that holds SIMD instructions is refused as a whole by an engine
+            // without them; every browser since 2021 (Safari 16.4) has them.
+            unsafe { rows_simd128(w, x, n, first, out, accumulate) }
+        };
+    }
+    #[allow(unreachable_code)]
+    rows::<dot::Portable>
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn rows_avx2(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+    rows::<dot::Avx2>(w, x, n, first, out, accumulate);
+}
+
+#[cfg(target_arch = "wasm32")]
+#[target_feature(enable = "simd128")]
+unsafe fn rows_simd128(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+    rows::<dot::Simd128>(w, x, n, first, out, accumulate);
+}
+
+/// The kernel's one body, compiled into each build above.
+#[inline(always)]
+fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+    let cols = w.cols;
+    let (block, block_bytes) = w.ggml_type.block_layout();
+    let tile_bytes = TILE / block as usize * block_bytes as usize;
+    let whole = cols / 32 * 32;
+    let mut tile = [0f32; TILE];
+    let mut lanes = vec![D::zero(); n];
+    let mut tails = vec![0f32; n];
+    for (i, sums) in out.chunks_exact_mut(n).enumerate() {
+        lanes.fill(D::zero());
+        tails.fill(0.0);
+        for (t, bytes) in w.row(first + i).chunks(tile_bytes).enumerate() {
+            let start = t * TILE;
+            let len = (cols - start).min(TILE);
+            let values = &mut tile[..len];
+            dequantize_into(w.ggml_type, bytes, values);
+            // Whole 32s in the lanes, the row's last few (a width not a multiple of 32) in order.
+            let vector = whole.saturating_sub(start).min(len);
+            for (r, (lanes, tail)) in lanes.iter_mut().zip(&mut tails).enumerate() {
+                let x = &x[r * cols + start..r * cols + start + len];
+                D::add(lanes, &values[..vector], &x[..vector]);
+                *tail += values[vector..].iter().zip(&x[vector..]).fold(0.0, |sum, (a, b)| sum + a * b);
+            }
+        }
+        for ((sum, &lanes), tail) in sums.iter_mut().zip(&lanes).zip(&tails) {
+            let value = D::total(lanes) + tail;
+            *sum = if accumulate { *sum + value } else { value };
+        }
+    }
+}

@@ -1,0 +1,146 @@
+//! The CPU engine's other operations: RMSNorm and attention over a KV cache held as f32 rows.
+//! Small beside the products, but the attention grows with the context, so it is spread over
+//! the threads too (one task per query row and head).
+
+use crate::threads::for_each_chunk;
+
+/// `out = x / sqrt(mean(x²) + eps) ∘ γ`, row by row (`x`, `out`: `[rows, γ.len()]`); the mean in f64.
+pub fn rms_norm(x: &[f32], gamma: &[f32], eps: f64, out: &mut [f32]) {
+    let dim = gamma.len();
+    for (row, normed) in x.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+        let inv = inverse_rms(row, eps);
+        for ((o, &v), &g) in normed.iter_mut().zip(row).zip(gamma) {
+            *o = v * inv * g;
+        }
+    }
+}
+
+/// `1 / sqrt(mean(x²) + eps)`, the sum of squares in f64.
+pub fn inverse_rms(x: &[f32], eps: f64) -> f32 {
+    let mean = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum::<f64>() / x.len() as f64;
+    (1.0 / (mean + eps).sqrt()) as f32
+}
+
+/// Multiply-adds of an attention below which it runs on the calling thread: about 20 µs of work,
+/// the cost of handing tasks to the pool and waiting for them.
+const PARALLEL_ATTENTION_WORK: usize = 1 << 16;
+
+/// The shape of one attention.
+#[derive(Debug, Clone, Copy)]
+pub struct AttentionShape {
+    pub heads: usize,
+    pub kv_heads: usize,
+    pub head_dim: usize,
+    /// Scores are `q·k · scale`.
+    pub scale: f32,
+    /// A query sees its own position and the `window − 1` before it; `None`: every earlier one.
+    pub window: Option<usize>,
+}
+
+/// Causal grouped-query attention: query row `s` (`q`: `[rows, heads·head_dim]`, at position
+/// `pos + s`) of head `h` over the keys and values of kv head `h / (heads / kv_heads)` at positions
+/// `0..=pos + s` (`keys`, `values`: `[positions, kv_heads·head_dim]`), within its window; `out`:
+/// `[rows, heads·head_dim]`. Softmax with the maximum subtracted, f32.
+pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: AttentionShape, out: &mut [f32]) {
+    let AttentionShape { heads, kv_heads, head_dim: hd, scale, window } = shape;
+    let kv_width = kv_heads * hd;
+    let group = heads / kv_heads;
+    // One task per (row, head): its output is the head's slice of the row. Spread over the
+    // threads only when there is enough of it to be worth the hand-over (a long context, a prompt).
+    let rows = q.len() / (heads * hd);
+    let work = rows * heads * (pos + rows) * hd;
+    for_each_chunk(out, hd, work >= PARALLEL_ATTENTION_WORK, |task, out| {
+        let (s, h) = (task / heads, task % heads);
+        let query = &q[task * hd..(task + 1) * hd];
+        let kv_head = h / group;
+        let seen = pos + s + 1;
+        let first = window.map_or(0, |w| seen.saturating_sub(w));
+        let mut scores: Vec<f32> = (first..seen)
+            .map(|t| {
+                let key = &keys[t * kv_width + kv_head * hd..][..hd];
+                query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale
+            })
+            .collect();
+        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let mut total = 0.0;
+        for score in &mut scores {
+            *score = (*score - max).exp();
+            total += *score;
+        }
+        out.fill(0.0);
+        for (t, &weight) in (first..seen).zip(&scores) {
+            let value = &values[t * kv_width + kv_head * hd..][..hd];
+            for (o, &v) in out.iter_mut().zip(value) {
+                *o += weight * v;
+            }
+        }
+        for o in out.iter_mut() {
+            *o /= total;
+        }
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_scales_each_row() {
+        let x = [3.0, 4.0, 0.0, 0.0, 1.0, 1.0];
+        let mut out = [0.0; 6];
+        rms_norm(&x, &[1.0, 2.0, 1.0], 0.0, &mut out);
+        let inv = 1.0 / (25.0f64 / 3.0).sqrt();
+        assert!((out[0] as f64 - 3.0 * inv).abs() < 1e-6 && (out[1] as f64 - 8.0 * inv).abs() < 1e-6);
+        let inv = 1.0 / (2.0f64 / 3.0).sqrt();
+        assert!((out[5] as f64 - inv).abs() < 1e-6);
+    }
+
+    /// Against a plain f64 attention: grouped heads, causal rows, a window that drops keys.
+    #[test]
+    fn attention_matches_a_plain_f64_one() {
+        let (heads, kv_heads, hd, positions) = (4, 2, 8, 12);
+        let value = |i: usize| ((i * 37 % 101) as f32 / 50.0) - 1.0;
+        let keys: Vec<f32> = (0..positions * kv_heads * hd).map(value).collect();
+        let values: Vec<f32> = (0..positions * kv_heads * hd).map(|i| value(i + 7)).collect();
+        let (pos, rows) = (9, 3);
+        let q: Vec<f32> = (0..rows * heads * hd).map(|i| value(i + 3)).collect();
+        for window in [None, Some(4)] {
+            let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 0.35, window };
+            let mut out = vec![0.0; rows * heads * hd];
+            attention(&q, &keys, &values, pos, shape, &mut out);
+            for s in 0..rows {
+                for h in 0..heads {
+                    let kvh = h / 2;
+                    let seen = pos + s + 1;
+                    let first = window.map_or(0, |w| seen - w);
+                    let scores: Vec<f64> = (first..seen)
+                        .map(|t| {
+                            (0..hd)
+                                .map(|d| {
+                                    f64::from(q[(s * heads + h) * hd + d])
+                                        * f64::from(keys[(t * kv_heads + kvh) * hd + d])
+                                })
+                                .sum::<f64>()
+                                * 0.35
+                        })
+                        .collect();
+                    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+                    let weights: Vec<f64> = scores.iter().map(|x| (x - max).exp()).collect();
+                    let total: f64 = weights.iter().sum();
+                    for d in 0..hd {
+                        let expected: f64 = (first..seen)
+                            .zip(&weights)
+                            .map(|(t, w)| w * f64::from(values[(t * kv_heads + kvh) * hd + d]))
+                            .sum::<f64>()
+                            / total;
+                        let got = f64::from(out[(s * heads + h) * hd + d]);
+                        assert!(
+                            (got - expected).abs() < 1e-5,
+                            "row {s} head {h} dim {d}: {got} vs {expected} ({window:?})"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,304 @@
+//! The forward pass on the CPU over the weights as the GGUF stores them (`Path::Cpu`): the CPU
+//! engine, for visitors whose browser has no usable GPU, and the CLI on a machine without one.
+//!
+//! Every matrix stays in its GGUF blocks (a copy of the file's bytes: resident weights are the
+//! file's size, where Burn's CPU path holds 5.5× as much in f32) and is multiplied by
+//! `nucleus_cpu::matmul`, a tile dequantized at a time, vectorised by the compiler and spread
+//! over the threads natively. Norm weights and biases are f32. The block is the family's
+//! [`BlockSpec`](crate::BlockSpec), computed as `burn_ops.rs` computes it on tensors (its module
+//! documentation has the formulas): same seam, same weight table, same RoPE tables. The KV cache
+//! is f32 rows per block, grown as positions are used.
+
+use nucleus_cpu::ops::{AttentionShape, attention, inverse_rms, rms_norm};
+use nucleus_cpu::{Matrix, matmul, matmuls};
+use nucleus_gguf::{GgmlType, GgufFile, TensorInfo};
+
+use crate::architecture::{Architecture, FeedForward, Norm};
+use crate::rope::RopeTables;
+use crate::weights::{self, BlockWeights, ModelWeights};
+use crate::{LoadProgress, LogitLens, Logits, ModelConfig, ModelError};
+
+/// A weight as the CPU engine holds it.
+pub(crate) enum CpuWeight {
+    /// A matrix `[rows, cols]` in its GGUF blocks.
+    Blocks { ggml_type: GgmlType, bytes: Vec<u8>, rows: usize, cols: usize },
+    /// A vector (a norm's γ, a bias), f32.
+    Vector(Vec<f32>),
+}
+
+impl CpuWeight {
+    fn matrix(&self) -> Matrix<'_> {
+        match self {
+            CpuWeight::Blocks { ggml_type, bytes, rows, cols } => {
+                Matrix { ggml_type: *ggml_type, bytes, rows: *rows, cols: *cols }
+            }
+            CpuWeight::Vector(_) => unreachable!("the weight table uploads matrices as blocks"),
+        }
+    }
+
+    fn vector(&self) -> &[f32] {
+        match self {
+            CpuWeight::Vector(values) => values,
+            CpuWeight::Blocks { .. } => unreachable!("the weight table uploads vectors as f32"),
+        }
+    }
+
+    fn bytes(&self) -> u64 {
+        match self {
+            CpuWeight::Blocks { bytes, .. } => bytes.len() as u64,
+            CpuWeight::Vector(values) => values.len() as u64 * 4,
+        }
+    }
+}
+
+/// A model on the CPU.
+pub(crate) struct CpuModel {
+    config: ModelConfig,
+    architecture: &'static Architecture,
+    weights: ModelWeights<CpuWeight>,
+    /// Per distinct RoPE base, `[context, hd/2]` pairs (cos, sin).
+    rope: Vec<Vec<(f32, f32)>>,
+    rope_of_block: Vec<usize>,
+}
+
+/// Keys and values of every block: `[positions, kv_dim]` f32 rows each, grown as positions are
+/// written (a clone is an independent copy).
+#[derive(Clone)]
+pub(crate) struct CpuCache {
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
+}
+
+impl CpuCache {
+    pub(crate) fn bytes(&self) -> u64 {
+        self.keys.iter().chain(&self.values).map(|rows| rows.len() as u64 * 4).sum()
+    }
+}
+
+impl CpuModel {
+    /// Copies the weights of `file` in their blocks (vectors as f32).
+    pub(crate) fn load(
+        file: &GgufFile,
+        config: &ModelConfig,
+        progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, ModelError> {
+        // Every tensor's type and shape, before anything is copied.
+        weights::check_dequantizable(file, config)?;
+        for (_, _, info) in weights::tensors(file, config)? {
+            let (rows, cols) = info.matrix_shape();
+            Matrix::new(info.ggml_type, file.tensor_bytes(info), rows, cols)
+                .map_err(|reason| ModelError::Unsupported(format!("tensor '{}': {reason}", info.name)))?;
+        }
+        let weights = weights::load(file, config, progress, |_, info| load(file, info))?;
+        let tables = RopeTables::new(file, config)?;
+        Ok(Self {
+            config: config.clone(),
+            architecture: config.architecture(),
+            weights,
+            rope: tables.tables,
+            rope_of_block: tables.block_table,
+        })
+    }
+
+    pub(crate) fn weight_bytes(&self) -> u64 {
+        self.weights.all().map(CpuWeight::bytes).sum()
+    }
+
+    pub(crate) fn new_cache(&self) -> CpuCache {
+        let blocks = self.config.block_count;
+        CpuCache { keys: vec![Vec::new(); blocks], values: vec![Vec::new(); blocks] }
+    }
+
+    /// Runs `tokens` at positions `start..` after what `cache` holds and returns the logits of
+    /// the last row or of every row. The caller has checked the tokens and the room.
+    pub(crate) fn forward(
+        &self,
+        tokens: &[u32],
+        cache: &mut CpuCache,
+        start: usize,
+        logits: Logits,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let x = self.blocks(tokens, cache, start, None)?;
+        let rows = match logits {
+            Logits::Last => &x[(tokens.len() - 1) * self.config.embedding_length..],
+            Logits::All => &x[..],
+        };
+        Ok(self.head(rows))
+    }
+
+    /// The logit lens of the last of `tokens`: the residual after every block and the whole rows
+    /// the output norm and layer make of each, its `candidates` top tokens followed.
+    pub(crate) fn logit_lens(
+        &self,
+        tokens: &[u32],
+        cache: &mut CpuCache,
+        start: usize,
+        candidates: usize,
+    ) -> Result<LogitLens, ModelError> {
+        let mut hidden = Vec::with_capacity(self.config.block_count);
+        self.blocks(tokens, cache, start, Some(&mut hidden))?;
+        // One product over every block's row: the output layer is read once.
+        let rows = self.head(&hidden.concat());
+        // The rows are in memory already: nothing is read back.
+        Ok(LogitLens { bytes_read: 0, ..LogitLens::from_rows(hidden, &rows, candidates) })
+    }
+
+    /// The output norm and layer of rows `x` (`[n, dim]`): `n` rows of logits.
+    fn head(&self, x: &[f32]) -> Vec<Vec<f32>> {
+        let c = &self.config;
+        let mut normed = vec![0.0; x.len()];
+        self.norm(x, &self.weights.output_norm, &mut normed);
+        let vocab = c.vocab_size;
+        let mut logits = vec![0.0; x.len() / c.embedding_length * vocab];
+        matmul(&self.weights.output().matrix(), &normed, &mut logits, false);
+        logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
+    }
+
+    /// The embedding and every block for `tokens`; the residual stream `[seq, dim]` after the last,
+    /// and with `lens` the last row after each.
+    fn blocks(
+        &self,
+        tokens: &[u32],
+        cache: &mut CpuCache,
+        start: usize,
+        mut lens: Option<&mut Vec<Vec<f32>>>,
+    ) -> Result<Vec<f32>, ModelError> {
+        let c = &self.config;
+        let spec = self.architecture.block;
+        let (seq, d) = (tokens.len(), c.embedding_length);
+        let embedding = self.weights.token_embedding.matrix();
+        let scale = c.embedding_scale();
+        let mut x = vec![0.0; seq * d];
+        for (&id, row) in tokens.iter().zip(x.chunks_exact_mut(d)) {
+            embedding.dequantize_row(id as usize, row);
+            if scale != 1.0 {
+                row.iter_mut().for_each(|v| *v *= scale);
+            }
+        }
+        let mut h = vec![0.0; seq * d];
+        let mut projected = vec![0.0; seq * d];
+        let (hidden, ffn) = (c.feed_forward_length, seq * c.feed_forward_length);
+        let (mut gate, mut up) = (vec![0.0; ffn], vec![0.0; ffn]);
+        for (index, block) in self.weights.blocks.iter().enumerate() {
+            self.norm(&x, &block.attention_norm, &mut h);
+            let attended = self.attention(&h, block, index, cache, start)?;
+            matmul(&block.attention_output.matrix(), &attended, &mut projected, false);
+            self.add_sublayer(&mut x, &mut projected, block.post_attention_norm.as_ref());
+
+            self.norm(&x, &block.feed_forward_norm, &mut h);
+            matmuls(&h, &mut [(&block.gate.matrix(), &mut gate), (&block.up.matrix(), &mut up)], false);
+            for (g, &u) in gate.iter_mut().zip(&up) {
+                *g = match spec.feed_forward {
+                    FeedForward::SwiGlu => *g / (1.0 + (-*g).exp()),
+                    FeedForward::GeGluTanh => gelu_tanh(*g),
+                } * u;
+            }
+            debug_assert_eq!(gate.len(), seq * hidden);
+            matmul(&block.down.matrix(), &gate, &mut projected, false);
+            self.add_sublayer(&mut x, &mut projected, block.post_feed_forward_norm.as_ref());
+            if let Some(rows) = lens.as_deref_mut() {
+                rows.push(x[(seq - 1) * d..].to_vec());
+            }
+        }
+        Ok(x)
+    }
+
+    /// `x += y`, through the norm after the sub-layer when the family has one.
+    fn add_sublayer(&self, x: &mut [f32], y: &mut [f32], post_norm: Option<&CpuWeight>) {
+        if let Some(norm) = post_norm {
+            let dim = self.config.embedding_length;
+            for (x_row, y_row) in x.chunks_exact_mut(dim).zip(y.chunks_exact(dim)) {
+                let inv = inverse_rms(y_row, self.config.rms_norm_eps);
+                for ((x, &y), &g) in x_row.iter_mut().zip(y_row).zip(norm.vector()) {
+                    *x += y * inv * g;
+                }
+            }
+        } else {
+            x.iter_mut().zip(y.iter()).for_each(|(x, &y)| *x += y);
+        }
+    }
+
+    /// The attention sub-layer of block `index` for the normalised rows `h`, its keys and values
+    /// written into `cache` at `start..`: the heads' outputs `[seq, q_dim]`.
+    fn attention(
+        &self,
+        h: &[f32],
+        block: &BlockWeights<CpuWeight>,
+        index: usize,
+        cache: &mut CpuCache,
+        start: usize,
+    ) -> Result<Vec<f32>, ModelError> {
+        let c = &self.config;
+        let spec = self.architecture.block;
+        let seq = h.len() / c.embedding_length;
+        let (q_dim, kv_dim, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
+        let (mut q, mut k, mut v) = (vec![0.0; seq * q_dim], vec![0.0; seq * kv_dim], vec![0.0; seq * kv_dim]);
+        let (wq, wk, wv) = (block.query.matrix(), block.key.matrix(), block.value.matrix());
+        matmuls(h, &mut [(&wq, &mut q), (&wk, &mut k), (&wv, &mut v)], false);
+        for (out, bias) in [(&mut q, &block.query_bias), (&mut k, &block.key_bias), (&mut v, &block.value_bias)] {
+            if let Some(bias) = bias {
+                let width = out.len() / seq;
+                for row in out.chunks_exact_mut(width) {
+                    row.iter_mut().zip(bias.vector()).for_each(|(v, &b)| *v += b);
+                }
+            }
+        }
+        let table = &self.rope[self.rope_of_block[index]];
+        for (values, norm) in [(&mut q, &block.query_norm), (&mut k, &block.key_norm)] {
+            let width = values.len() / seq;
+            for (s, row) in values.chunks_exact_mut(width).enumerate() {
+                let angles = &table[(start + s) * (hd / 2)..(start + s + 1) * (hd / 2)];
+                for head in row.chunks_exact_mut(hd) {
+                    if let Some(norm) = norm {
+                        let inv = inverse_rms(head, c.rms_norm_eps);
+                        head.iter_mut().zip(norm.vector()).for_each(|(v, &g)| *v *= inv * g);
+                    }
+                    for (i, &(cos, sin)) in angles.iter().enumerate() {
+                        let (ia, ib) = spec.rope.pair(i, hd);
+                        let (a, b) = (head[ia], head[ib]);
+                        head[ia] = a * cos - b * sin;
+                        head[ib] = a * sin + b * cos;
+                    }
+                }
+            }
+        }
+        let (keys, values) = (&mut cache.keys[index], &mut cache.values[index]);
+        let end = (start + seq) * kv_dim;
+        if keys.len() < end {
+            keys.resize(end, 0.0);
+            values.resize(end, 0.0);
+        }
+        keys[start * kv_dim..end].copy_from_slice(&k);
+        values[start * kv_dim..end].copy_from_slice(&v);
+        let shape = AttentionShape {
+            heads: c.head_count,
+            kv_heads: c.head_count_kv,
+            head_dim: hd,
+            scale: (1.0 / (hd as f64).sqrt()) as f32,
+            window: c.block_attention(index).window,
+        };
+        let mut out = vec![0.0; seq * q_dim];
+        attention(&q, &keys[..end], &values[..end], start, shape, &mut out);
+        Ok(out)
+    }
+
+    fn norm(&self, x: &[f32], weight: &CpuWeight, out: &mut [f32]) {
+        match self.architecture.block.norm {
+            Norm::Rms => rms_norm(x, weight.vector(), self.config.rms_norm_eps, out),
+        }
+    }
+}
+
+/// One tensor as the CPU engine holds it: a matrix in its blocks, a vector in f32.
+fn load(file: &GgufFile, info: &TensorInfo) -> Result<CpuWeight, ModelError> {
+    let (rows, cols) = info.matrix_shape();
+    if info.dims.len() == 1 {
+        return Ok(CpuWeight::Vector(file.dequantize(&info.name)?));
+    }
+    Ok(CpuWeight::Blocks { ggml_type: info.ggml_type, bytes: file.tensor_bytes(info).to_vec(), rows, cols })
+}
+
+/// GELU in its tanh form: `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`.
+fn gelu_tanh(g: f32) -> f32 {
+    0.5 * g * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh())
+}
