@@ -5,9 +5,12 @@
 #   ./build.sh test     set up, then lint (fmt, clippy) and run every test (what CI runs)
 #   ./build.sh lint     cargo fmt --check and clippy with warnings as errors, native and wasm32
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
-#   ./build.sh web      build the wasm modules (engine, sampler) into www/pkg/ (wasm-bindgen, wasm-opt)
-#   ./build.sh bench    the browser path's benchmark (headless Chromium) beside `nucleus bench`,
-#                       SmolLM2-135M and Gemma 3 270M side by side
+#   ./build.sh web      build the wasm modules (engine, threaded CPU engine, sampler) into www/pkg/
+#                       (wasm-bindgen, wasm-opt)
+#   ./build.sh bench    every engine on this machine side by side, for SmolLM2-135M and Gemma 3
+#                       270M: Nucleus and wllama in headless Chromium, `nucleus bench` natively
+#                       (the CPU engine, Burn's CPU backend); LLAMA_BENCH=path/to/llama-bench
+#                       adds native llama.cpp
 #   ./build.sh cli      build the native `nucleus` binary
 #   ./build.sh model    fetch the models (SmolLM2-135M, Gemma 3 270M) into the cache, checked by sha256
 #   ./build.sh setup    system packages and toolchain only
@@ -94,6 +97,8 @@ cmd_lint() {
   log "cargo clippy (native, then wasm32), warnings as errors"
   cargo clippy --workspace --all-targets --locked -- -D warnings
   cargo clippy --locked --target wasm32-unknown-unknown -p nucleus-web -p nucleus-sampler -p nucleus-sampler-web --all-targets -- -D warnings
+  # The threaded module's configuration (no GPU: the CPU engine alone), short of its atomics.
+  cargo clippy --locked --target wasm32-unknown-unknown -p nucleus-web --no-default-features -- -D warnings
 }
 
 # lavapipe: a Vulkan device on the CPU, so Burn's wgpu backend runs without a GPU.
@@ -170,6 +175,13 @@ ensure_wasm_target() {
   rustup target add wasm32-unknown-unknown >/dev/null
 }
 
+# The standard library's sources: the threaded engine rebuilds std with atomics (-Z build-std).
+ensure_rust_src() {
+  rustup component list --installed 2>/dev/null | grep -qx rust-src && return
+  log "adding the rust-src component (the threaded wasm build rebuilds std)"
+  rustup component add rust-src >/dev/null
+}
+
 ensure_node() {
   command -v node >/dev/null || ensure_apt nodejs
   command -v npm >/dev/null || ensure_apt npm
@@ -241,21 +253,57 @@ cmd_test() {
 
 # The browser's wasm modules, each: cargo (wasm32, the size-optimised `wasm-release` profile) ->
 # wasm-bindgen (--target web) -> wasm-opt -Oz, into www/pkg/ (ignored by git), printing its size
-# raw and gzipped. `nucleus_web`: the engine (the model on WebGPU); `nucleus_sampler_web`: the
-# sampler alone (the page's what-if; no GPU needed).
-WASM_MODULES=(nucleus-web nucleus-sampler-web)
+# raw and gzipped. `nucleus_web`: the engine (the model on WebGPU, and the CPU engine on one
+# thread); `nucleus_web_threads`: the CPU engine alone with shared memory, its threads Web
+# Workers (cross-origin isolated pages); `nucleus_sampler_web`: the sampler alone (the page's
+# what-if; no GPU needed).
+#
+# The threaded build needs std built with atomics, which stable Rust does not ship: its sources
+# (rust-src) rebuilt with -Z build-std, allowed on the stable toolchain by RUSTC_BOOTSTRAP=1 (no
+# nightly toolchain). Different flags, so its own target directory: the two builds do not evict
+# each other. wgpu cannot run with shared memory, so this build leaves the GPU out
+# (--no-default-features: nucleus-web without `gpu`).
+THREADED_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+simd128 \
+-C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
+-C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
+-C link-arg=--export=__tls_base"
+
+# wasm-bindgen-rayon's script for its Web Workers, which wasm-bindgen writes under a hashed
+# snippets/ folder, moved beside the module as pkg/NAME_workers.js (the import rewritten): a
+# name the service worker's list (sw.js) can hold.
+flatten_worker_helpers() {
+  local name="$1" helpers
+  helpers=$(cd www/pkg && ls snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
+  mv "www/pkg/$helpers" "www/pkg/${name}_workers.js"
+  sed -i "s#'./$helpers'#'./${name}_workers.js'#" "www/pkg/$name.js"
+  grep -q "'./${name}_workers.js'" "www/pkg/$name.js" || die "www/pkg/$name.js does not import ./$helpers"
+  rm -r www/pkg/snippets
+}
+
+# build_wasm_module PACKAGE OUT_NAME [threaded]
 build_wasm_module() {
-  local package="$1"
-  local name="${package//-/_}"
-  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p $package"
-  cargo build --profile wasm-release --locked --target wasm32-unknown-unknown -p "$package"
-  local built="$CARGO_TARGET_DIR/wasm32-unknown-unknown/wasm-release/$name.wasm"
+  local package="$1" name="$2" threaded="${3:-}"
+  local target_dir="$CARGO_TARGET_DIR"
+  local cargo_args=(--profile wasm-release --locked --target wasm32-unknown-unknown -p "$package")
+  local opt_args=(--enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
+    --enable-mutable-globals --enable-reference-types --enable-multivalue)
+  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p $package${threaded:+ (threaded)}"
+  if [ -n "$threaded" ]; then
+    ensure_rust_src
+    target_dir="$CARGO_TARGET_DIR/wasm-threads"
+    opt_args+=(--enable-threads)
+    RUSTC_BOOTSTRAP=1 RUSTFLAGS="$THREADED_RUSTFLAGS" CARGO_TARGET_DIR="$target_dir" \
+      cargo build "${cargo_args[@]}" --no-default-features -Z build-std=panic_abort,std
+  else
+    cargo build "${cargo_args[@]}"
+  fi
+  local built="$target_dir/wasm32-unknown-unknown/wasm-release/${package//-/_}.wasm"
   local out="www/pkg/${name}_bg.wasm"
   if [ ! -f "$out" ] || [ "$built" -nt "$out" ]; then
-    wasm-bindgen --target web --no-typescript --out-dir www/pkg "$built"
-    node_modules/.bin/wasm-opt -Oz --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext \
-      --enable-mutable-globals --enable-reference-types --enable-multivalue "$out" -o "$out.opt"
+    wasm-bindgen --target web --no-typescript --out-dir www/pkg --out-name "$name" "$built"
+    node_modules/.bin/wasm-opt -Oz "${opt_args[@]}" "$out" -o "$out.opt"
     mv "$out.opt" "$out"
+    if [ -n "$threaded" ]; then flatten_worker_helpers "$name"; fi
   fi
   log "$out: $(stat -c %s "$out") bytes raw, $(gzip -9 -c "$out" | wc -c) gzipped (cargo's: $(stat -c %s "$built"))"
 }
@@ -265,7 +313,9 @@ cmd_web() {
   ensure_wasm_target
   ensure_wasm_bindgen
   ensure_npm_packages
-  for package in "${WASM_MODULES[@]}"; do build_wasm_module "$package"; done
+  build_wasm_module nucleus-web nucleus_web
+  build_wasm_module nucleus-web nucleus_web_threads threaded
+  build_wasm_module nucleus-sampler-web nucleus_sampler_web
 }
 
 cmd_cli() {
@@ -282,7 +332,20 @@ cmd_bench() {
   export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)"
   cmd_web
   cargo build --release --locked --bin nucleus
-  node tests/browser/bench.mjs "$@"
+  ensure_bench_peer
+  WLLAMA_DIR="$WLLAMA_PREFIX/node_modules/@wllama/wllama" node tests/browser/bench.mjs "$@"
+}
+
+# The browser peer the bench races: wllama (llama.cpp compiled to wasm), fetched by the bench
+# only, into the cache (never a dependency of the project).
+WLLAMA_VERSION="3.8.1"
+WLLAMA_PREFIX="$NUCLEUS_CACHE/bench-peers/wllama-$WLLAMA_VERSION"
+ensure_bench_peer() {
+  if [ ! -f "$WLLAMA_PREFIX/node_modules/@wllama/wllama/esm/wasm/wllama.wasm" ]; then
+    log "npm install @wllama/wllama@$WLLAMA_VERSION into $WLLAMA_PREFIX (the bench's peer)"
+    mkdir -p "$WLLAMA_PREFIX"
+    npm install --silent --no-audit --no-fund --prefix "$WLLAMA_PREFIX" "@wllama/wllama@$WLLAMA_VERSION"
+  fi
 }
 
 cmd_serve() {
@@ -294,8 +357,19 @@ cmd_serve() {
   ln -sf "$(model_path)" "www/models/$MODEL_FILE"
   ln -sf "$(gemma_path)" "www/models/$GEMMA_FILE"
   local port="${PORT:-8080}"
-  log "serving $ROOT/www on http://127.0.0.1:$port/"
-  exec python3 -m http.server "$port" --bind 127.0.0.1 --directory www
+  log "serving $ROOT/www on http://127.0.0.1:$port/ (cross-origin isolated: the CPU engine runs on every core)"
+  # Python's static server, with the two headers that make the page cross-origin isolated
+  # (SharedArrayBuffer, so the CPU engine's threads), as a site serving Nucleus would send them.
+  exec python3 -c '
+import functools, http.server, sys
+class Isolated(http.server.SimpleHTTPRequestHandler):
+    def end_headers(self):
+        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+        super().end_headers()
+handler = functools.partial(Isolated, directory="www")
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_forever()
+' "$port"
 }
 
 case "${1:-}" in

@@ -58,5 +58,6 @@ export function drawLens(target, summary, report) {
     + (from === layers ? 'only at the last layer' : `from layer ${from} of ${layers} on`)
     + ` (p ${report.layers.at(-1).probs[0].toFixed(3)} at the end). `
     + `The lens ran ${report.contextTokens - report.cachedTokens} token${report.contextTokens - report.cachedTokens === 1 ? '' : 's'}; `
-    + `the KV cache held the other ${report.cachedTokens}; ${(report.bytesRead / 1024).toFixed(1)} KB came back from the GPU.`;
+    + `the KV cache held the other ${report.cachedTokens}; `
+    + (report.bytesRead ? `${(report.bytesRead / 1024).toFixed(1)} KB came back from the GPU.` : 'it ran on the CPU, where the rows already are.');
 }

@@ -5,12 +5,13 @@
 //                       mode="inspector" max-tokens="12" autoplay></nucleus-playground>
 //
 // Attributes: `model` (URL; default the default model) and `sha256` (its digest, checked before a
-// cached copy is used); `prompt`; the sampling settings `temperature`, `top-k`, `top-p`, `min-p`,
+// cached copy is used); `backend` (`auto`, the default: WebGPU on a hardware GPU, else the CPU
+// engine; `webgpu`; `cpu`); `prompt`; the sampling settings `temperature`, `top-k`, `top-p`, `min-p`,
 // `typical-p` (ranges and defaults the sampler's own, from sampling-knobs.json), `seed`; `max-tokens`; `mode`: `inspector` (the prompt fixed, its tokens as chips,
 // the chart of the step picked, what-if sliders), `full` (the prompt and the settings editable) or
 // `compare` (the same prompt and seed at three temperatures, `temperatures="0 0.7 1.5"`, side by
 // side, each with its chips and chart); `autoplay` (generate once loaded); `trace` (the URL of a
-// recorded run: replayed at once, and instead of failing where there is no WebGPU).
+// recorded run: replayed at once, before any model loads).
 //
 // Its DOM is a shadow root with its own styles; it takes its container's width; its chips are buttons
 // (arrows, Home and End move between them). Every element on
@@ -36,13 +37,13 @@ const CANDIDATES = 64;
 
 // ---- one engine per model, one generation at a time -----------------------------------------------
 
-/** model URL ('' for the default) -> Promise<Nucleus>, shared by every element of the page. */
+/** model URL ('' for the default) and backend -> Promise<Nucleus>, shared by every element of the page. */
 const engines = new Map();
 
-function sharedEngine(model, sha256) {
-  const key = model ?? '';
+function sharedEngine(model, sha256, backend) {
+  const key = `${model ?? ''} ${backend ?? 'auto'}`;
   if (!engines.has(key)) {
-    const loading = Nucleus.load({ ...(model && { model }), ...(sha256 && { sha256 }) });
+    const loading = Nucleus.load({ ...(model && { model }), ...(sha256 && { sha256 }), ...(backend && { backend }) });
     // A failed load is not kept: the next element (or a retry) tries again.
     loading.catch(() => engines.delete(key));
     engines.set(key, loading);
@@ -213,31 +214,25 @@ class NucleusPlayground extends HTMLElement {
     if (position > 0) this.#status(`Waiting: ${position} generation${position === 1 ? '' : 's'} on this page before this one.`);
   }
 
+  /** The page's engine for this element's model and backend (one load for every element asking the same). */
+  #engine() {
+    return sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'), this.getAttribute('backend'));
+  }
+
   async #start() {
     const trace = this.getAttribute('trace');
     const replayed = trace ? await this.#replay(trace) : false;
-    // Without WebGPU a recorded run stays on show; without one the element says why it is empty.
-    const noWebGpu = (detail) => {
-      this.dataset.state = replayed ? 'replay' : 'no-webgpu';
-      if (!replayed) this.#status(`This example runs the model on the GPU, and ${detail}.`, true);
-    };
-    if (!navigator.gpu) {
-      noWebGpu('this browser has no WebGPU');
-      return;
-    }
     try {
-      const lm = await sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'));
+      const lm = await this.#engine();
       this.#vocabSize ??= lm.info.vocabSize;
       this.dataset.state = 'ready';
       this.#loaded = true;
-      if (!trace) this.#status(`${lm.info.title} is loaded.`);
+      if (!trace) this.#status(`${lm.info.title} is loaded (on ${lm.info.backend.kind === 'cpu' ? 'the CPU' : 'the GPU'}).`);
       this.#root.querySelector('.go').disabled = false;
       if (this.hasAttribute('autoplay') && !trace) await this.generate();
     } catch (error) {
-      if (error.code === 'no-webgpu') {
-        noWebGpu('this browser has no WebGPU adapter');
-        return;
-      }
+      // A recorded run stays on show; without one the element says why it is empty.
+      if (replayed) return;
       this.dataset.state = 'error';
       this.#status(`The model could not load (${error.code}): ${error.message}`, true);
     }
@@ -266,7 +261,7 @@ class NucleusPlayground extends HTMLElement {
     const button = this.#root.querySelector('.go');
     button.disabled = true;
     try {
-      const lm = await sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'));
+      const lm = await this.#engine();
       await inTurn(this, async () => {
         for (const column of this.#columns) await this.#generateColumn(lm, column);
       });

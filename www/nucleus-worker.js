@@ -1,11 +1,11 @@
-// The Web Worker that runs the engine (wasm, WebGPU) off the page's thread.
+// The Web Worker that runs the engine (wasm: on WebGPU, or the CPU engine) off the page's thread.
 //
 // It answers the requests of `nucleus.js` (protocol.js types every message and error code). One
 // model per worker, one generation at a time (a second one is `busy`).
 
-import init, { loadEngine, lastPanic, loseDeviceForTesting, panicForTesting } from './pkg/nucleus_web.js';
 import {
   ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError,
+  emulatedAdapter,
 } from './protocol.js';
 import { downloadModel, readFile, readStored, sha256Hex, storeModel } from './download.js';
 
@@ -14,7 +14,8 @@ let engine = null;
 let loadMs = 0;
 let generation = null; // { id, aborted, inFlight: Promise | null, done, queueAtStart, queueAfterFirstStep, steps }
 let nextGenerationId = 1;
-/** The wasm instance's memory (its size is one of the diagnostics). */
+/** The engine's wasm module once loaded (engineModule), and its memory (its size is one of the diagnostics). */
+let wasm = null;
 let wasmMemory = null;
 /** Once the GPU device is lost, the error every later request that needs it gets. */
 let deviceLost = null;
@@ -55,7 +56,7 @@ const fail = codedError;
  */
 function describe(error) {
   if (error instanceof WebAssembly.RuntimeError) {
-    const panic = lastPanic?.();
+    const panic = wasm?.lastPanic();
     return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again`, crashed: true };
   }
   const { code = 'internal', message = String(error), option, status } = codedError(error?.code ?? 'internal',
@@ -81,6 +82,58 @@ async function adapterFacts() {
     },
     f16: adapter.features.has('shader-f16'),
   };
+}
+
+/**
+ * The engine's wasm module for a backend: for the CPU engine in a cross-origin isolated page on
+ * a machine with several cores, the threaded build (shared memory), a Web Worker for each core but
+ * this one started; else the plain build, one thread. Resolves to `{ module, memory, threads, note }`,
+ * `note` saying why it runs on one thread when it could not run on more.
+ */
+async function engineModule(kind) {
+  const cores = navigator.hardwareConcurrency || 1;
+  const plain = async (note) => {
+    const module = await import('./pkg/nucleus_web.js');
+    return { module, memory: (await module.default()).memory, threads: 1, note };
+  };
+  if (kind !== 'cpu' || cores === 1) return plain(null);
+  if (!self.crossOriginIsolated) {
+    return plain('one thread: the page is not cross-origin isolated (COOP and COEP headers), which threads need');
+  }
+  try {
+    const module = await import('./pkg/nucleus_web_threads.js');
+    const { memory } = await module.default();
+    // The engine's own thread works too: one helper per other core.
+    await module.initThreadPool(cores - 1);
+    return { module, memory, threads: cores, note: null };
+  } catch (error) {
+    console.warn(`nucleus: the threaded engine did not start (${error.message}); running on one thread`);
+    return plain(`one thread: the threaded engine did not start (${error.message})`);
+  }
+}
+
+/**
+ * Where the model runs, for what the page asked (protocol.js, Backend): `{ backend: { kind:
+ * 'webgpu' | 'cpu', reason }, adapter, f16 }`, `adapter` the WebGPU adapter's facts whether it runs
+ * the model or not (null without one). `webgpu` without an adapter is `no-webgpu`.
+ */
+async function chooseBackend(asked) {
+  const none = { adapter: null, f16: false };
+  if (asked === 'cpu') return { backend: { kind: 'cpu', reason: "asked for (backend: 'cpu')" }, ...none };
+  let facts;
+  try {
+    facts = await adapterFacts();
+  } catch (error) {
+    if (asked === 'webgpu') throw error;
+    return { backend: { kind: 'cpu', reason: error.message }, ...none };
+  }
+  const { vendor, architecture, description } = facts.adapter;
+  const name = [vendor, architecture, description].filter(Boolean).join(' ') || 'unnamed';
+  if (asked === 'webgpu') return { backend: { kind: 'webgpu', reason: `asked for (backend: 'webgpu'): ${name}` }, ...facts };
+  const emulation = emulatedAdapter(facts.adapter);
+  return emulation
+    ? { backend: { kind: 'cpu', reason: `the only WebGPU adapter (${emulation}) emulates a GPU on the CPU, where the CPU engine is several times faster` }, ...facts }
+    : { backend: { kind: 'webgpu', reason: `a hardware WebGPU adapter: ${name}` }, ...facts };
 }
 
 /**
@@ -125,16 +178,19 @@ async function readGivenFile(file, name, useCache, progress) {
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache }, progress) {
+  async [REQUEST.load]({ url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
-    const facts = await adapterFacts();
-    wasmMemory = (await init()).memory;
+    const facts = await chooseBackend(asked);
+    const loaded = await engineModule(facts.backend.kind);
+    ({ module: wasm, memory: wasmMemory } = loaded);
+    facts.backend.threads = loaded.threads;
+    if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
     const { url, bytes, sha256, cache, fromCache } = file
       ? await readGivenFile(file, name, useCache, progress)
       : { url: given, ...await fetchModel(given, useCache, expectedSha256, progress) };
     try {
-      engine = await loadEngine(bytes, contextLength ?? undefined, memoryBudget ?? undefined,
+      engine = await wasm.loadEngine(bytes, facts.backend.kind, contextLength ?? undefined, memoryBudget ?? undefined,
         (phase, loaded, total) => progress(phase, loaded, total, fromCache));
     } catch (error) {
       // A stored copy that no longer loads is dropped, so the next load downloads it again.
@@ -229,11 +285,11 @@ const handlers = {
   },
 
   async [REQUEST.panicForTesting]() {
-    panicForTesting();
+    wasm.panicForTesting();
   },
 
   async [REQUEST.loseDeviceForTesting]() {
-    loseDeviceForTesting();
+    wasm.loseDeviceForTesting();
     // The loss is reported asynchronously; give it a moment to land.
     await new Promise((resolve) => setTimeout(resolve, 100));
     return true;

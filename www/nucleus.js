@@ -10,7 +10,7 @@
 // this module sends it typed requests, one id each, and pulls steps one at a time. README.md
 // documents the whole API.
 
-import { ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
+import { BACKENDS, ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
 
 export { ERROR_CODES };
 
@@ -353,7 +353,9 @@ export class Nucleus {
   /**
    * Loads a GGUF model into a new worker. Options: `model` (a URL, same-origin or CORS, default
    * DEFAULT_MODEL_URL; or a `File`/`Blob`, a GGUF file a person gave the page: read, checked and
-   * kept under a key of its own, `info.url`), `onProgress({ phase: 'download'|'read'|'parse'|'upload',
+   * kept under a key of its own, `info.url`), `backend` ('auto', the default: WebGPU on a hardware
+   * adapter, the CPU engine where there is none or only a CPU emulation of one; 'webgpu'; 'cpu';
+   * `info.backend` says which ran and why), `onProgress({ phase: 'download'|'read'|'parse'|'upload',
    * loaded, total, cached })`, `contextLength` (KV cache positions; default the model's),
    * `memoryBudget` (bytes for every GPU buffer together; default none), `cache` (keep the file in
    * the Cache API; default true), `sha256` (the file's, lowercase hex: a stored copy that differs
@@ -363,10 +365,13 @@ export class Nucleus {
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
-    const known = ['model', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
+    const known = ['model', 'backend', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
     const unknown = Object.keys(options).find((key) => !known.includes(key));
     if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${known.join(', ')})`);
-    const { model = DEFAULT_MODEL_URL, sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
+    const { model = DEFAULT_MODEL_URL, backend = 'auto', sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
+    if (!BACKENDS.includes(backend)) {
+      throw badOption('backend', `backend must be one of ${BACKENDS.map((b) => `'${b}'`).join(', ')}, got ${JSON.stringify(backend)}`);
+    }
     const file = typeof Blob !== 'undefined' && model instanceof Blob ? model : null;
     if (!file && typeof model !== 'string' && !(model instanceof URL)) {
       throw badOption('model', 'model must be a URL or a File');
@@ -381,7 +386,7 @@ export class Nucleus {
     if (memoryBudget !== undefined && !(Number.isSafeInteger(memoryBudget) && memoryBudget >= 1)) {
       throw badOption('memoryBudget', `memoryBudget must be a whole number of bytes >= 1, got ${memoryBudget}`);
     }
-    if (!globalThis.navigator?.gpu) {
+    if (backend === 'webgpu' && !globalThis.navigator?.gpu) {
       throw new NucleusError('no-webgpu', NO_WEBGPU_MESSAGE);
     }
     const source = file
@@ -390,7 +395,8 @@ export class Nucleus {
     const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
     const client = new WorkerClient(worker);
     try {
-      const info = await client.call(REQUEST.load, { ...source, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
+      const info = await client.call(REQUEST.load,
+        { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
       return new Nucleus(client, info);
     } catch (error) {
       client.terminate();
@@ -427,7 +433,7 @@ export class Nucleus {
 
   constructor(client, info) {
     this.#client = client;
-    /** `{ title, name, architecture, quantization, vocabSize, contextLength, chatTemplate, parameters, fileBytes, url, adapter, f16, sha256, loadMs, fromCache, cacheError }` */
+    /** `{ title, name, architecture, quantization, vocabSize, contextLength, chatTemplate, parameters, fileBytes, url, backend: { kind, reason, threads }, device, adapter, f16, sha256, loadMs, fromCache, cacheError }` */
     this.info = Object.freeze(info);
     this.chat = Object.freeze({ completions: Object.freeze({ create: (request) => createChatCompletion(this, request) }) });
   }

@@ -3,6 +3,7 @@
 // reaches into the engine.
 
 import { Nucleus } from './nucleus.js';
+import { BACKENDS, emulatedAdapter } from './protocol.js';
 import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep } from './what-if.js';
 import { drawChart, shownToken } from './chart.js';
 import { runOfTrace, traceOf } from './trace.js';
@@ -60,6 +61,8 @@ const state = {
   lensOf: null,
   /** The model loaded (or loading): a ModelChoice of models.js. */
   modelChoice: null,
+  /** The backend the loaded model was asked for (Nucleus.load's `backend`). */
+  loadedBackend: null,
   /** A model replaced while a run used it: disposed of when the run ends. */
   retired: null,
 };
@@ -237,6 +240,12 @@ function settings() {
     ['seed', { ...checked('seed', 0, Number.MAX_SAFE_INTEGER, true), expected: 'a whole number >= 0' }],
     ['maxTokens', { ...checked('max-tokens', 1, 2048, true), expected: 'a whole number from 1 to 2048' }],
     ['stop', box('stop-strings')],
+    // Where the model runs (Nucleus.load's backend): changing it reloads the model.
+    ['backend', {
+      read: () => $('backend-choice').value,
+      write: (text) => BACKENDS.includes(text) && (($('backend-choice').value = text), true),
+      expected: BACKENDS.join(', '),
+    }],
     // Tokens drafted per pass by prompt lookup; 0: no speculation.
     ['speculative', {
       read: () => ($('speculative').checked ? $('max-draft').value : '0'),
@@ -1086,14 +1095,6 @@ function drawWalkthrough(step) {
 
 // ---- start -------------------------------------------------------------------------------------
 
-function showNoWebGpu(detail) {
-  document.body.dataset.state = 'no-webgpu';
-  $('no-webgpu').hidden = false;
-  $('no-webgpu-detail').textContent = detail;
-  $('load').hidden = true;
-  $('status').textContent = 'WebGPU is not available in this browser.';
-}
-
 /** The service worker (sw.js) that keeps the page's files for visits with the network off. */
 function keepForOffline() {
   navigator.serviceWorker?.register(new URL('sw.js', import.meta.url))
@@ -1159,13 +1160,9 @@ async function start() {
   // last, each inspected as it is reached (Enter and Space inspect too: chips are buttons).
   chipKeys($('tokens'), select);
 
-  // A trace in the link replays at once, with WebGPU or without.
+  // A trace in the link replays at once, before any model loads.
   const traceUrl = new URLSearchParams(location.search).get(TRACE_PARAM);
   if (traceUrl) await openTraceUrl(traceUrl);
-  if (!navigator.gpu) {
-    showNoWebGpu('navigator.gpu is missing.');
-    return;
-  }
   await loadModel(initialChoice());
 }
 
@@ -1190,13 +1187,16 @@ async function loadModel(choice = state.modelChoice) {
   }
   $('load').hidden = false;
   $('load-bar').value = 0;
+  const backend = $('backend-choice').value;
   const phases = {
-    download: 'Downloading', read: 'Reading the file', parse: 'Reading the model', upload: 'Uploading the weights to the GPU',
+    download: 'Downloading', read: 'Reading the file', parse: 'Reading the model',
+    upload: backend === 'cpu' ? 'Preparing the weights' : 'Uploading the weights',
   };
   let next;
   try {
     next = await Nucleus.load({
       model: choice.file ?? choice.url,
+      backend,
       onProgress: ({ phase, loaded, total, cached }) => {
         const mb = (n) => (n / 1e6).toFixed(1);
         $('load-label').textContent = `${phases[phase]} ${choice.label}${cached && phase === 'download' ? ' (from the browser cache)' : ''}: `
@@ -1207,14 +1207,14 @@ async function loadModel(choice = state.modelChoice) {
   } catch (error) {
     $('load').hidden = true;
     delete $('model-picker').dataset.loading;
-    if (error.code === 'no-webgpu') {
-      showNoWebGpu(error.message);
-      return;
-    }
     if (previous) {
-      // The model before stays: say why the new one did not load, and show the old one picked.
+      // The model before stays: say why the new one did not load, and show it picked, where it runs.
       state.modelChoice = previousChoice;
       fillPicker($('model-choice'), previousChoice);
+      if (backend !== state.loadedBackend) {
+        $('backend-choice').value = state.loadedBackend;
+        saveSettings();
+      }
       showModelError(choice, error);
     } else if (choice.id !== 'default') {
       // A kept choice that no longer loads (a removed file, a URL gone): the default instead.
@@ -1222,13 +1222,15 @@ async function loadModel(choice = state.modelChoice) {
       await loadModel(knownChoice('default'));
     } else {
       document.body.dataset.state = 'error';
-      $('status').textContent = `The model could not load (${error.code}): ${error.message}`;
+      $('status').textContent = `The model could not load (${error.code}): ${error.message}`
+        + (error.code === 'no-webgpu' ? ' Choose “Auto” or “CPU” under “Runs on” to run it on the CPU.' : '');
     }
     return;
   }
   delete $('model-picker').dataset.loading;
   $('load').hidden = true;
   state.lm = next;
+  state.loadedBackend = backend;
   state.modelChoice = next.info.url === choice.url ? choice : urlChoice(next.info.url);
   fillPicker($('model-choice'), state.modelChoice);
   if (previous) {
@@ -1252,18 +1254,28 @@ function showModelError(choice, error) {
   $('model-error').hidden = false;
 }
 
-/** The loaded model in the page: its title, its facts, and what it can do (a chat needs a template). */
+/** The loaded model in the page: its title, where it runs and why, its facts, and what it can do (a chat needs a template). */
 function showModel(info) {
-  const adapter = [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unknown adapter';
+  const onCpu = info.backend.kind === 'cpu';
+  const adapter = info.adapter
+    ? [info.adapter.vendor, info.adapter.architecture].filter(Boolean).join(' / ') || 'unnamed adapter'
+    : 'none';
+  const emulation = info.adapter && emulatedAdapter(info.adapter);
   $('status').textContent = `${info.title}, loaded in ${(info.loadMs / 1000).toFixed(1)} s`
-    + `${info.fromCache ? ' from the browser cache' : ''}.`
-    + (info.adapter.isFallback ? ' This browser runs WebGPU in software: expect a few seconds per token.' : '')
+    + `${info.fromCache ? ' from the browser cache' : ''}, on ${onCpu ? 'the CPU' : 'the GPU'}.`
     + (info.cacheError ? ` Not kept for next time (${info.cacheError.code}): ${info.cacheError.message}.` : '');
+  $('backend-note').textContent = onCpu
+    ? `Runs on ${info.device}: ${info.backend.reason}. `
+      + 'A hardware GPU runs it in Nucleus’s WebGPU kernels instead, one submission per token: where this browser '
+      + 'has one, “Auto” picks it.'
+    : `Runs on WebGPU: ${info.backend.reason}.`
+      + (emulation ? ` ${emulation} emulates the GPU on the CPU: expect about a token a second; “CPU” is several times faster.` : '');
   fillList($('model-facts'), [
-    ['adapter', `${adapter}${info.adapter.isFallback ? ' (software fallback)' : ''}`],
+    ['runs on', onCpu ? `the CPU engine, ${info.backend.threads} thread${info.backend.threads === 1 ? '' : 's'}` : 'WebGPU'],
+    ['WebGPU adapter', `${adapter}${emulation ? ' (a CPU emulation)' : ''}`],
     ['model', `${info.name}: ${info.architecture}, ${info.quantization}, ${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens`],
-    ['forward pass', `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
-    ['weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
+    ['forward pass', onCpu ? `${info.path} (WebAssembly SIMD)` : `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
+    [onCpu ? 'weights in memory' : 'weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
   ]);
   // A base model has no chat template: it continues the text it is given.
   const chat = document.querySelector('input[name="mode"][value="chat"]');
@@ -1297,6 +1309,11 @@ function refreshStoredModels() {
 function installPicker() {
   fillPicker($('model-choice'));
   const pickFile = (file) => loadModel({ id: FILE_CHOICE, file, label: file.name || 'the file' });
+  // Another backend: the same model again, there (the one loaded stays until it is ready).
+  $('backend-choice').addEventListener('change', () => {
+    saveSettings();
+    loadModel();
+  });
   $('model-choice').addEventListener('change', () => {
     const id = $('model-choice').value;
     $('model-url-row').hidden = id !== URL_CHOICE;

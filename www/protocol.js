@@ -9,10 +9,11 @@
 
 /**
  * @typedef {{ id: number, type: 'load', url?: string, file?: Blob, name?: string, sha256?: string,
- *   contextLength?: number, memoryBudget?: number, cache: boolean }} LoadRequest
+ *   contextLength?: number, memoryBudget?: number, cache: boolean, backend: Backend }} LoadRequest
  *   Loads the model at `url` (one per worker), or the GGUF `file` a person gave the page (`name`:
- *   its file name), kept under a key of LOCAL_MODELS. Replies with the model's `info`, whose
- *   `url` is where it was loaded from (that key, for a file).
+ *   its file name), kept under a key of LOCAL_MODELS, on the backend `backend` asks for
+ *   (chooseBackend). Replies with the model's `info`, whose `url` is where it was loaded from
+ *   (that key, for a file) and whose `backend` says where it runs and why.
  * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
  *   Replies with the token ids (number[]).
  * @typedef {{ id: number, type: 'generate', options: string }} GenerateRequest
@@ -58,6 +59,33 @@
  * @typedef {keyof typeof ERROR_CODES} ErrorCode
  */
 
+/**
+ * @typedef {'auto' | 'webgpu' | 'cpu'} Backend
+ *   What `Nucleus.load` may ask for: `webgpu` (the fused kernels on the GPU), `cpu` (the CPU
+ *   engine, in the worker's wasm), or `auto`: WebGPU on a hardware adapter, the CPU engine where
+ *   there is no adapter or only a CPU emulation of one.
+ */
+export const BACKENDS = Object.freeze(['auto', 'webgpu', 'cpu']);
+
+/**
+ * What runs a WebGPU adapter on the CPU, by the names browsers give them: Chromium's SwiftShader,
+ * Mesa's llvmpipe and lavapipe (Firefox and Chromium on Linux without a GPU driver), Windows'
+ * WARP ("Microsoft Basic Render Driver"). Such an adapter decodes the default model at 1.7
+ * tokens a second here, the CPU engine at about 15 times that.
+ */
+const CPU_ADAPTERS = /swiftshader|llvmpipe|lavapipe|softpipe|warp|basic render/i;
+
+/**
+ * The name of the CPU emulation an adapter is (`isFallback`, or one of CPU_ADAPTERS), or null for
+ * a hardware adapter.
+ * @param {{ vendor: string, architecture: string, description: string, isFallback: boolean }} adapter
+ */
+export function emulatedAdapter({ vendor, architecture, description, isFallback }) {
+  const named = CPU_ADAPTERS.exec(`${vendor} ${architecture} ${description}`)?.[0];
+  if (named) return named;
+  return isFallback ? [vendor, architecture, description].filter(Boolean).join(' ') || 'a fallback adapter' : null;
+}
+
 /** The Cache API cache that keeps models between visits, by URL (the worker stores, the page lists). */
 export const MODEL_CACHE = 'nucleus-models-v1';
 
@@ -88,7 +116,7 @@ export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progre
 
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({
-  'no-webgpu': 'no `navigator.gpu`, or no adapter',
+  'no-webgpu': 'no `navigator.gpu`, or no adapter, where `backend: \'webgpu\'` asked for one (`auto` runs the CPU engine then)',
   'fetch-failed': 'the model URL failed (`status` holds the HTTP status), or the download broke and three resumes did not finish it',
   'bad-model': 'not a GGUF file (an HTML page: its first bytes are named), truncated, or inconsistent',
   'unsupported-model': 'an architecture or tensor type Nucleus does not run',

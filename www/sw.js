@@ -1,6 +1,6 @@
 // The service worker: after one visit the playground loads and generates with the network off.
 //
-// The app's files (the page, its modules, the two wasm modules) are answered network-first:
+// The app's files (the page, its modules, the wasm modules: the engine's two builds, one threaded, and the sampler's) are answered network-first:
 // online, every request fetches the current build and refreshes the stored copy, so a new build
 // replaces the old files as soon as it is served; offline, the stored copy answers. Installing
 // stores them all at once, so the first visit already leaves a whole copy. A new APP_CACHE name
@@ -10,7 +10,7 @@
 // (nucleus-models-v1, see nucleus-worker.js), downloaded once and checked before use, so model
 // requests (*.gguf) and every Range request pass through untouched.
 
-const APP_CACHE = 'nucleus-app-v4';
+const APP_CACHE = 'nucleus-app-v5';
 /** Every file the playground and the embed page load, relative to this worker (tests/browser checks the list). */
 const APP_FILES = [
   './',
@@ -37,6 +37,9 @@ const APP_FILES = [
   'sampling-knobs.json',
   'pkg/nucleus_web.js',
   'pkg/nucleus_web_bg.wasm',
+  'pkg/nucleus_web_threads.js',
+  'pkg/nucleus_web_threads_bg.wasm',
+  'pkg/nucleus_web_threads_workers.js',
   'pkg/nucleus_sampler_web.js',
   'pkg/nucleus_sampler_web_bg.wasm',
 ];

@@ -1,4 +1,6 @@
 // The JS API in a real browser: headless Chromium, WebGPU on SwiftShader, the real default model.
+// Loads ask for `backend: 'webgpu'` (on this machine `auto` picks the CPU engine, which
+// cpu.test.mjs tests); the download, cache and crash tests take the default.
 // Run by `./build.sh test` (node --test) after the wasm build; see README.md.
 //
 // One page loads the model once and the tests run on it in order. SwiftShader is slow (about 6 s
@@ -46,11 +48,11 @@ async function pageError(fn, arg) {
   }, [fn.toString(), arg]);
 }
 
-/** Loads the model in the page as `window.lm` (ending the one before) with `options`; its `info`. */
+/** Loads the model on WebGPU in the page as `window.lm` (ending the one before) with `options`; its `info`. */
 const loadInPage = (options = {}) => page.evaluate(async (given) => {
   const { Nucleus } = await import('/nucleus.js');
   window.lm?.dispose();
-  window.lm = await Nucleus.load(given);
+  window.lm = await Nucleus.load({ backend: 'webgpu', ...given });
   return window.lm.info;
 }, options);
 
@@ -75,12 +77,12 @@ after(async () => {
   await server?.close();
 });
 
-test('Nucleus.load() loads the default model with progress, on a WebGPU adapter', async () => {
+test('Nucleus.load({ backend: \'webgpu\' }) loads the default model with progress, on a WebGPU adapter', async () => {
   const loaded = await page.evaluate(async () => {
     const { Nucleus } = await import('/nucleus.js');
     const phases = [];
     const started = performance.now();
-    window.lm = await Nucleus.load({ onProgress: (p) => phases.push(p) });
+    window.lm = await Nucleus.load({ backend: 'webgpu', onProgress: (p) => phases.push(p) });
     return { info: window.lm.info, phases, ms: performance.now() - started };
   });
   const { info, phases } = loaded;
@@ -94,6 +96,9 @@ test('Nucleus.load() loads the default model with progress, on a WebGPU adapter'
   assert.equal(info.vocabSize, 49152);
   assert.equal(info.contextLength, 8192);
   assert.equal(typeof info.adapter.isFallback, 'boolean');
+  assert.equal(info.backend.kind, 'webgpu');
+  assert.match(info.backend.reason, /^asked for \(backend: 'webgpu'\): /);
+  assert.equal(info.backend.threads, 1);
   // Our kernels over the GGUF blocks: the weights take no more than the file.
   assert.equal(info.path, 'fused');
   assert.ok(info.weightBytes <= model.length, `${info.weightBytes} bytes of weights`);
@@ -342,7 +347,7 @@ test('a wrong URL, a corrupt file and a truncated file each give their code', as
   assert.match(truncated.message, /truncated|past the end|end of the file/i);
   const loadWith = async (_lm, options) => {
     const { Nucleus } = await import('/nucleus.js');
-    (await Nucleus.load(options)).dispose();
+    (await Nucleus.load({ backend: 'webgpu', ...options })).dispose();
   };
   const badOption = await pageError(loadWith, { contextLength: -4 });
   assert.equal(badOption?.code, 'bad-options');
@@ -363,7 +368,7 @@ test('a small context fills to its end with finish reason length; a prompt that 
   const once = reference.logit_cases.once;
   const outcome = await page.evaluate(async (prompt) => {
     const { Nucleus } = await import('/nucleus.js');
-    const lm = await Nucleus.load({ contextLength: 16 });
+    const lm = await Nucleus.load({ backend: 'webgpu', contextLength: 16 });
     try {
       const gen = lm.generate({ prompt, maxTokens: 100, temperature: 0, ignoreEos: true });
       const steps = [];
@@ -548,7 +553,7 @@ test('a lost GPU device fails the running generation and every later call with d
         codes.push(error.code);
       }
     }
-    const fresh = await Nucleus.load();
+    const fresh = await Nucleus.load({ backend: 'webgpu' });
     window.lm = fresh;
     const ids = [];
     for await (const step of fresh.generate({ prompt, maxTokens: 3, temperature: 0 })) ids.push(step.id);
@@ -557,35 +562,4 @@ test('a lost GPU device fails the running generation and every later call with d
   assert.deepEqual(codes, ['device-lost', 'device-lost', 'device-lost']);
   assert.deepEqual(ids, capital.greedy32.slice(0, 3), 'a new load in the same page works');
   assert.equal(fromCache, true);
-});
-
-test('without WebGPU, Nucleus.load() fails with no-webgpu', async () => {
-  const plain = await launch({ webgpu: false });
-  try {
-    const noGpuPage = await open(plain, `${server.url}blank.html`);
-    const error = await noGpuPage.evaluate(async () => {
-      const { Nucleus } = await import('/nucleus.js');
-      try {
-        await Nucleus.load();
-        return null;
-      } catch (e) {
-        return { code: e.code, message: e.message };
-      }
-    });
-    assert.equal(error?.code, 'no-webgpu', error?.message);
-    // The sampler's own module needs no GPU: its what-if works on a logits row there.
-    const capitalRow = readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1-capital-last-logits.f32'));
-    const explanation = await noGpuPage.evaluate(async (bytes) => {
-      const { default: init, whatIf } = await import('/pkg/nucleus_sampler_web.js');
-      await init();
-      const logits = new Float32Array(new Uint8Array(bytes).buffer);
-      return JSON.parse(whatIf(logits, JSON.stringify({ temperature: 1.5, topK: 5 }), undefined, 5));
-    }, [...capitalRow]);
-    assert.equal(explanation.chosen.id, 7042, '" Paris"');
-    assert.equal(explanation.keptCount, 5);
-    const kept = explanation.candidates.reduce((sum, c) => sum + c.finalProb, 0);
-    assert.ok(Math.abs(kept - 1) < 1e-12, `the five kept candidates' final probabilities sum to ${kept}`);
-  } finally {
-    await plain.close();
-  }
 });

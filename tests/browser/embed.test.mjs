@@ -1,7 +1,8 @@
 // The <nucleus-playground> element on www/embed.html (a documentation page with three embeds) in
 // headless Chromium: each renders in its own shadow root, the three share one loaded model, their
 // generations queue (and say so), compare mode runs three temperatures with T = 0 equal to the
-// greedy reference, and without WebGPU the embed with a trace replays it, sliders and all.
+// greedy reference, and without WebGPU the embed with a trace replays it, sliders and all, while
+// the others run on the CPU engine (as they do here, SwiftShader being a CPU emulation).
 // Screenshots go to test-output/.
 
 import { test, before, after } from 'node:test';
@@ -54,15 +55,22 @@ test('each embed renders in its own shadow root, and the three share one loaded 
 test('two generations asked at once run one after the other, the second saying it waits', async () => {
   await page.$eval('#greedy', (e) => e.setAttribute('max-tokens', '2'));
   await page.$eval('#top-p', (e) => e.setAttribute('max-tokens', '1'));
+  // The CPU engine may finish the first before a poll sees the second wait: an observer keeps
+  // each place in line the second element showed, with its status then.
+  await page.$eval('#top-p', (element) => {
+    window.placesInLine = [];
+    new MutationObserver(() => window.placesInLine.push([element.dataset.queue,
+      element.shadowRoot.querySelector('.status').textContent])).observe(element, { attributeFilter: ['data-queue'] });
+  });
   await page.click('#greedy .go');
   await page.click('#top-p .go');
-  await page.waitForFunction(() => document.querySelector('#top-p').dataset.queue === '1');
-  assert.match(await page.textContent('#top-p .status'), /Waiting: 1 generation on this page before this one/);
-  await page.screenshot({ path: path.join(OUTPUT, 'embed-queue.png'), fullPage: true });
   await page.waitForFunction(() => ['greedy', 'top-p'].every((id) => document.getElementById(id).dataset.queue === undefined
     && /^Done/.test(document.getElementById(id).shadowRoot.querySelector('.status').textContent)), null, { timeout: 300_000 });
   assert.equal((await chips('#greedy')).length, 2);
   assert.equal((await chips('#top-p')).length, 1, 'the live run replaced the recorded one');
+  const places = await page.evaluate(() => window.placesInLine);
+  assert.deepEqual(places[0], ['1', 'Waiting: 1 generation on this page before this one.'], JSON.stringify(places));
+  await page.screenshot({ path: path.join(OUTPUT, 'embed-queue.png'), fullPage: true });
 });
 
 test('compare runs the prompt at T = 0, 0.7 and 1.5 side by side; the T = 0 column is the greedy reference', async () => {
@@ -103,18 +111,25 @@ test('an embed works from the keyboard, and axe-core finds nothing serious insid
   assert.deepEqual(serious, []);
 });
 
-test('without WebGPU the trace embed replays and its sliders change the chart; the others say why they cannot run', async () => {
+test('without WebGPU the trace embed replays and its sliders change the chart; the others run on the CPU engine', async () => {
   const plain = await launch({ webgpu: false });
   try {
     const noGpu = await open(plain, `${server.url}embed.html`);
-    await noGpu.waitForFunction(() => document.querySelector('#top-p').dataset.state === 'replay', null, { timeout: 30_000 });
+    // The trace embed shows its recorded run at once ('replay'), and keeps it when the model is ready.
+    await noGpu.waitForFunction(() => ['replay', 'ready'].includes(document.querySelector('#top-p').dataset.state)
+      && document.querySelector('#greedy').dataset.state === 'ready', null, { timeout: 120_000 });
     assert.equal(await noGpu.$$eval('#top-p .token', (nodes) => nodes.length), 3);
-    assert.equal(await noGpu.$eval('#greedy', (e) => e.dataset.state), 'no-webgpu');
-    assert.match(await noGpu.textContent('#greedy .status'), /This example runs the model on the GPU, and this browser has no WebGPU adapter/);
+    assert.match(await noGpu.textContent('#greedy .status'), /is loaded \(on the CPU\)\.$/);
     const chart = () => noGpu.$eval('#top-p .chart', (c) => c.innerHTML);
     const before = await chart();
     await noGpu.fill('#top-p .knob[data-key="topP"]', '0.5');
     assert.notEqual(await chart(), before, 'top-p changed the chart');
+    await noGpu.$eval('#greedy', (e) => e.setAttribute('max-tokens', '3'));
+    await noGpu.click('#greedy .go');
+    await noGpu.waitForFunction(() => /^Done/.test(document.querySelector('#greedy').shadowRoot.querySelector('.status').textContent),
+      null, { timeout: 120_000 });
+    const texts = await noGpu.$$eval('#greedy .token', (nodes) => nodes.map((n) => n.textContent));
+    assert.equal(texts.length, 3);
     await noGpu.screenshot({ path: path.join(OUTPUT, 'embed-no-webgpu.png'), fullPage: true });
   } finally {
     await plain.close();

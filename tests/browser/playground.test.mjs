@@ -1,5 +1,7 @@
-// The playground page in headless Chromium (WebGPU on SwiftShader), driven like a person would:
-// generate, click a token, move sliders, stop. Screenshots go to test-output/.
+// The playground page in headless Chromium, driven like a person would: generate, click a token,
+// move sliders, stop. Its only WebGPU adapter is SwiftShader, a CPU emulation, so the page runs
+// the CPU engine (on both cores: the test server sends COOP and COEP) unless asked for the GPU.
+// Screenshots go to test-output/.
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -43,11 +45,16 @@ after(async () => {
   await server?.close();
 });
 
-test('the page loads the model and shows the adapter', async () => {
-  assert.match(await page.textContent('#status'), /^SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens, loaded in/);
-  assert.match(await page.textContent('[data-stat="adapter"]'), /swiftshader/i);
-  assert.equal(await page.isVisible('#no-webgpu'), false);
+test('the page loads the model on the CPU engine, says why and what a GPU would give', async () => {
+  assert.match(await page.textContent('#status'), /^SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens, loaded in .*, on the CPU\.$/);
+  const cores = await page.evaluate(() => navigator.hardwareConcurrency);
+  assert.equal(await page.textContent('[data-stat="runs on"]'), `the CPU engine, ${cores} threads`);
+  assert.match(await page.textContent('[data-stat="WebGPU adapter"]'), /swiftshader.*\(a CPU emulation\)$/i);
+  assert.match(await page.textContent('#backend-note'),
+    /^Runs on the CPU \(\d+ threads, WebAssembly SIMD\): the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU.*A hardware GPU runs it/);
+  assert.equal(await page.inputValue('#backend-choice'), 'auto');
   assert.equal(await page.isEnabled('#generate'), true);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-cpu-engine.png'), fullPage: true });
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core on the page before a generation');
 });
 
@@ -56,14 +63,19 @@ test('greedy tokens of a reference prompt stream as chips, and the inspector sho
   await page.fill('#prompt', capital.text);
   await page.click('[data-preset="greedy"]');
   await page.fill('#max-tokens', '3');
+  // The prompt's progress bar shows at once, and ends at the prompt's length (on the CPU engine
+  // the prompt takes a few milliseconds: an observer sees the bar shown).
+  await page.evaluate(() => {
+    const bar = document.getElementById('prefill');
+    window.prefillShown = false;
+    new MutationObserver(() => { window.prefillShown ||= !bar.hidden; }).observe(bar, { attributes: true });
+  });
   await page.click('#generate');
-  // The prompt's progress bar shows at once, and ends at the prompt's length.
-  await page.waitForSelector('#prefill', { state: 'visible', timeout: 10_000 });
-  await page.screenshot({ path: path.join(OUTPUT, 'playground-prefill.png'), fullPage: true });
   await page.waitForFunction(() => document.querySelectorAll('#tokens .token').length >= 1, null, { timeout: 300_000 });
   await page.screenshot({ path: path.join(OUTPUT, 'playground-mid-generation.png'), fullPage: true });
   await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 300_000 });
   assert.equal(await page.isVisible('#prefill'), false);
+  assert.equal(await page.evaluate(() => window.prefillShown), true, 'the prompt\'s progress was shown');
   assert.equal((await page.getAttribute('#prefill', 'data-reports')).split(',').at(-1), String(capital.ids.length));
 
   const chips = await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent));
@@ -291,7 +303,7 @@ test('the logit lens of a step: one row per layer, the last the step itself; " P
   assert.ok(!firstTop.startsWith('␣Paris '), `layer 1 already says ${firstTop}`);
   const n = capital.ids.length;
   assert.match(await page.textContent('#lens-summary'),
-    new RegExp(`^“␣Paris” is the top prediction (from layer \\d+ of 30 on|only at the last layer) \\(p 0\\.\\d{3} at the end\\)\\. The lens ran 1 token; the KV cache held the other ${n - 1}; \\d+\\.\\d KB came back from the GPU\\.$`));
+    new RegExp(`^“␣Paris” is the top prediction (from layer \\d+ of 30 on|only at the last layer) \\(p 0\\.\\d{3} at the end\\)\\. The lens ran 1 token; the KV cache held the other ${n - 1}; it ran on the CPU, where the rows already are\\.$`));
   await page.screenshot({ path: path.join(OUTPUT, 'playground-logit-lens.png'), fullPage: true });
   // Another step clears it.
   await page.click('#tokens .token >> nth=1');
@@ -527,7 +539,14 @@ test('a conversation: the second turn prefills only the new message, and each an
   await page.check('input[name="mode"][value="raw"]');
 });
 
-test('when the GPU is lost the page offers to reload the model, keeping the prompt and settings', async () => {
+test('on the GPU chosen under "Runs on": a lost device offers to reload the model, keeping the prompt and settings', async () => {
+  // The person picks the GPU: the model loads again there (the CPU one works until then).
+  await page.selectOption('#backend-choice', 'webgpu');
+  await page.waitForFunction(() => document.querySelector('[data-stat="runs on"]')?.textContent === 'WebGPU'
+    && !document.getElementById('model-picker').dataset.loading, null, { timeout: 120_000 });
+  assert.match(await page.textContent('#status'), /, on the GPU\.$/);
+  assert.match(await page.textContent('#backend-note'), /^Runs on WebGPU: asked for .*emulates the GPU on the CPU: expect about a token a second; “CPU” is several times faster\.$/);
+  assert.match(page.url(), /backend=webgpu/);
   await page.check('input[name="mode"][value="raw"]');
   await page.fill('#prompt', capital.text);
   await page.click('[data-preset="greedy"]');
@@ -545,6 +564,10 @@ test('when the GPU is lost the page offers to reload the model, keeping the prom
   await page.waitForFunction(() => document.body.dataset.state === 'ready' && document.querySelectorAll('#tokens .token').length === 2,
     null, { timeout: 300_000 });
   assert.deepEqual(await page.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent)), [' Paris', '.']);
+  // Back to "Auto": the CPU engine again, for the tests after this one.
+  await page.selectOption('#backend-choice', 'auto');
+  await page.waitForFunction(() => /^the CPU engine/.test(document.querySelector('[data-stat="runs on"]')?.textContent)
+    && !document.getElementById('model-picker').dataset.loading, null, { timeout: 120_000 });
 });
 
 test('at 390 px the page has no horizontal scroll, and the dark scheme passes the audit too', async () => {
@@ -563,11 +586,11 @@ test('at 390 px the page has no horizontal scroll, and the dark scheme passes th
 });
 
 test('the settings live in the URL and in localStorage, and a bad box or link value is reported, not used', async () => {
-  // The settings are read before the model loads: a browser without WebGPU shows them as fast.
+  // In a browser without WebGPU too (the CPU engine runs the model there).
   const plain = await launch({ webgpu: false });
   try {
     const linked = await open(plain, `${server.url}?mode=raw&prompt=${encodeURIComponent('Hello there')}&temperature=0.35&seed=77&maxTokens=12`);
-    await linked.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    await linked.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
     const fields = () => linked.evaluate(() => ({
       mode: document.querySelector('input[name="mode"]:checked').value,
       prompt: document.querySelector('#prompt').value,
@@ -582,7 +605,7 @@ test('the settings live in the URL and in localStorage, and a bad box or link va
     // An exact value typed in a knob's box stays exact, and a reload without the query keeps it.
     await linked.fill('#knob-topP-number', '0.83');
     await linked.goto(server.url);
-    await linked.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    await linked.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
     assert.deepEqual(await fields(), { mode: 'raw', prompt: 'Hello there', temperature: '0.35', topP: '0.83', seed: '77', maxTokens: '12' });
     assert.match(linked.url(), /topP=0\.83/);
 
@@ -595,7 +618,7 @@ test('the settings live in the URL and in localStorage, and a bad box or link va
 
     // A link with an unknown key and a bad value: both reported; the bad one keeps its value.
     await linked.goto(`${server.url}?temperature=hot&bogus=1`);
-    await linked.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
+    await linked.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
     const report = await linked.textContent('#settings-error');
     assert.match(report, /temperature=hot \(must be a number from 0 to 2/);
     assert.match(report, /bogus \(not a setting\)/);
@@ -606,14 +629,30 @@ test('the settings live in the URL and in localStorage, and a bad box or link va
   }
 });
 
-test('without WebGPU the page says so, and which browsers work', async () => {
+test('without WebGPU the playground runs end to end on the CPU engine', async () => {
   const plain = await launch({ webgpu: false });
   try {
     const noGpu = await open(plain, server.url);
-    await noGpu.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 60_000 });
-    assert.equal(await noGpu.isVisible('#no-webgpu'), true);
-    assert.match(await noGpu.textContent('#no-webgpu'), /Chrome and Edge 113/);
-    await noGpu.screenshot({ path: path.join(OUTPUT, 'playground-no-webgpu.png') });
+    await noGpu.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
+    assert.match(await noGpu.textContent('[data-stat="runs on"]'), /^the CPU engine, \d+ threads?$/);
+    assert.equal(await noGpu.textContent('[data-stat="WebGPU adapter"]'), 'none');
+    assert.match(await noGpu.textContent('#backend-note'), /^Runs on the CPU \(\d+ threads?, WebAssembly SIMD\): .*WebGPU/);
+    await noGpu.check('input[name="mode"][value="raw"]');
+    await noGpu.fill('#prompt', capital.text);
+    await noGpu.click('[data-preset="greedy"]');
+    await noGpu.fill('#max-tokens', '3');
+    await noGpu.click('#generate');
+    await noGpu.waitForFunction(() => document.body.dataset.state === 'ready' && document.querySelectorAll('#tokens .token').length === 3,
+      null, { timeout: 120_000 });
+    assert.deepEqual(await noGpu.$$eval('#tokens .token', (nodes) => nodes.map((n) => n.textContent)), [' Paris', '.', '↵\n']);
+    await noGpu.click('#tokens .token >> nth=0');
+    assert.equal(await noGpu.$eval('#chart .candidate[data-rank="1"]', (g) => Number(g.dataset.id)), capital.top20[0].id);
+    await noGpu.screenshot({ path: path.join(OUTPUT, 'playground-no-webgpu.png'), fullPage: true });
+    // Asking for the GPU there says why not, and the CPU engine's model stays.
+    await noGpu.selectOption('#backend-choice', 'webgpu');
+    await noGpu.waitForSelector('#model-error', { state: 'visible', timeout: 60_000 });
+    assert.match(await noGpu.textContent('#model-error'), /could not load \(no-webgpu\): .* is still loaded\.$/);
+    assert.equal(await noGpu.inputValue('#backend-choice'), 'auto');
   } finally {
     await plain.close();
   }

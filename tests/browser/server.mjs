@@ -28,8 +28,18 @@ const TYPES = {
   '.gguf': 'application/octet-stream',
 };
 
-/** Serves `root` and `extra` (URL path -> Buffer, or { body, type }). Resolves to { url, close, requests, setOffline }. */
-export async function startServer({ root = path.join(REPO, 'www'), extra = {}, port = 0 } = {}) {
+/**
+ * The headers that make a page cross-origin isolated (`crossOriginIsolated`: SharedArrayBuffer,
+ * so the CPU engine's threads): what a site serving Nucleus sends with its pages.
+ */
+export const ISOLATION_HEADERS = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
+
+/**
+ * Serves `root` and `extra` (URL path -> Buffer, or { body, type }), cross-origin isolated unless
+ * `isolated` is false. Resolves to { url, close, requests, setOffline }.
+ */
+export async function startServer({ root = path.join(REPO, 'www'), extra = {}, port = 0, isolated = true } = {}) {
+  const isolation = isolated ? ISOLATION_HEADERS : {};
   await fs.access(MODEL_PATH).catch(() => {
     throw new Error(`the model is missing at ${MODEL_PATH}: run ./build.sh model (or set NUCLEUS_MODEL)`);
   });
@@ -45,7 +55,7 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
     }
     if (extra[pathname]) {
       const { body, type } = Buffer.isBuffer(extra[pathname]) ? { body: extra[pathname] } : extra[pathname];
-      response.writeHead(200, { 'content-type': type ?? 'application/octet-stream', 'content-length': body.length });
+      response.writeHead(200, { ...isolation, 'content-type': type ?? 'application/octet-stream', 'content-length': body.length });
       response.end(body);
       return;
     }
@@ -55,6 +65,7 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
       const stat = await fs.stat(file);
       if (!stat.isFile()) throw new Error('not a file');
       response.writeHead(200, {
+        ...isolation,
         'content-type': TYPES[path.extname(file)] ?? 'application/octet-stream',
         'content-length': stat.size,
         'cache-control': 'no-store',

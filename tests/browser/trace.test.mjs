@@ -26,7 +26,8 @@ before(async () => {
   server = await startServer({ extra: { '/trace.json': { body: Buffer.from(JSON.stringify(trace)), type: 'application/json' } } });
   context = await launch({ webgpu: false });
   page = await open(context, server.url);
-  await page.waitForFunction(() => document.body.dataset.state === 'no-webgpu', null, { timeout: 30_000 });
+  // Without WebGPU the page loads the model on the CPU engine; the replays below need no engine.
+  await page.waitForFunction(() => ['ready', 'error'].includes(document.body.dataset.state), null, { timeout: 120_000 });
 });
 
 after(async () => {

@@ -1,0 +1,202 @@
+// The CPU engine in a real browser: headless Chromium, whose only WebGPU adapter (SwiftShader) is
+// a CPU emulation, so the default `Nucleus.load()` picks the CPU engine, on every core where the
+// page is cross-origin isolated (the threaded wasm module) and on one thread where it is not. It
+// reproduces the reference (every logit within 1e-3, top-20 order, greedy tokens) for both
+// models, samples the same tokens as the GPU path for a seed, and runs without WebGPU at all.
+
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import path from 'node:path';
+import { startServer, REPO, MODEL_PATH, GEMMA_NAME, BLANK_PAGE } from './server.mjs';
+import { launch, open } from './browser.mjs';
+
+const FIXTURES = path.join(REPO, 'tests/fixtures');
+const smollm = JSON.parse(readFileSync(path.join(FIXTURES, 'smollm2-135m-instruct-q4_1.json'), 'utf8'));
+const gemma = JSON.parse(readFileSync(path.join(FIXTURES, 'gemma-3-270m-q4_k_m.json'), 'utf8'));
+const modelBytes = readFileSync(MODEL_PATH).length;
+/** A reference case's last logits row (float64 reference, stored as f32). */
+const lastLogits = (caseData) => new Float32Array(readFileSync(path.join(FIXTURES, caseData.last_logits_file)).buffer.slice(0));
+
+let server;
+let context;
+let page;
+
+/** Loads a model in the page as `window.lm` (ending the one before); its `info`. */
+const loadInPage = (options = {}) => page.evaluate(async (given) => {
+  const { Nucleus } = await import('/nucleus.js');
+  window.lm?.dispose();
+  window.lm = await Nucleus.load(given);
+  return window.lm.info;
+}, options);
+
+/** Greedy steps of a prompt on the page's model: ids, the first step's top 20 and logits row, the timing. */
+const greedyRun = (prompt, maxTokens) => page.evaluate(async ([text, count]) => {
+  const gen = window.lm.generate({ prompt: text, maxTokens: count, temperature: 0, topLogprobs: 20, returnLogits: true });
+  const steps = [];
+  for await (const step of gen) steps.push(step);
+  const result = await gen.result;
+  return { ids: steps.map((s) => s.id), top: steps[0].top, row: [...steps[0].logits], timing: result.timing };
+}, [prompt, maxTokens]);
+
+/** Every logit within 1e-3 of the reference row, and its top 20 in order (neighbours closer than 1e-3 may swap). */
+function assertMatchesReference(run, caseData, expectedGreedy, label) {
+  const reference = lastLogits(caseData);
+  assert.equal(run.row.length, reference.length, `${label}: the row's length`);
+  let worst = 0;
+  for (let i = 0; i < reference.length; i++) worst = Math.max(worst, Math.abs(run.row[i] - reference[i]));
+  assert.ok(worst < 1e-3, `${label}: the largest logit difference is ${worst}`);
+  caseData.top20.forEach((expected, rank) => {
+    const got = run.top[rank];
+    if (got.id !== expected.id) {
+      assert.ok(Math.abs(reference[got.id] - expected.logit) < 1e-3, `${label}: rank ${rank + 1} is ${got.id}, not ${expected.id}`);
+    }
+  });
+  assert.deepEqual(run.ids, expectedGreedy, `${label}: greedy tokens`);
+  console.log(`  ${label}: max |Δlogit| ${worst.toExponential(2)}, ttft ${run.timing.ttftMs.toFixed(0)} ms, `
+    + `decode ${run.timing.decodeTokensPerS.toFixed(1)} tok/s`);
+}
+
+before(async () => {
+  server = await startServer({ extra: BLANK_PAGE });
+  context = await launch();
+  page = await open(context, `${server.url}blank.html`);
+});
+
+after(async () => {
+  await context?.close();
+  await server?.close();
+});
+
+test('Nucleus.load() picks the CPU engine where the only WebGPU adapter emulates a GPU, on every core', async () => {
+  const info = await loadInPage();
+  const cores = await page.evaluate(() => navigator.hardwareConcurrency);
+  console.log(`  ${info.device}: ${info.backend.reason}; weights ${(info.weightBytes / 2 ** 20).toFixed(1)} MiB, loaded in ${info.loadMs.toFixed(0)} ms`);
+  assert.equal(info.backend.kind, 'cpu');
+  assert.match(info.backend.reason, /^the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU/);
+  assert.equal(info.backend.threads, cores);
+  assert.equal(info.path, 'cpu');
+  assert.equal(info.device, `the CPU (${cores} threads, WebAssembly SIMD)`);
+  // The adapter it did not take is still described, so the page can say what a GPU would give.
+  assert.match(info.adapter.vendor + info.adapter.architecture + info.adapter.description, /swiftshader/i);
+  // The weights stay in their GGUF blocks: no larger than the file.
+  assert.ok(info.weightBytes <= modelBytes * 1.1, `${info.weightBytes} bytes of weights for a file of ${modelBytes}`);
+});
+
+for (const [name, caseData] of Object.entries(smollm.logit_cases)) {
+  test(`SmolLM2 on the CPU engine: the "${name}" prompt's logits, top 20 and greedy tokens equal the reference`, async () => {
+    const run = await greedyRun(caseData.text, caseData.greedy32.length);
+    assertMatchesReference(run, caseData, caseData.greedy32, `SmolLM2 "${name}"`);
+  });
+}
+
+test('a seeded sampled generation gives the same tokens on the CPU engine as on WebGPU', async () => {
+  const options = { prompt: 'Once upon a time', maxTokens: 8, temperature: 0.8, topP: 0.95, seed: 42 };
+  const { cpu, webgpu } = await page.evaluate(async (o) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const ids = async (lm) => {
+      const out = [];
+      for await (const step of lm.generate(o)) out.push(step.id);
+      return out;
+    };
+    const gpu = await Nucleus.load({ backend: 'webgpu' });
+    try {
+      return { cpu: await ids(window.lm), webgpu: await ids(gpu), path: gpu.info.path };
+    } finally {
+      gpu.dispose();
+    }
+  }, options);
+  assert.equal(cpu.length, 8);
+  assert.deepEqual(cpu, webgpu);
+});
+
+test('Gemma 3 on the CPU engine: logits, top 20 and greedy tokens equal the reference', async () => {
+  const info = await loadInPage({ model: `/models/${GEMMA_NAME}` });
+  assert.equal(info.backend.kind, 'cpu');
+  assert.equal(info.architecture, 'gemma3');
+  // The 713-token prompt is left to the native suite (tests/model_reference.rs).
+  for (const name of ['capital', 'story']) {
+    const caseData = gemma.logit_cases[name];
+    const run = await greedyRun(caseData.text, caseData.greedy.length);
+    assertMatchesReference(run, caseData, caseData.greedy, `Gemma 3 "${name}"`);
+  }
+});
+
+test('an unknown backend is bad-options, named', async () => {
+  const error = await page.evaluate(async () => {
+    const { Nucleus } = await import('/nucleus.js');
+    try {
+      await Nucleus.load({ backend: 'gpu' });
+      return null;
+    } catch (e) {
+      return { code: e.code, option: e.option, message: e.message };
+    }
+  });
+  assert.deepEqual(error, { code: 'bad-options', option: 'backend',
+    message: "backend must be one of 'auto', 'webgpu', 'cpu', got \"gpu\"" });
+});
+
+test('a page that is not cross-origin isolated runs the CPU engine on one thread, and says why', async () => {
+  const plainServer = await startServer({ extra: BLANK_PAGE, isolated: false });
+  try {
+    const plainPage = await open(context, `${plainServer.url}blank.html`);
+    const capital = smollm.logit_cases.capital;
+    const { info, ids } = await plainPage.evaluate(async (prompt) => {
+      const { Nucleus } = await import('/nucleus.js');
+      const lm = await Nucleus.load({ cache: false });
+      const ids = [];
+      for await (const step of lm.generate({ prompt, maxTokens: 4, temperature: 0 })) ids.push(step.id);
+      lm.dispose();
+      return { info: lm.info, ids };
+    }, capital.text);
+    assert.equal(info.backend.kind, 'cpu');
+    assert.equal(info.backend.threads, 1);
+    assert.match(info.backend.reason, /\(one thread: the page is not cross-origin isolated \(COOP and COEP headers\), which threads need\)$/);
+    assert.equal(info.device, 'the CPU (1 thread, WebAssembly SIMD)');
+    assert.deepEqual(ids, capital.greedy32.slice(0, 4));
+    await plainPage.close();
+  } finally {
+    await plainServer.close();
+  }
+});
+
+test('without WebGPU, Nucleus.load() runs on the CPU engine; backend: \'webgpu\' fails with no-webgpu', async () => {
+  const plain = await launch({ webgpu: false });
+  try {
+    const noGpuPage = await open(plain, `${server.url}blank.html`);
+    const capital = smollm.logit_cases.capital;
+    const outcome = await noGpuPage.evaluate(async (prompt) => {
+      const { Nucleus } = await import('/nucleus.js');
+      let error = null;
+      try {
+        await Nucleus.load({ backend: 'webgpu' });
+      } catch (e) {
+        error = { code: e.code, message: e.message };
+      }
+      const lm = await Nucleus.load();
+      const ids = [];
+      for await (const step of lm.generate({ prompt, maxTokens: 4, temperature: 0 })) ids.push(step.id);
+      lm.dispose();
+      return { error, info: lm.info, ids };
+    }, capital.text);
+    assert.equal(outcome.error?.code, 'no-webgpu', outcome.error?.message);
+    assert.equal(outcome.info.backend.kind, 'cpu');
+    assert.match(outcome.info.backend.reason, /WebGPU/);
+    assert.equal(outcome.info.adapter, null);
+    assert.deepEqual(outcome.ids, capital.greedy32.slice(0, 4));
+    // The sampler's own module needs no engine: its what-if works on a logits row there.
+    const capitalRow = readFileSync(path.join(FIXTURES, capital.last_logits_file));
+    const explanation = await noGpuPage.evaluate(async (bytes) => {
+      const { default: init, whatIf } = await import('/pkg/nucleus_sampler_web.js');
+      await init();
+      const logits = new Float32Array(new Uint8Array(bytes).buffer);
+      return JSON.parse(whatIf(logits, JSON.stringify({ temperature: 1.5, topK: 5 }), undefined, 5));
+    }, [...capitalRow]);
+    assert.equal(explanation.chosen.id, 7042, '" Paris"');
+    assert.equal(explanation.keptCount, 5);
+    const kept = explanation.candidates.reduce((sum, c) => sum + c.finalProb, 0);
+    assert.ok(Math.abs(kept - 1) < 1e-12, `the five kept candidates' final probabilities sum to ${kept}`);
+  } finally {
+    await plain.close();
+  }
+});
