@@ -160,7 +160,7 @@ pub struct Timing {
 /// What the decode steps read back from the device.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize)]
 pub struct Transfer {
-    /// Bytes read back from the device over all steps.
+    /// Bytes read back from the device over all steps (none on the CPU engine, whose rows are in memory).
     pub readback_bytes: usize,
     /// Steps finished on the GPU decode tail (candidates only).
     pub tail_steps: usize,

@@ -279,6 +279,12 @@ impl DeviceLogits {
         }
     }
 
+    /// Whether the rows are in memory already (the CPU engine's): reading them moves nothing
+    /// from a device.
+    pub fn in_memory(&self) -> bool {
+        matches!(self, DeviceLogits::Host(_))
+    }
+
     /// Every row, read back whole.
     pub async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
         match self {

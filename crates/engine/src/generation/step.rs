@@ -110,7 +110,9 @@ impl GenerationState {
             }
         }
         let row = logits.read().await?.pop().expect("one row");
-        self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
+        if !logits.in_memory() {
+            self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
+        }
         self.transfer.full_read_steps += 1;
         let mask = allowed.map(|allowed| allowed as &dyn TokenMask);
         let sampled = self.sampler.sample(&row, mask, self.request.explain_top_n)?;

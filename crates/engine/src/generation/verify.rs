@@ -36,8 +36,11 @@ impl GenerationState {
         mut allowed: Option<TokenSet>,
     ) -> Result<Vec<Step>, EngineError> {
         let start = engine.cached_tokens.len();
-        let rows = engine.forward_all(&[&[pending], draft].concat())?.read().await?;
-        self.transfer.readback_bytes += rows.iter().map(|row| row.len() * size_of::<f32>()).sum::<usize>();
+        let logits = engine.forward_all(&[&[pending], draft].concat())?;
+        let rows = logits.read().await?;
+        if !logits.in_memory() {
+            self.transfer.readback_bytes += rows.iter().map(|row| row.len() * size_of::<f32>()).sum::<usize>();
+        }
         self.speculation.verify_passes += 1;
         self.speculation.drafted_tokens += draft.len();
 
