@@ -1,108 +1,277 @@
-// The browser path's benchmark, side by side with `nucleus bench` natively, in one run, for both
-// models (SmolLM2-135M and Gemma 3 270M):
-//   node tests/browser/bench.mjs [--prompt-tokens 32] [--gen-tokens 8] [--runs 2] [--models default,gemma3]
-// (`./build.sh bench` builds what it needs first.) It prints load time, time to first token,
-// prefill and decode tokens per second, bytes read back per token and the GPU calls per decode
-// token for headless Chromium (WebGPU on SwiftShader here), one column per model, then runs the
-// native CLI's bench on the same settings and models.
+// The benchmark of every engine that runs the model on this machine, in one run, on the same
+// model, prompt and settings, one table per model (SmolLM2-135M and Gemma 3 270M):
+//   node tests/browser/bench.mjs [--prompt-tokens 32] [--gen-tokens 32] [--runs 3]
+//     [--models default,gemma3] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
+// (`./build.sh bench` builds what it needs and fetches the peer first.) Rows:
+// - headless Chromium, Nucleus: `auto` (what Nucleus.load() picks: here the CPU engine on every
+//   core, SwiftShader being a CPU emulation), `cpu-1` (the CPU engine on one thread: a page that
+//   is not cross-origin isolated), `webgpu` (the GPU path on whatever adapter there is);
+// - headless Chromium, wllama (llama.cpp compiled to wasm, the peer; WLLAMA_DIR, which
+//   ./build.sh bench fills), each thread count of --peer-threads, cross-origin isolated;
+// - native, `nucleus bench`: `cpu` (the CPU engine, every core), `cpu-1` (one thread), `burn-cpu`
+//   (Burn's CPU backend), `wgpu` (the GPU path);
+// - native llama.cpp when LLAMA_BENCH names its llama-bench binary (not built by this project).
+// Greedy, end-of-generation ignored, the median of --runs runs after a warm-up. Time to first
+// token is the prompt's prefill and the first token; decode is the tokens after it.
 
 import { spawnSync } from 'node:child_process';
+import { createServer } from 'node:http';
+import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import { startServer, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, BLANK_PAGE } from './server.mjs';
+import { startServer, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, BLANK_PAGE, ISOLATION_HEADERS } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const MODELS = {
   default: { name: 'SmolLM2-135M', url: `/models/${MODEL_NAME}`, file: MODEL_PATH },
   gemma3: { name: 'Gemma 3 270M', url: `/models/${GEMMA_NAME}`, file: GEMMA_PATH },
 };
+const BROWSER_ROWS = ['auto', 'cpu-1', 'webgpu'];
+const NATIVE_ROWS = {
+  cpu: { label: 'Nucleus CPU engine', args: ['--backend', 'cpu'], env: {} },
+  'cpu-1': { label: 'Nucleus CPU engine', args: ['--backend', 'cpu'], env: { NUCLEUS_THREADS: '1' } },
+  'burn-cpu': { label: 'Burn CPU backend (flex)', args: ['--backend', 'burn-cpu'], env: {} },
+  wgpu: { label: 'Nucleus on wgpu', args: ['--backend', 'wgpu', '--path', 'fused'], env: {} },
+};
 
 const { values } = parseArgs({ options: {
   'prompt-tokens': { type: 'string', default: '32' },
-  'gen-tokens': { type: 'string', default: '8' },
-  runs: { type: 'string', default: '2' },
-  'native-backend': { type: 'string', default: 'wgpu' },
+  'gen-tokens': { type: 'string', default: '32' },
+  runs: { type: 'string', default: '3' },
   models: { type: 'string', default: Object.keys(MODELS).join(',') },
+  browser: { type: 'string', default: 'auto,cpu-1' },
+  'peer-threads': { type: 'string', default: '1,2' },
+  native: { type: 'string', default: 'cpu,cpu-1,burn-cpu' },
 } });
 const promptTokens = Number(values['prompt-tokens']);
 const genTokens = Number(values['gen-tokens']);
 const runs = Number(values.runs);
-const chosen = values.models.split(',').map((id) => {
-  if (!MODELS[id]) throw new Error(`--models: ${id} is not one of ${Object.keys(MODELS).join(', ')}`);
-  return MODELS[id];
+const list = (text) => text.split(',').filter(Boolean);
+const pick = (name, given, known) => list(given).map((id) => {
+  if (!known.includes(id)) throw new Error(`--${name}: ${id} is not one of ${known.join(', ')}`);
+  return id;
 });
+const chosen = pick('models', values.models, Object.keys(MODELS)).map((id) => MODELS[id]);
+const browserRows = pick('browser', values.browser, BROWSER_ROWS);
+const nativeRows = pick('native', values.native, Object.keys(NATIVE_ROWS));
+const peerThreads = list(values['peer-threads']).map(Number);
 const TARGET_DIR = process.env.CARGO_TARGET_DIR ?? path.join(os.homedir(), '.cache/nucleus/target');
+const WLLAMA_DIR = process.env.WLLAMA_DIR;
+const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
 
-/** Loads `model` in a fresh page and measures `runs` greedy generations after a warm-up. */
-async function measure(context, server, model) {
+/**
+ * Words of filler text until the tokenizer (`count`, async) counts `n` tokens: the same prompt
+ * for every engine of one model (each counts with the model's own tokenizer).
+ */
+async function promptOf(count, n) {
+  const filler = 'The quick brown fox jumps over the lazy dog while the river runs past the old mill, ';
+  const words = filler.repeat(Math.ceil(n / 8) + 2).split(' ');
+  for (let i = 0; i < words.length; i++) {
+    const prompt = words.slice(0, i + 1).join(' ');
+    if (await count(prompt) >= n) return prompt;
+  }
+  throw new Error('the filler text is too short');
+}
+
+/** Nucleus in a fresh page of `server`: load with `backend`, then `runs` greedy runs after a warm-up. */
+async function nucleusRow(context, server, model, backend, prompt) {
   const page = await open(context, `${server.url}blank.html`);
   try {
-    return await page.evaluate(async ({ url, promptTokens, genTokens, runs }) => {
+    return await page.evaluate(async ({ url, backend, prompt, genTokens, runs }) => {
       const { Nucleus } = await import('/nucleus.js');
       const started = performance.now();
-      const lm = await Nucleus.load({ model: url, cache: false });
+      const lm = await Nucleus.load({ model: url, cache: false, backend });
       const loadMs = performance.now() - started;
-      // A prompt of promptTokens tokens (give or take the run number in front): filler text grown a
-      // word at a time until the tokenizer counts enough.
-      const filler = 'The quick brown fox jumps over the lazy dog while the river runs past the old mill, ';
-      const words = filler.repeat(Math.ceil(promptTokens / 8) + 2).split(' ');
-      let prompt = '';
       const results = [];
-      for (let i = 0; i < words.length; i++) {
-        prompt = words.slice(0, i + 1).join(' ');
-        if ((await lm.tokenize(prompt)).length >= promptTokens) break;
-      }
       for (let run = 0; run <= runs; run++) {
         // A different first word each run, so the KV cache does not hold the prompt already.
-        const text = `${run}${prompt}`;
-        const result = await lm.generate({ prompt: text, maxTokens: genTokens, temperature: 0, ignoreEos: true,
-          topLogprobs: 0 }).result;
+        const result = await lm.generate({ prompt: `${run}${prompt}`, maxTokens: genTokens, temperature: 0,
+          ignoreEos: true, topLogprobs: 0 }).result;
         if (run > 0) results.push(result);
       }
+      const { wasmMemoryBytes } = await lm.diagnostics();
       lm.dispose();
-      return { loadMs, info: lm.info, results };
-    }, { url: model.url, promptTokens, genTokens, runs });
+      return { loadMs, info: lm.info, results, wasmMemoryBytes };
+    }, { url: model.url, backend, prompt, genTokens, runs });
   } finally {
     await page.close();
   }
 }
 
-const server = await startServer({ extra: BLANK_PAGE });
+/** The prompt's token count on Nucleus's tokenizer, in a page of `server`. */
+async function nucleusPrompt(context, server, model) {
+  const page = await open(context, `${server.url}blank.html`);
+  try {
+    await page.evaluate(async (url) => {
+      const { Nucleus } = await import('/nucleus.js');
+      window.lm = await Nucleus.load({ model: url, cache: false, backend: 'cpu' });
+    }, model.url);
+    return await promptOf((text) => page.evaluate(async (t) => (await window.lm.tokenize(t)).length, text), promptTokens);
+  } finally {
+    await page.close();
+  }
+}
+
+/** A server for wllama's page: its ES modules and wasm, and the model, cross-origin isolated. */
+async function startPeerServer(modelFile) {
+  const esm = path.join(WLLAMA_DIR, 'esm');
+  const server = createServer((request, response) => {
+    const { pathname } = new URL(request.url, 'http://x');
+    let file = null;
+    if (pathname === '/') {
+      response.writeHead(200, { ...ISOLATION_HEADERS, 'content-type': 'text/html' });
+      response.end('<!doctype html><title>wllama</title><link rel="icon" href="data:,">');
+      return;
+    }
+    if (pathname === '/model.gguf') file = modelFile;
+    else if (pathname.startsWith('/wllama/')) file = path.join(esm, path.normalize(pathname.slice('/wllama/'.length)));
+    if (!file || !file.startsWith(esm) && file !== modelFile || !existsSync(file) || !statSync(file).isFile()) {
+      response.writeHead(404, ISOLATION_HEADERS);
+      response.end('not found');
+      return;
+    }
+    const type = file.endsWith('.wasm') ? 'application/wasm' : file.endsWith('.js') ? 'text/javascript' : 'application/octet-stream';
+    response.writeHead(200, { ...ISOLATION_HEADERS, 'content-type': type, 'content-length': statSync(file).size });
+    createReadStream(file).pipe(response);
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${server.address().port}/`, close: () => new Promise((resolve) => server.close(resolve)) };
+}
+
+/** wllama with `threads` threads in a fresh page: load, then `runs` greedy runs after a warm-up. */
+async function wllamaRow(context, server, threads, prompt) {
+  const page = await open(context, server.url);
+  try {
+    return await page.evaluate(async ({ threads, prompt, genTokens, runs }) => {
+      const { Wllama } = await import('/wllama/index.js');
+      const blob = await (await fetch('/model.gguf')).blob();
+      const wllama = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { suppressNativeLog: true });
+      const started = performance.now();
+      await wllama.loadModel([blob], { n_threads: threads, n_ctx: 512, n_gpu_layers: 0, n_parallel: 1 });
+      const loadMs = performance.now() - started;
+      const results = [];
+      for (let run = 0; run <= runs; run++) {
+        let first = null;
+        let last = null;
+        const t0 = performance.now();
+        await wllama.createCompletion({ prompt: `${run}${prompt}`, max_tokens: genTokens, temperature: 0, top_k: 1,
+          ignore_eos: true, cache_prompt: false, stream: true,
+          onData: (chunk) => { first ??= performance.now() - t0; last = chunk; } });
+        const { timings } = last;
+        if (run > 0) {
+          results.push({ ttftMs: first, prefillTokensPerS: timings.prompt_per_second, decodeTokensPerS: timings.predicted_per_second,
+            promptTokens: timings.prompt_n });
+        }
+      }
+      const info = { threads: wllama.getNumThreads(), multithread: wllama.isMultithread() };
+      await wllama.exit();
+      return { loadMs, info, results };
+    }, { threads, prompt, genTokens, runs });
+  } finally {
+    await page.close();
+  }
+}
+
+/** `nucleus bench` on `model` for one native row; its JSON summary. */
+function nativeRow(model, row) {
+  const { args, env } = NATIVE_ROWS[row];
+  const run = spawnSync(path.join(TARGET_DIR, 'release/nucleus'), ['bench', '--model', model.file, ...args,
+    '--prompt-tokens', String(promptTokens), '--gen-tokens', String(genTokens), '--runs', String(runs),
+    '--speculative-lookup', '0', '--no-tail', '--long-context', '0', '--json'],
+  { encoding: 'utf8', env: { ...process.env, ...env }, maxBuffer: 1 << 24 });
+  if (run.status !== 0) throw new Error(`nucleus bench ${args.join(' ')} failed: ${run.stderr}`);
+  return JSON.parse(run.stdout.trim().split('\n').at(-1));
+}
+
+/** llama.cpp's llama-bench (LLAMA_BENCH) on `model` with `threads` threads: prefill and decode tok/s. */
+function llamaCppRow(model, threads) {
+  const run = spawnSync(process.env.LLAMA_BENCH, ['-m', model.file, '-p', String(promptTokens), '-n', String(genTokens),
+    '-t', String(threads), '-r', String(runs), '-o', 'json'], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (run.status !== 0) throw new Error(`llama-bench failed: ${run.stderr}`);
+  const rows = JSON.parse(run.stdout);
+  const speed = (test) => rows.find((r) => (test === 'prefill' ? r.n_prompt > 0 : r.n_gen > 0)).avg_ts;
+  return { prefill: speed('prefill'), decode: speed('decode'), version: rows[0].build_commit };
+}
+
+const table = [];
+const row = (model, where, engine, threads, figures) => table.push({ model: model.name, where, engine, threads, ...figures });
+const fromResults = (results) => ({
+  ttftMs: median(results.map((r) => r.timing?.ttftMs ?? r.ttftMs)),
+  prefill: median(results.map((r) => r.timing?.prefillTokensPerS ?? r.prefillTokensPerS)),
+  decode: median(results.map((r) => r.timing?.decodeTokensPerS ?? r.decodeTokensPerS)),
+});
+
+const isolated = await startServer({ extra: BLANK_PAGE });
+const plain = browserRows.includes('cpu-1') ? await startServer({ extra: BLANK_PAGE, isolated: false }) : null;
 const context = await launch();
-const measured = [];
+let browserFacts = '';
 try {
-  for (const model of chosen) measured.push({ model, ...await measure(context, server, model) });
+  for (const model of chosen) {
+    const prompt = await nucleusPrompt(context, isolated, model);
+    for (const backend of browserRows) {
+      console.error(`[bench] ${model.name}: Chromium, Nucleus ${backend}`);
+      const measured = backend === 'cpu-1'
+        ? await nucleusRow(context, plain, model, 'cpu', prompt)
+        : await nucleusRow(context, isolated, model, backend, prompt);
+      const { info } = measured;
+      browserFacts ||= info.adapter ? `WebGPU adapter ${info.adapter.vendor}/${info.adapter.architecture}` : 'no WebGPU adapter';
+      const engine = info.backend.kind === 'cpu' ? `Nucleus CPU engine (${backend === 'auto' ? 'auto' : 'cpu'})`
+        : `Nucleus WebGPU (${info.adapter.vendor || info.adapter.architecture})`;
+      row(model, 'Chromium', engine, info.backend.threads, { loadMs: measured.loadMs, ...fromResults(measured.results),
+        memoryMiB: measured.wasmMemoryBytes / 2 ** 20, promptTokens: measured.results[0].usage.promptTokens });
+    }
+    if (WLLAMA_DIR && peerThreads.length) {
+      const version = JSON.parse(readFileSync(path.join(WLLAMA_DIR, 'package.json'), 'utf8')).version;
+      const peer = await startPeerServer(model.file);
+      try {
+        for (const threads of peerThreads) {
+          console.error(`[bench] ${model.name}: Chromium, wllama ${version}, ${threads} thread(s)`);
+          const measured = await wllamaRow(context, peer, threads, prompt);
+          row(model, 'Chromium', `wllama ${version}`, measured.info.threads, { loadMs: measured.loadMs,
+            ...fromResults(measured.results), promptTokens: measured.results[0].promptTokens });
+        }
+      } finally {
+        await peer.close();
+      }
+    } else if (peerThreads.length) {
+      console.error('[bench] WLLAMA_DIR is not set: no wllama rows (./build.sh bench fetches it)');
+    }
+  }
 } finally {
   await context.close();
-  await server.close();
+  await isolated.close();
+  await plain?.close();
 }
 
-const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
-const { adapter } = measured[0].info;
-console.log(`browser: headless Chromium, WebGPU adapter ${adapter.vendor}/${adapter.architecture} (fallback ${adapter.isFallback}), `
-  + `${measured[0].results[0].usage.promptTokens} prompt tokens, ${genTokens} generated, median of ${runs} runs after a warm-up`);
-const width = Math.max(14, ...chosen.map((model) => model.name.length));
-console.log(`${'metric'.padEnd(30)} ${measured.map(({ model }) => model.name.padStart(width)).join(' ')}`);
-for (const [name, value] of [
-  ['load (ms)', (m) => m.loadMs],
-  ['time to first token (ms)', (m) => median(m.results.map((r) => r.timing.ttftMs))],
-  ['prefill (tok/s)', (m) => median(m.results.map((r) => r.timing.prefillTokensPerS))],
-  ['decode (tok/s)', (m) => median(m.results.map((r) => r.timing.decodeTokensPerS))],
-  ['decode (ms/token)', (m) => median(m.results.map((r) => r.timing.decodeMs / Math.max(1, r.usage.completionTokens - 1)))],
-  ['read back (bytes/token)', (m) => median(m.results.map((r) => r.transfer.bytesPerToken))],
-  ['dispatches (/decode token)', (m) => median(m.results.map((r) => r.transfer.gpuQueue.perDecodeToken?.dispatches ?? NaN))],
-  ['GPU submits (first step)', (m) => median(m.results.map((r) => r.transfer.gpuQueue.firstStep.submits))],
-  ['GPU submits (/decode token)', (m) => median(m.results.map((r) => r.transfer.gpuQueue.perDecodeToken?.submits ?? NaN))],
-  ['buffer writes (/decode token)', (m) => median(m.results.map((r) => r.transfer.gpuQueue.perDecodeToken?.bufferWrites ?? NaN))],
-  ['weights on the GPU (MiB)', (m) => m.info.weightBytes / 2 ** 20],
-]) {
-  console.log(`${name.padEnd(30)} ${measured.map((m) => value(m).toFixed(2).padStart(width)).join(' ')}`);
+for (const model of chosen) {
+  for (const id of nativeRows) {
+    console.error(`[bench] ${model.name}: native, nucleus bench ${NATIVE_ROWS[id].args.join(' ')} ${JSON.stringify(NATIVE_ROWS[id].env)}`);
+    const summary = nativeRow(model, id);
+    const report = summary.reports[0];
+    const threads = Number(NATIVE_ROWS[id].env.NUCLEUS_THREADS ?? os.availableParallelism());
+    row(model, 'native', NATIVE_ROWS[id].label, id === 'wgpu' ? 1 : threads, { loadMs: report.loadMs, ttftMs: report.ttftMs,
+      prefill: report.prefillTokensPerS, decode: report.decodeTokensPerS, memoryMiB: summary.peakRssMiB, promptTokens });
+  }
+  if (process.env.LLAMA_BENCH) {
+    for (const threads of peerThreads) {
+      const figures = llamaCppRow(model, threads);
+      row(model, 'native', `llama.cpp ${figures.version}`, threads, { prefill: figures.prefill, decode: figures.decode, promptTokens });
+    }
+  }
 }
 
-console.log(`\nnative, same settings: nucleus bench --backend ${values['native-backend']}`);
-const native = spawnSync(path.join(TARGET_DIR, 'release/nucleus'), ['bench',
-  ...chosen.flatMap((model) => ['--model', model.file]),
-  '--backend', values['native-backend'], '--prompt-tokens', String(promptTokens), '--gen-tokens', String(genTokens),
-  '--runs', String(runs)], { stdio: 'inherit' });
-process.exit(native.status ?? 1);
+const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
+console.log(`\n${os.availableParallelism()} cores (${cpu}); headless Chromium (${browserFacts}); ${promptTokens}-token prompt, `
+  + `${genTokens} tokens generated greedily, median of ${runs} runs after a warm-up`);
+console.log('memory: the wasm memory in Chromium (Nucleus), the process\'s peak resident memory natively');
+const cell = (value, digits = 1) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
+for (const model of chosen) {
+  console.log(`\n${model.name}`);
+  console.log(`| where | engine | threads | load (ms) | time to first token (ms) | prefill (tok/s) | decode (tok/s) | memory (MiB) |`);
+  console.log('|---|---|---:|---:|---:|---:|---:|---:|');
+  for (const r of table.filter((t) => t.model === model.name)) {
+    console.log(`| ${r.where} | ${r.engine} | ${r.threads} | ${cell(r.loadMs, 0)} | ${cell(r.ttftMs, 0)} | ${cell(r.prefill)} | `
+      + `${cell(r.decode)} | ${cell(r.memoryMiB, 0)} |`);
+  }
+}
