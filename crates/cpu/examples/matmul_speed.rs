@@ -1,7 +1,9 @@
 //! Speed of the CPU engine's product on each format: `cargo run --release -p nucleus-cpu
 //! --example matmul_speed`. Prints, per format, one decode-shaped product (one activation row)
 //! and one prefill-shaped product (32 rows) of a 1,536 × 576 matrix (SmolLM2's gate projection)
-//! on the calling thread and on every thread: GMAC/s and weight bytes read per second.
+//! on the calling thread and on every thread: GMAC/s and weight bytes read per second. `-- ROWS
+//! COLS [FORMAT]` measures another shape (`-- 262144 640 Q8_0`: Gemma 3's output layer, which
+//! does not fit in a cache).
 
 use std::time::Instant;
 
@@ -9,8 +11,12 @@ use nucleus_cpu::{Matrix, matmul};
 use nucleus_gguf::GgmlType;
 
 fn main() {
-    let (rows, cols) = (1536, 576);
-    let formats = [
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (rows, cols) = match &args[..] {
+        [rows, cols, ..] => (rows.parse().expect("ROWS"), cols.parse().expect("COLS")),
+        _ => (1536, 576),
+    };
+    let all = [
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
@@ -21,10 +27,14 @@ fn main() {
         GgmlType::F16,
         GgmlType::F32,
     ];
+    let formats: Vec<GgmlType> = match args.get(2) {
+        Some(name) => all.into_iter().filter(|t| t.to_string() == *name).collect(),
+        None => all.to_vec(),
+    };
     println!("{} threads, {}", nucleus_cpu::threads(), nucleus_cpu::simd());
     println!("{:>6} {:>5} {:>10} {:>10} {:>12}", "format", "rows", "µs", "GMAC/s", "weights GB/s");
     for ggml_type in formats {
-        let cols = if ggml_type.block_layout().0 == 256 { 512 } else { cols };
+        let cols = if ggml_type.block_layout().0 == 256 && cols % 256 != 0 { cols / 256 * 256 } else { cols };
         let (block, block_bytes) = ggml_type.block_layout();
         let bytes: Vec<u8> = (0..rows * cols / block as usize * block_bytes as usize)
             .map(|i| match ggml_type {
@@ -37,7 +47,7 @@ fn main() {
         for n in [1, 32] {
             let x: Vec<f32> = (0..n * cols).map(|i| (i % 17) as f32 * 0.01).collect();
             let mut y = vec![0f32; n * rows];
-            let runs = if n == 1 { 400 } else { 40 };
+            let runs = ((4e8 / (rows * cols * n) as f64) as usize).clamp(2, 400);
             matmul(&w, &x, &mut y, false);
             let start = Instant::now();
             for _ in 0..runs {

@@ -17,6 +17,12 @@ pub(crate) trait Dot {
     fn add(lanes: &mut Self::Lanes, a: &[f32], b: &[f32]);
     /// The lanes added pairwise.
     fn total(lanes: Self::Lanes) -> f32;
+    /// `lanes[i] += (q[i]·d)·x[i]` for one Q8_0 block (`q` its 32 signed bytes, `d` its scale):
+    /// the products `add` makes of the block dequantized, without writing it out first.
+    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]);
+    /// The same for one Q4_1 block: value `i` is `(nibble_i·d) + m`, the low nibbles of `qs` the
+    /// values 0..16, the high ones 16..32.
+    fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]);
 }
 
 /// Plain Rust: whatever the compiler makes of it for the baseline CPU.
@@ -36,6 +42,21 @@ impl Dot for Portable {
             for lane in 0..32 {
                 lanes[lane] += a[lane] * b[lane];
             }
+        }
+    }
+
+    #[inline(always)]
+    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]) {
+        for lane in 0..32 {
+            lanes[lane] += (q[lane] as i8 as f32 * d) * x[lane];
+        }
+    }
+
+    #[inline(always)]
+    fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
+        for j in 0..16 {
+            lanes[j] += ((qs[j] & 0x0F) as f32 * d + m) * x[j];
+            lanes[j + 16] += ((qs[j] >> 4) as f32 * d + m) * x[j + 16];
         }
     }
 
@@ -75,6 +96,55 @@ impl Dot for Avx2 {
     #[inline(always)]
     fn total(lanes: Self::Lanes) -> f32 {
         unsafe { total_avx2(lanes) }
+    }
+
+    #[inline(always)]
+    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]) {
+        unsafe { add_q8_0_avx2(lanes, d, q, x) }
+    }
+
+    #[inline(always)]
+    fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
+        unsafe { add_q4_1_avx2(lanes, d, m, qs, x) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn add_q4_1_avx2(lanes: &mut [std::arch::x86_64::__m256; 4], d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
+    use std::arch::x86_64::*;
+    assert!(x.len() >= 32);
+    let (scale, min, low) = (_mm256_set1_ps(d), _mm256_set1_ps(m), _mm_set1_epi8(0x0F));
+    // SAFETY: 16 bytes of `qs`.
+    let bytes = unsafe { _mm_loadu_si128(qs.as_ptr().cast()) };
+    let high = _mm_and_si128(_mm_srli_epi16(bytes, 4), low);
+    let low = _mm_and_si128(bytes, low);
+    // Values 0..8 and 8..16 from the low nibbles, 16..24 and 24..32 from the high ones.
+    let nibbles = [low, _mm_srli_si128(low, 8), high, _mm_srli_si128(high, 8)];
+    for (k, (lane, nibbles)) in lanes.iter_mut().zip(nibbles).enumerate() {
+        let values = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nibbles)), scale), min);
+        // SAFETY: 8k + 8 <= 32 values of `x`.
+        let xs = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) };
+        *lane = _mm256_fmadd_ps(values, xs, *lane);
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn add_q8_0_avx2(lanes: &mut [std::arch::x86_64::__m256; 4], d: f32, q: &[u8; 32], x: &[f32]) {
+    use std::arch::x86_64::*;
+    assert!(x.len() >= 32);
+    let scale = _mm256_set1_ps(d);
+    // SAFETY: two 16-byte loads of the 32 bytes of `q`.
+    let (low, high) = unsafe { (_mm_loadu_si128(q.as_ptr().cast()), _mm_loadu_si128(q.as_ptr().add(16).cast())) };
+    let bytes = [low, _mm_srli_si128(low, 8), high, _mm_srli_si128(high, 8)];
+    for (k, (lane, bytes)) in lanes.iter_mut().zip(bytes).enumerate() {
+        // SAFETY: 8k + 8 <= 32 values of `x`.
+        let xs = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) };
+        let values = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale);
+        *lane = _mm256_fmadd_ps(values, xs, *lane);
     }
 }
 
@@ -128,6 +198,18 @@ impl Dot for Simd128 {
     }
 
     #[inline(always)]
+    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]) {
+        // SAFETY: as `add`.
+        unsafe { add_q8_0_simd128(lanes, d, q, x) }
+    }
+
+    #[inline(always)]
+    fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
+        // SAFETY: as `add`.
+        unsafe { add_q4_1_simd128(lanes, d, m, qs, x) }
+    }
+
+    #[inline(always)]
     fn total(lanes: Self::Lanes) -> f32 {
         use std::arch::wasm32::*;
         let quarter = |k: usize| f32x4_add(f32x4_add(lanes[k], lanes[k + 4]), f32x4_add(lanes[k + 2], lanes[k + 6]));
@@ -152,5 +234,51 @@ unsafe fn add_simd128(lanes: &mut [std::arch::wasm32::v128; 8], a: &[f32], b: &[
             *lane = f32x4_add(*lane, f32x4_mul(x, y));
         }
         i += 32;
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+#[target_feature(enable = "simd128")]
+#[inline]
+unsafe fn add_q8_0_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, q: &[u8; 32], x: &[f32]) {
+    use std::arch::wasm32::*;
+    assert!(x.len() >= 32);
+    let scale = f32x4_splat(d);
+    for half in 0..2 {
+        // SAFETY: 16·half + 16 <= 32 bytes of `q`; 16·half + 4k + 4 <= 32 values of `x`.
+        let bytes = unsafe { v128_load(q.as_ptr().add(16 * half).cast()) };
+        let shorts = [i16x8_extend_low_i8x16(bytes), i16x8_extend_high_i8x16(bytes)];
+        for (j, &short) in shorts.iter().enumerate() {
+            for (i, ints) in [i32x4_extend_low_i16x8(short), i32x4_extend_high_i16x8(short)].into_iter().enumerate() {
+                let k = 4 * half + 2 * j + i;
+                let xs = unsafe { v128_load(x.as_ptr().add(4 * k).cast()) };
+                let values = f32x4_mul(f32x4_convert_i32x4(ints), scale);
+                lanes[k] = f32x4_add(lanes[k], f32x4_mul(values, xs));
+            }
+        }
+    }
+}
+
+#[cfg(target_arch = "wasm32")]
+#[target_feature(enable = "simd128")]
+#[inline]
+unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
+    use std::arch::wasm32::*;
+    assert!(x.len() >= 32);
+    let (scale, min) = (f32x4_splat(d), f32x4_splat(m));
+    // SAFETY: 16 bytes of `qs`.
+    let bytes = unsafe { v128_load(qs.as_ptr().cast()) };
+    // Values 0..16 from the low nibbles, 16..32 from the high ones.
+    for (half, nibbles) in [v128_and(bytes, u8x16_splat(0x0F)), u8x16_shr(bytes, 4)].into_iter().enumerate() {
+        let shorts = [u16x8_extend_low_u8x16(nibbles), u16x8_extend_high_u8x16(nibbles)];
+        for (j, &short) in shorts.iter().enumerate() {
+            for (i, ints) in [u32x4_extend_low_u16x8(short), u32x4_extend_high_u16x8(short)].into_iter().enumerate() {
+                let k = 4 * half + 2 * j + i;
+                // SAFETY: 4k + 4 <= 32 values of `x`.
+                let xs = unsafe { v128_load(x.as_ptr().add(4 * k).cast()) };
+                let values = f32x4_add(f32x4_mul(f32x4_convert_i32x4(ints), scale), min);
+                lanes[k] = f32x4_add(lanes[k], f32x4_mul(values, xs));
+            }
+        }
     }
 }

@@ -5,7 +5,9 @@
 //! a [`Matrix`] of GGUF blocks: each weight row is dequantized a tile of [`TILE`] values at a time
 //! into a buffer on the stack (`nucleus_gguf::dequantize_into`, the one owner of every block
 //! format), and the tile serves every activation row before the next is read, so a prefill of
-//! `n` tokens reads the weights once. Activations stay f32 and are never quantized (llama.cpp's
+//! `n` tokens reads the weights once. For one activation row (a decode step) Q4_1 blocks (and
+//! in wasm Q8_0's) go straight into the dot product instead (`Dot::add_q4_1`, `add_q8_0`: the
+//! same sums, without the tile's store and load). Activations stay f32 and are never quantized (llama.cpp's
 //! CPU kernels quantize them to 8 bits, which moves logits by up to ~0.6; the references here
 //! allow 1e-3).
 //!
