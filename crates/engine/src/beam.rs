@@ -143,6 +143,6 @@ impl Engine {
 }
 
 async fn log_softmax_row(logits: DeviceLogits) -> Result<Vec<f32>, EngineError> {
-    let row = logits.read().await?.pop().expect("one row");
+    let row = logits.into_rows().await?.pop().expect("one row");
     Ok(log_softmax(&row)?.into_iter().map(|v| v as f32).collect())
 }

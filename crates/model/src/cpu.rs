@@ -151,6 +151,10 @@ impl CpuModel {
         let vocab = c.vocab_size;
         let mut logits = vec![0.0; x.len() / c.embedding_length * vocab];
         matmul(&self.weights.output().matrix(), &normed, &mut logits, false);
+        if logits.len() == vocab {
+            // A decode step's one row, as it is.
+            return vec![logits];
+        }
         logits.chunks_exact(vocab).map(<[f32]>::to_vec).collect()
     }
 

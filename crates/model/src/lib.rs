@@ -285,6 +285,16 @@ impl DeviceLogits {
         matches!(self, DeviceLogits::Host(_))
     }
 
+    /// Every row, read back whole, the logits given up: rows in memory already are handed over
+    /// as they are (no copy of a 1 MB row per step), the others read as [`DeviceLogits::read`].
+    pub async fn into_rows(self) -> Result<Vec<Vec<f32>>, ModelError> {
+        match self {
+            DeviceLogits::Host(rows) => Ok(rows),
+            #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
+            device => device.read().await,
+        }
+    }
+
     /// Every row, read back whole.
     pub async fn read(&self) -> Result<Vec<Vec<f32>>, ModelError> {
         match self {

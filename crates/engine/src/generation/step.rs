@@ -109,8 +109,9 @@ impl GenerationState {
                 return Ok(Choice { sampled, top, logprob, row: None, constraint });
             }
         }
-        let row = logits.read().await?.pop().expect("one row");
-        if !logits.in_memory() {
+        let in_memory = logits.in_memory();
+        let row = logits.into_rows().await?.pop().expect("one row");
+        if !in_memory {
             self.transfer.readback_bytes += row.len() * std::mem::size_of::<f32>();
         }
         self.transfer.full_read_steps += 1;

@@ -37,8 +37,9 @@ impl GenerationState {
     ) -> Result<Vec<Step>, EngineError> {
         let start = engine.cached_tokens.len();
         let logits = engine.forward_all(&[&[pending], draft].concat())?;
-        let rows = logits.read().await?;
-        if !logits.in_memory() {
+        let in_memory = logits.in_memory();
+        let rows = logits.into_rows().await?;
+        if !in_memory {
             self.transfer.readback_bytes += rows.iter().map(|row| row.len() * size_of::<f32>()).sum::<usize>();
         }
         self.speculation.verify_passes += 1;
