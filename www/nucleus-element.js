@@ -6,27 +6,32 @@
 //
 // Attributes: `model` (URL; default the default model) and `sha256` (its digest, checked before a
 // cached copy is used); `backend` (`auto`, the default: WebGPU on a hardware GPU, else the CPU
-// engine; `webgpu`; `cpu`); `prompt`; the sampling settings `temperature`, `top-k`, `top-p`, `min-p`,
-// `typical-p` (ranges and defaults the sampler's own, from sampling-knobs.json), `seed`; `max-tokens`; `mode`: `inspector` (the prompt fixed, its tokens as chips,
+// engine; `webgpu`; `cpu`); `assets` (the URL of the package's folder, when a bundler moved this
+// module away from it; default this module's folder); `service-worker` (the URL of the site's
+// copy of the package's sw.js: registered once per page, so that the page works offline);
+// `prompt`; the sampling settings `temperature`, `top-k`, `top-p`, `min-p`, `typical-p` (ranges
+// and defaults the sampler's own, from sampling-knobs.json), `seed`; `max-tokens`; `mode`:
+// `inspector` (the prompt fixed, its tokens as chips,
 // the chart of the step picked, what-if sliders), `full` (the prompt and the settings editable) or
 // `compare` (the same prompt and seed at three temperatures, `temperatures="0 0.7 1.5"`, side by
 // side, each with its chips and chart); `autoplay` (generate once loaded); `trace` (the URL of a
 // recorded run: replayed at once, before any model loads).
 //
-// Its DOM is a shadow root with its own styles; it takes its container's width; its chips are buttons
+// Its DOM is a shadow root with its own styles (constructed style sheets: a page's CSP needs no
+// style-src for them); it takes its container's width; its chips are buttons
 // (arrows, Home and End move between them). Every element on
 // a page that names the same model shares one loaded engine, and their generations run one at a
 // time, in the order asked, each waiting element saying where it is in the line.
 
-import { Nucleus } from './nucleus.js';
-import { DEFAULTS, KNOBS, WHAT_IF_KEYS } from './what-if.js';
+import { Nucleus, assetsBase, registerOffline } from './nucleus.js';
+import { DEFAULTS, KNOBS, WHAT_IF_KEYS, loadSampler } from './what-if.js';
 import { runOfTrace } from './trace.js';
 import { RunColumn } from './run-column.js';
 
 /** `topP` -> `top-p`: a setting's attribute. */
 const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
-/** The settings an element takes as attributes, with their ranges: the sampler's own knobs. */
-const SETTINGS = KNOBS.filter((knob) => WHAT_IF_KEYS.includes(knob.key));
+/** The settings an element takes as attributes, with their ranges: the sampler's own knobs (once loaded). */
+const settingKnobs = () => KNOBS.filter((knob) => WHAT_IF_KEYS.includes(knob.key));
 /** The what-if sliders an element shows (not in compare mode). */
 const SLIDERS = ['temperature', 'topP'];
 const MODES = ['inspector', 'full', 'compare'];
@@ -37,13 +42,13 @@ const CANDIDATES = 64;
 
 // ---- one engine per model, one generation at a time -----------------------------------------------
 
-/** model URL ('' for the default) and backend -> Promise<Nucleus>, shared by every element of the page. */
+/** model URL ('' for the default), backend and assets -> Promise<Nucleus>, shared by every element of the page. */
 const engines = new Map();
 
-function sharedEngine(model, sha256, backend) {
-  const key = `${model ?? ''} ${backend ?? 'auto'}`;
+function sharedEngine(model, sha256, backend, assets) {
+  const key = `${model ?? ''} ${backend ?? 'auto'} ${assets}`;
   if (!engines.has(key)) {
-    const loading = Nucleus.load({ ...(model && { model }), ...(sha256 && { sha256 }), ...(backend && { backend }) });
+    const loading = Nucleus.load({ ...(model && { model }), ...(sha256 && { sha256 }), ...(backend && { backend }), assets });
     // A failed load is not kept: the next element (or a retry) tries again.
     loading.catch(() => engines.delete(key));
     engines.set(key, loading);
@@ -80,6 +85,7 @@ function showLine() {
 // ---- the element --------------------------------------------------------------------------------
 
 const STYLE = `
+.prompt-label { flex: 1 1 100%; }
 :host { display: block; font-family: system-ui, -apple-system, "Segoe UI", sans-serif; color: var(--ink, #1d1d1f);
   border: 1px solid var(--line, #dedbd2); border-radius: 10px; padding: 0.7rem; margin: 1rem 0; container-type: inline-size; }
 :host([hidden]) { display: none; }
@@ -103,7 +109,31 @@ button:disabled { opacity: 0.55; cursor: default; }
 .rest, .whatif { font-size: 0.8rem; color: var(--muted, #66666e); margin: 0.2rem 0; }
 `;
 
-class NucleusPlayground extends HTMLElement {
+/** The element's own styles, one constructed sheet for every element. */
+const OWN_SHEET = new CSSStyleSheet();
+OWN_SHEET.replaceSync(STYLE);
+
+/** assets -> Promise<CSSStyleSheet>: the chart's styles (chart.css), fetched once per folder. */
+const chartSheets = new Map();
+
+function chartSheet(assets) {
+  if (!chartSheets.has(assets)) {
+    const loading = fetch(new URL('chart.css', assets)).then(async (response) => {
+      if (!response.ok) throw new Error(`${response.url}: HTTP ${response.status}`);
+      const sheet = new CSSStyleSheet();
+      sheet.replaceSync(await response.text());
+      return sheet;
+    });
+    loading.catch(() => chartSheets.delete(assets));
+    chartSheets.set(assets, loading);
+  }
+  return chartSheets.get(assets);
+}
+
+/** The service workers registered by elements of this page (one registration each). */
+const registered = new Set();
+
+export class NucleusPlaygroundElement extends HTMLElement {
   /** What changes the element's layout; the settings are read when a generation starts. */
   static observedAttributes = ['prompt', 'mode', 'temperatures'];
 
@@ -113,6 +143,10 @@ class NucleusPlayground extends HTMLElement {
   #vocabSize = null;
   #busy = false;
   #ready = false;
+  /** The sampler and the styles are loaded (from #assets): the element is drawn. */
+  #drawn = false;
+  /** The package's folder (the `assets` attribute, or this module's). */
+  #assets = null;
   /** The model is loaded: Generate can run. */
   #loaded = false;
 
@@ -124,12 +158,13 @@ class NucleusPlayground extends HTMLElement {
   connectedCallback() {
     if (this.#ready) return;
     this.#ready = true;
-    this.#render();
+    this.#root.adoptedStyleSheets = [OWN_SHEET];
+    this.#root.innerHTML = '<span class="status" role="status" aria-live="polite">Loading…</span>';
     this.#start();
   }
 
   attributeChangedCallback() {
-    if (this.#ready && !this.#busy) this.#render();
+    if (this.#drawn && !this.#busy) this.#render();
   }
 
   get mode() {
@@ -142,7 +177,7 @@ class NucleusPlayground extends HTMLElement {
    * number is the sampler's default.
    */
   settings() {
-    return Object.fromEntries(SETTINGS.map(({ key, min, max }) => {
+    return Object.fromEntries(settingKnobs().map(({ key, min, max }) => {
       const name = attributeOf(key);
       const value = Number(this.getAttribute(name));
       return [key, this.hasAttribute(name) && Number.isFinite(value) ? Math.min(max, Math.max(min, value)) : DEFAULTS[key]];
@@ -157,17 +192,16 @@ class NucleusPlayground extends HTMLElement {
   #render() {
     const compare = this.mode === 'compare';
     const prompt = this.getAttribute('prompt') ?? 'The capital of France is';
-    this.#root.innerHTML = `<style>${STYLE}</style>
-      <link rel="stylesheet" href="${new URL('chart.css', import.meta.url)}">
+    this.#root.innerHTML = `
       <div class="top">
         ${this.mode === 'full'
-    ? '<label style="flex:1 1 100%">Prompt <textarea class="prompt-box" rows="2"></textarea></label>'
+    ? '<label class="prompt-label">Prompt <textarea class="prompt-box" rows="2"></textarea></label>'
     : '<span class="prompt"></span>'}
         <button type="button" class="go" disabled>Generate</button>
         <span class="status" role="status" aria-live="polite">Loading the model…</span>
       </div>
       ${compare ? '' : `<div class="knobs" role="group" aria-label="What if: sampling settings">
-        ${SETTINGS.filter(({ key }) => SLIDERS.includes(key)).map(({ key, label, min, max, step }) => `<label>${label}
+        ${settingKnobs().filter(({ key }) => SLIDERS.includes(key)).map(({ key, label, min, max, step }) => `<label>${label}
           <input type="range" class="knob" data-key="${key}" min="${min}" max="${max}" step="${step}"></label>`).join('')}
       </div>`}
       <div class="columns"></div>`;
@@ -216,10 +250,39 @@ class NucleusPlayground extends HTMLElement {
 
   /** The page's engine for this element's model and backend (one load for every element asking the same). */
   #engine() {
-    return sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'), this.getAttribute('backend'));
+    return sharedEngine(this.getAttribute('model'), this.getAttribute('sha256'), this.getAttribute('backend'), this.#assets);
+  }
+
+  /**
+   * The sampler's wasm module, the knobs and the chart's styles from the assets' folder, then the
+   * element drawn; false (the element saying why) when they cannot load.
+   */
+  async #draw() {
+    let assets = this.getAttribute('assets');
+    try {
+      assets = assetsBase(assets ?? undefined);
+      const [, chart] = await Promise.all([loadSampler(assets), chartSheet(assets)]);
+      this.#root.adoptedStyleSheets = [OWN_SHEET, chart];
+    } catch (error) {
+      this.dataset.state = 'error';
+      this.#status(`Nucleus could not start: its files at ${assets} did not load (${error.message}); `
+        + 'set the element\'s `assets` attribute to the URL of the package\'s folder', true);
+      return false;
+    }
+    this.#assets = assets;
+    this.#drawn = true;
+    this.#render();
+    const serviceWorker = this.getAttribute('service-worker');
+    if (serviceWorker && !registered.has(serviceWorker)) {
+      registered.add(serviceWorker);
+      registerOffline(serviceWorker, { assets })
+        .catch((error) => console.warn(`nucleus: service-worker=${JSON.stringify(serviceWorker)}: ${error.message}`));
+    }
+    return true;
   }
 
   async #start() {
+    if (!await this.#draw()) return;
     const trace = this.getAttribute('trace');
     const replayed = trace ? await this.#replay(trace) : false;
     try {
@@ -292,4 +355,5 @@ class NucleusPlayground extends HTMLElement {
   }
 }
 
-customElements.define('nucleus-playground', NucleusPlayground);
+// Defined once, whichever copy of this module a page loads first.
+if (!customElements.get('nucleus-playground')) customElements.define('nucleus-playground', NucleusPlaygroundElement);

@@ -1,4 +1,4 @@
-// Nucleus: a language model in the browser, on WebGPU. The page-side client.
+// Nucleus: a language model in the browser, on WebGPU or the CPU. The page-side client.
 //
 //   import { Nucleus } from './nucleus.js';
 //   const lm = await Nucleus.load({ onProgress: ({ phase, loaded, total }) => {} });
@@ -6,16 +6,26 @@
 //   for await (const step of gen) console.log(step.text, step.top);
 //   const { text, finishReason, usage, timing } = await gen.result;
 //
-// The engine (Rust compiled to wasm, on WebGPU) runs in a module Web Worker (nucleus-worker.js);
-// this module sends it typed requests, one id each, and pulls steps one at a time. README.md
-// documents the whole API.
+// The engine (Rust compiled to wasm, on WebGPU or the CPU) runs in a module Web Worker
+// (nucleus-worker.js); this module sends it typed requests, one id each, and pulls steps one at a
+// time. It may be served from another origin than the page's (a CDN): the worker then starts from
+// a same-origin blob that imports the real one. README.md documents the whole API; nucleus.d.ts
+// types it.
 
 import { BACKENDS, ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
+import { VERSION } from './pkg/version.js';
 
-export { ERROR_CODES };
+export { ERROR_CODES, VERSION };
 
-/** The model `Nucleus.load()` loads when no `model` is given, next to this module. */
-export const DEFAULT_MODEL_URL = new URL('models/SmolLM2-135M-Instruct.Q4_1.gguf', import.meta.url).href;
+/**
+ * Where the package's files are (the worker, the wasm modules, the knobs, the CSS): the folder of
+ * this module, unless a bundler moved it (then `assets` says where; assetsBase).
+ */
+export const DEFAULT_ASSETS = new URL('./', import.meta.url).href;
+
+/** The model `Nucleus.load()` loads when no `model` is given, in `models/` of the assets' folder. */
+const DEFAULT_MODEL_PATH = 'models/SmolLM2-135M-Instruct.Q4_1.gguf';
+export const DEFAULT_MODEL_URL = new URL(DEFAULT_MODEL_PATH, DEFAULT_ASSETS).href;
 
 /**
  * Every error of this API: `code` is one of ERROR_CODES (protocol.js), `option` names a bad
@@ -32,15 +42,53 @@ export class NucleusError extends Error {
 
 const badOption = (option, message) => new NucleusError('bad-options', message, { option });
 
+/**
+ * The assets' folder as an absolute URL ending in `/`: `assets` (a URL, relative ones against the
+ * page), or DEFAULT_ASSETS. `bad-options` naming `assets` if it is not a URL.
+ */
+export function assetsBase(assets) {
+  if (assets === undefined || assets === null) return DEFAULT_ASSETS;
+  let base;
+  try {
+    base = new URL(assets, globalThis.document?.baseURI ?? DEFAULT_ASSETS);
+  } catch {
+    throw badOption('assets', `assets must be the URL of the package's folder, got ${JSON.stringify(String(assets))}`);
+  }
+  if (!['http:', 'https:'].includes(base.protocol)) {
+    throw badOption('assets', `assets must be an http(s) URL, got ${JSON.stringify(base.href)}`);
+  }
+  if (!base.pathname.endsWith('/')) base.pathname += '/';
+  return base.href;
+}
+
+/**
+ * The engine's worker, from `assets`. A worker's script must have the page's origin: from another
+ * origin (a CDN) the worker runs a same-origin blob whose one line imports the real script, whose
+ * own imports (the wasm modules) then resolve against its real URL. Returns `{ worker, url }`,
+ * `url` the blob's, to revoke when the worker ends.
+ */
+function startWorker(assets) {
+  const script = new URL('nucleus-worker.js', assets);
+  const options = { type: 'module', name: 'nucleus' };
+  if (script.origin === globalThis.location?.origin) return { worker: new Worker(script, options), url: null };
+  const url = URL.createObjectURL(new Blob([`import ${JSON.stringify(script.href)};\n`], { type: 'text/javascript' }));
+  return { worker: new Worker(url, options), url };
+}
+
 /** The worker behind one model: requests with ids, answers routed back to their promises. */
 class WorkerClient {
   #worker;
   #pending = new Map();
   #nextId = 1;
   #broken = null;
+  #blobUrl;
+  #script;
 
-  constructor(worker) {
+  /** `worker` runs `script` (a URL, for errors), from the blob `blobUrl` (or null). */
+  constructor({ worker, url: blobUrl }, script) {
     this.#worker = worker;
+    this.#blobUrl = blobUrl;
+    this.#script = script;
     worker.onmessage = ({ data }) => {
       const request = this.#pending.get(data.id);
       if (!request) return;
@@ -62,7 +110,8 @@ class WorkerClient {
     };
     worker.onerror = (event) => {
       event.preventDefault?.();
-      this.#fail(new NucleusError('internal', `the Nucleus worker failed: ${event.message ?? 'it could not start'}`));
+      this.#fail(new NucleusError('internal', `the Nucleus worker (${this.#script}) failed: ${event.message
+        ?? 'it could not start (is the package served there, with CORS if it is another origin, and does the page\'s CSP allow it?)'}`));
     };
   }
 
@@ -83,6 +132,7 @@ class WorkerClient {
 
   #end(error) {
     this.#worker.terminate();
+    if (this.#blobUrl) URL.revokeObjectURL(this.#blobUrl);
     this.#fail(error);
   }
 
@@ -347,28 +397,66 @@ function createChatCompletion(lm, request) {
   });
 }
 
+/** The options `Nucleus.load` takes (nucleus.d.ts, LoadOptions, types each). */
+const LOAD_OPTIONS = ['model', 'backend', 'assets', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
+
+/**
+ * Registers the service worker that keeps the package's files and this page for visits with the
+ * network off. `script`: where the site serves its copy of the package's `sw.js` (a service worker
+ * must be same-origin); `assets` as `Nucleus.load` takes it. Its URL gets `version` (VERSION: a new
+ * version is an update that replaces the old files) and `assets`; the page's URL and what it has
+ * loaded so far are sent to it to keep. Resolves to the registration, or null where the browser has
+ * no service workers (or forbids them: a private window); never throws for that, only for a bad
+ * `script` or `assets`.
+ */
+export async function registerOffline(script, { assets } = {}) {
+  const notUrl = () => badOption('script', `registerOffline takes the URL of the site's sw.js, got ${JSON.stringify(String(script))}`);
+  if (typeof script !== 'string' && !(script instanceof URL)) throw notUrl();
+  let url;
+  try {
+    url = new URL(script, globalThis.document?.baseURI ?? DEFAULT_ASSETS);
+  } catch {
+    throw notUrl();
+  }
+  url.searchParams.set('version', VERSION);
+  url.searchParams.set('assets', assetsBase(assets));
+  if (!globalThis.navigator?.serviceWorker) return null;
+  try {
+    const registration = await navigator.serviceWorker.register(url);
+    const worker = registration.installing ?? registration.waiting ?? registration.active;
+    const urls = [globalThis.location.href, ...performance.getEntriesByType('resource').map((entry) => entry.name)];
+    worker?.postMessage({ type: 'keep', urls });
+    return registration;
+  } catch (error) {
+    console.warn(`nucleus: the page will not work offline: ${error.message}`);
+    return null;
+  }
+}
+
 export class Nucleus {
   #client;
 
   /**
    * Loads a GGUF model into a new worker. Options: `model` (a URL, same-origin or CORS, default
-   * DEFAULT_MODEL_URL; or a `File`/`Blob`, a GGUF file a person gave the page: read, checked and
-   * kept under a key of its own, `info.url`), `backend` ('auto', the default: WebGPU on a hardware
-   * adapter, the CPU engine where there is none or only a CPU emulation of one; 'webgpu'; 'cpu';
-   * `info.backend` says which ran and why), `onProgress({ phase: 'download'|'read'|'parse'|'upload',
-   * loaded, total, cached })`, `contextLength` (KV cache positions; default the model's),
-   * `memoryBudget` (bytes for every GPU buffer together; default none), `cache` (keep the file in
-   * the Cache API; default true), `sha256` (the file's, lowercase hex: a stored copy that differs
-   * is replaced, a download that differs is `bad-model`; default: not checked beyond its length).
-   * Whatever model the page already loaded is untouched: load the next one, then dispose of the
-   * old one.
+   * `models/SmolLM2-135M-Instruct.Q4_1.gguf` in the assets' folder; or a `File`/`Blob`, a GGUF file
+   * a person gave the page: read, checked and kept under a key of its own, `info.url`), `backend`
+   * ('auto', the default: WebGPU on a hardware adapter, the CPU engine where there is none or only
+   * a CPU emulation of one; 'webgpu'; 'cpu'; `info.backend` says which ran and why), `assets` (the
+   * URL of the package's folder, when a bundler moved this module away from it; default
+   * DEFAULT_ASSETS), `onProgress({ phase: 'download'|'read'|'parse'|'upload', loaded, total,
+   * cached })`, `contextLength` (KV cache positions; default the model's), `memoryBudget` (bytes
+   * for every GPU buffer together; default none), `cache` (keep the file in the Cache API; default
+   * true), `sha256` (the file's, lowercase hex: a stored copy that differs is replaced, a download
+   * that differs is `bad-model`; default: not checked beyond its length). Whatever model the page
+   * already loaded is untouched: load the next one, then dispose of the old one.
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
-    const known = ['model', 'backend', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
-    const unknown = Object.keys(options).find((key) => !known.includes(key));
-    if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${known.join(', ')})`);
-    const { model = DEFAULT_MODEL_URL, backend = 'auto', sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
+    const unknown = Object.keys(options).find((key) => !LOAD_OPTIONS.includes(key));
+    if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${LOAD_OPTIONS.join(', ')})`);
+    const { backend = 'auto', sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
+    const assets = assetsBase(options.assets);
+    const model = options.model ?? new URL(DEFAULT_MODEL_PATH, assets).href;
     if (!BACKENDS.includes(backend)) {
       throw badOption('backend', `backend must be one of ${BACKENDS.map((b) => `'${b}'`).join(', ')}, got ${JSON.stringify(backend)}`);
     }
@@ -392,8 +480,8 @@ export class Nucleus {
     const source = file
       ? { file, name: file.name || 'model.gguf' }
       : { url: new URL(model, globalThis.document?.baseURI ?? import.meta.url).href };
-    const worker = new Worker(new URL('./nucleus-worker.js', import.meta.url), { type: 'module', name: 'nucleus' });
-    const client = new WorkerClient(worker);
+    const script = new URL('nucleus-worker.js', assets).href;
+    const client = new WorkerClient(startWorker(assets), script);
     try {
       const info = await client.call(REQUEST.load,
         { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);

@@ -2,9 +2,9 @@
 // "what if" (what-if.js, the sampler's wasm module), drawn with plain DOM and SVG. Nothing here
 // reaches into the engine.
 
-import { Nucleus } from './nucleus.js';
+import { DEFAULT_ASSETS, Nucleus, registerOffline } from './nucleus.js';
 import { BACKENDS, emulatedAdapter } from './protocol.js';
-import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep } from './what-if.js';
+import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep, loadSampler } from './what-if.js';
 import { drawChart, shownToken } from './chart.js';
 import { runOfTrace, traceOf } from './trace.js';
 import { addFork, drawBranches, forkOptions, forkPrefix } from './branches.js';
@@ -1095,14 +1095,9 @@ function drawWalkthrough(step) {
 
 // ---- start -------------------------------------------------------------------------------------
 
-/** The service worker (sw.js) that keeps the page's files for visits with the network off. */
-function keepForOffline() {
-  navigator.serviceWorker?.register(new URL('sw.js', import.meta.url))
-    .catch((error) => console.warn(`nucleus: the page will not work offline: ${error.message}`));
-}
-
 async function start() {
-  keepForOffline();
+  // The service worker (sw.js) that keeps the page's files for visits with the network off.
+  registerOffline(new URL('sw.js', import.meta.url));
   buildKnobs();
   for (const id of checkedFields().keys()) {
     if ($(`${id}-error`)) continue;
@@ -1348,4 +1343,6 @@ function installPicker() {
 /** Errors after which this model can do nothing more: the page offers to load it again. */
 const MODEL_GONE = ['device-lost', 'internal'];
 
+// The sampler's wasm module and knobs first: the page's controls are made from them.
+await loadSampler(DEFAULT_ASSETS);
 start();

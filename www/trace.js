@@ -5,6 +5,9 @@
 import { readTrace, traceHeader } from './pkg/nucleus_sampler_web.js';
 import { logSumExp } from './what-if.js';
 
+/** Both functions here need the sampler's wasm module: `await loadSampler(assets)` first (the element does). */
+export { loadSampler } from './what-if.js';
+
 /**
  * The trace of a finished run. `run`: { request: { prompt } or { messages }, settings (the
  * sampling options it used, seed included), steps (the API's steps), result }; `model`: the

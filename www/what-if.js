@@ -3,14 +3,40 @@
 // same code chose the token in the engine, so what the chart shows is what sampling would do.
 
 import init, { estimateRow, whatIf } from './pkg/nucleus_sampler_web.js';
-
-await init();
+import { assetsBase } from './nucleus.js';
 
 /**
  * The sliders and the sampling defaults, written from the Rust sampler (crates/sampler/src/knobs.rs
- * and SamplingParams::default) by its test, which keeps the file current.
+ * and SamplingParams::default) by its test, which keeps the file current. Set by loadSampler.
  */
-export const { knobs: KNOBS, defaults: DEFAULTS } = await (await fetch(new URL('sampling-knobs.json', import.meta.url))).json();
+export let KNOBS = [];
+export let DEFAULTS = {};
+
+let loading = null;
+
+/**
+ * Loads the sampler's wasm module and the knobs from `assets` (the package's folder, as
+ * `Nucleus.load` takes it; default this module's) once; every function here needs it done. Later
+ * calls get the first load, whatever their base.
+ */
+export function loadSampler(assets) {
+  if (loading) return loading;
+  loading = (async () => {
+    const base = assetsBase(assets);
+    const [, knobs] = await Promise.all([
+      init({ module_or_path: new URL('pkg/nucleus_sampler_web_bg.wasm', base) }),
+      fetch(new URL('sampling-knobs.json', base)).then((response) => {
+        if (!response.ok) throw new Error(`${response.url}: HTTP ${response.status}`);
+        return response.json();
+      }),
+    ]);
+    ({ knobs: KNOBS, defaults: DEFAULTS } = knobs);
+  })();
+  // A failed load is not kept: the next call tries again.
+  loading.catch(() => { loading = null; });
+  return loading;
+}
+
 /** The settings a what-if re-applies to a step: temperature and the truncations (penalties need the run's history). */
 export const WHAT_IF_KEYS = ['temperature', 'topK', 'topP', 'minP', 'typicalP'];
 

@@ -1,5 +1,5 @@
 // The pieces of working offline that need no browser, in plain Node: the service worker's list
-// of files is every file the page loads; a model that cannot be stored is the `storage-quota`
+// of files is the whole package (every module the element, the API and the worker load); a model that cannot be stored is the `storage-quota`
 // error saying how much was needed and how much is free; the digest is SHA-256.
 // (The offline reload itself runs in Chromium: playground.test.mjs.)
 import test from 'node:test';
@@ -11,17 +11,37 @@ import { sha256Hex, storeModel } from '../../www/download.js';
 
 const www = new URL('../../www/', import.meta.url);
 
-test("the service worker stores every file the page loads, and nothing else", () => {
-  const sandbox = { self: { addEventListener() {} } };
-  vm.runInNewContext(`${readFileSync(new URL('sw.js', www), 'utf8')}; this.files = APP_FILES;`, sandbox);
-  const served = (dir, keep) => readdirSync(new URL(dir, www)).filter(keep).map((name) => `${dir}${name}`);
-  const expected = [
-    './',
-    ...served('', (name) => /\.(html|css|js)$/.test(name) && name !== 'sw.js'),
-    'sampling-knobs.json',
-    ...served('pkg/', (name) => /\.(js|wasm)$/.test(name)),
-  ];
-  assert.deepEqual([...sandbox.files].sort(), expected.sort());
+/** The service worker's PACKAGE_FILES (what it stores at install, and what the package holds). */
+function packageFiles() {
+  const sandbox = { URL, self: { addEventListener() {}, location: { href: 'https://example.com/sw.js' } } };
+  vm.runInNewContext(`${readFileSync(new URL('sw.js', www), 'utf8')}; this.files = PACKAGE_FILES;`, sandbox);
+  return [...sandbox.files];
+}
+
+/** The files a module imports (static and dynamic), relative to www/. */
+function importsOf(file) {
+  const text = readFileSync(new URL(file, www), 'utf8');
+  const specifiers = [...text.matchAll(/(?:from\s+|import\s*\(\s*|^import\s+)'(\.{1,2}\/[^']+)'/gm)].map((m) => m[1]);
+  return specifiers.map((specifier) => new URL(specifier, new URL(file, www)).href.slice(www.href.length));
+}
+
+test('the service worker stores the whole package: every module the element, the API and the worker import, and every wasm module', () => {
+  const files = packageFiles();
+  const seen = new Set();
+  const walk = (file) => {
+    if (seen.has(file)) return;
+    seen.add(file);
+    if (file.endsWith('.js')) importsOf(file).forEach(walk);
+  };
+  ['nucleus-element.js', 'nucleus.js', 'nucleus-worker.js', 'trace.js'].forEach(walk);
+  const missing = [...seen].filter((file) => !files.includes(file));
+  assert.deepEqual(missing, [], 'imported but not in PACKAGE_FILES');
+  // What the modules fetch by URL rather than import: the styles, the knobs, the wasm binaries.
+  const served = readdirSync(new URL('pkg/', www)).filter((name) => /\.(js|wasm)$/.test(name)).map((name) => `pkg/${name}`);
+  for (const file of ['chart.css', 'sampling-knobs.json', ...served]) assert.ok(files.includes(file), file);
+  // Nothing else: each file is imported or one of those, and exists.
+  const extra = files.filter((file) => !seen.has(file) && !['chart.css', 'sampling-knobs.json', ...served].includes(file));
+  assert.deepEqual(extra, []);
 });
 
 test('a model the browser cannot keep is storage-quota, with what it needed and what is free', async (t) => {

@@ -7,7 +7,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
-import { startServer, REPO, MODEL_SHA256 } from './server.mjs';
+import { startServer, REPO, MODEL_SHA256, VERSION } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const OUTPUT = path.join(REPO, 'test-output');
@@ -118,7 +118,11 @@ function assertClose(actual, expected, tolerance, where = 'trace') {
 test('the run saves as a trace: the model digest, the candidates of each step, the committed trace', async () => {
   const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-trace')]);
   const saved = JSON.parse(readFileSync(await download.path(), 'utf8'));
-  if (process.env.NUCLEUS_UPDATE_FIXTURES) writeFileSync(TRACE_FIXTURE, `${JSON.stringify(saved, null, 1)}\n`);
+  // It says which version recorded it: the package's, Cargo.toml's workspace version. (The
+  // committed trace is kept without it, as a trace from before traces carried it.)
+  const { generator, ...recorded } = saved;
+  assert.equal(generator, `nucleus ${VERSION}`);
+  if (process.env.NUCLEUS_UPDATE_FIXTURES) writeFileSync(TRACE_FIXTURE, `${JSON.stringify(recorded, null, 1)}\n`);
   assert.equal(saved.model.sha256, MODEL_SHA256, 'the digest the worker computed is the file\'s');
   assert.equal(saved.prompt, capital.text);
   assert.deepEqual(saved.steps.map((s) => s.token), [' Paris', '.', '\n']);
@@ -132,7 +136,7 @@ test('the run saves as a trace: the model digest, the candidates of each step, t
   });
   assert.ok(Math.abs(first.logprob - (first.candidates.logits[0] - first.logSumExp)) < 1e-9);
   // The same run gives the committed trace (numbers to 1e-4: another machine's SwiftShader).
-  assertClose(saved, JSON.parse(readFileSync(TRACE_FIXTURE, 'utf8')), 1e-4);
+  assertClose(recorded, JSON.parse(readFileSync(TRACE_FIXTURE, 'utf8')), 1e-4);
 });
 
 test('moving the temperature and top-p sliders redraws the chart without a new generation', async () => {

@@ -16,6 +16,11 @@ export const MODEL_PATH = process.env.NUCLEUS_MODEL
   ?? path.join(os.homedir(), '.cache/nucleus/models', MODEL_NAME);
 /** The default model file's digest: build.sh's, which checks the download against it. */
 export const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
+/**
+ * The package's version: Cargo.toml's workspace version, the one owner (build.sh writes
+ * www/pkg/version.js and the package's package.json from it; traces carry it).
+ */
+export const VERSION = /\[workspace\.package\]\nversion = "([^"]+)"/.exec(readFileSync(path.join(REPO, 'Cargo.toml'), 'utf8'))[1];
 /** Gemma 3 270M, the second architecture (`./build.sh model` fetches it). */
 export const GEMMA_NAME = 'gemma-3-270m-q4_k_m.gguf';
 export const GEMMA_PATH = process.env.NUCLEUS_GEMMA ?? path.join(os.homedir(), '.cache/nucleus/models', GEMMA_NAME);
@@ -146,6 +151,65 @@ export async function startModelOrigin({ dropAt = 20_000_000 } = {}) {
   return {
     url: `http://127.0.0.1:${server.address().port}/`,
     requests,
+    close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
+  };
+}
+
+/**
+ * One origin of a site made of several (a page's, a CDN's, a model host's): `routes` maps URL path
+ * prefixes to a folder or a file, or to `{ path, types }` whose `types` overrides content types by
+ * extension (a CDN that serves wasm as application/octet-stream); `rewrite` replaces strings in the HTML and JS it serves (the
+ * public URLs an example names, by this test's origins); `cors` answers any origin;
+ * `isolated` sends COOP and COEP. Resolves to { url, requests, setOffline, close }.
+ */
+export async function startOrigin({ routes, rewrite = [], cors = false, isolated = false }) {
+  const requests = [];
+  let offline = false;
+  const headers = {
+    ...(cors && {
+      'access-control-allow-origin': '*',
+      'access-control-allow-headers': 'range, if-range',
+      'access-control-expose-headers': 'content-length, content-range, etag',
+    }),
+    ...(isolated && ISOLATION_HEADERS),
+  };
+  const server = createServer(async (request, response) => {
+    const pathname = decodeURIComponent(new URL(request.url, 'http://x').pathname);
+    requests.push(pathname);
+    if (offline) {
+      request.socket.destroy();
+      return;
+    }
+    if (request.method === 'OPTIONS') {
+      response.writeHead(204, headers);
+      response.end();
+      return;
+    }
+    const route = Object.keys(routes).filter((prefix) => pathname.startsWith(prefix)).sort((a, b) => b.length - a.length)[0];
+    const { path: target, types = {} } = route === undefined ? {} : typeof routes[route] === 'string' ? { path: routes[route] } : routes[route];
+    let file = target && (route.endsWith('/') ? path.join(target, path.normalize(pathname.slice(route.length)).replace(/^(\.\.[/\\])+/, '')) : target);
+    try {
+      if (file && (await fs.stat(file)).isDirectory()) file = path.join(file, 'index.html');
+      const body = await fs.readFile(file);
+      const type = types[path.extname(file)] ?? TYPES[path.extname(file)] ?? 'application/octet-stream';
+      let out = body;
+      if (/^text\/(html|javascript)/.test(type)) {
+        let text = body.toString('utf8');
+        for (const [from, to] of rewrite) text = text.replaceAll(from, to);
+        out = Buffer.from(text);
+      }
+      response.writeHead(200, { ...headers, 'content-type': type, 'content-length': out.length, 'cache-control': 'no-store' });
+      response.end(request.method === 'HEAD' ? undefined : out);
+    } catch {
+      response.writeHead(404, { ...headers, 'content-type': 'text/plain' });
+      response.end('not found');
+    }
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/`,
+    requests,
+    setOffline: (on) => { offline = on; },
     close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
   };
 }

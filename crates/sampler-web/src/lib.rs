@@ -195,10 +195,11 @@ mod bindings {
         Ok(serde_json::to_string(&trace).unwrap_or_default())
     }
 
-    /// `traceHeader(): string`: the `format` and `version` a trace written now carries, as JSON.
+    /// `traceHeader(): string`: the `format`, `version` and `generator` (the package's version) a
+    /// trace written now carries, as JSON.
     #[wasm_bindgen(js_name = traceHeader)]
     pub fn trace_header() -> String {
-        serde_json::json!({ "format": crate::trace::TRACE_FORMAT, "version": crate::trace::TRACE_VERSION }).to_string()
+        crate::trace::header().to_string()
     }
 
     fn to_js(error: WhatIfError) -> JsValue {

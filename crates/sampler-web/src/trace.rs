@@ -25,6 +25,9 @@ use serde_json::{Map, Value};
 pub const TRACE_FORMAT: &str = "nucleus-trace";
 /// The version this build writes and reads.
 pub const TRACE_VERSION: u32 = 1;
+/// What a trace written by this build says recorded it: the package's version, Cargo.toml's
+/// workspace version (the one the JS package, its service worker's cache and `VERSION` carry).
+pub const TRACE_GENERATOR: &str = concat!("nucleus ", env!("CARGO_PKG_VERSION"));
 
 /// A recorded generation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -40,6 +43,9 @@ pub struct Trace {
     /// The format's version (this is version 1).
     #[schemars(extend("const" = 1))]
     pub version: u32,
+    /// The Nucleus version that recorded it ("nucleus 0.1.0"); absent in traces from before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
     /// The model that generated it.
     pub model: TraceModel,
     /// The prompt as text; absent when the run was a chat.
@@ -159,6 +165,11 @@ impl TraceError {
 
 /// How far a candidate's probability may exceed 1 in the sum (the logits are f32).
 const MASS_TOLERANCE: f64 = 1e-4;
+
+/// The fields a trace written now begins with: `format`, `version` and `generator`.
+pub fn header() -> Value {
+    serde_json::json!({ "format": TRACE_FORMAT, "version": TRACE_VERSION, "generator": TRACE_GENERATOR })
+}
 
 /// Reads a trace from its JSON text, whole or not at all.
 pub fn read_trace(json: &str) -> Result<Trace, TraceError> {

@@ -3,7 +3,7 @@
 //! changing them, run `NUCLEUS_UPDATE_FIXTURES=1 cargo test -p nucleus-sampler-web`).
 
 use nucleus_sampler::json::sorted_keys;
-use nucleus_sampler_web::trace::{FinishReason, TRACE_VERSION, Trace, read_trace};
+use nucleus_sampler_web::trace::{FinishReason, TRACE_GENERATOR, TRACE_VERSION, Trace, header, read_trace};
 use serde_json::{Value, json};
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
@@ -27,6 +27,25 @@ fn the_recorded_trace_reads_whole() {
     assert_eq!(trace.finish_reason, FinishReason::Length);
     // Read and written again, it is the same trace.
     assert_eq!(read_trace(&serde_json::to_string(&trace).unwrap()).unwrap(), trace);
+}
+
+#[test]
+fn a_trace_written_now_carries_the_package_version_and_older_ones_still_read() {
+    let version = env!("CARGO_PKG_VERSION");
+    assert_eq!(TRACE_GENERATOR, format!("nucleus {version}"));
+    // The workspace's version is the package's: build.sh writes the JS package's from the same line.
+    let manifest = std::fs::read_to_string(format!("{ROOT}/Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains(&format!("[workspace.package]\nversion = \"{version}\"")),
+        "Cargo.toml's workspace version"
+    );
+    let mut written = fixture();
+    for (key, value) in header().as_object().unwrap() {
+        written[key] = value.clone();
+    }
+    assert_eq!(read_trace(&written.to_string()).unwrap().generator.as_deref(), Some(TRACE_GENERATOR));
+    // The committed trace predates the field.
+    assert_eq!(read_trace(&fixture().to_string()).unwrap().generator, None);
 }
 
 /// Each damage, and the path and message the reader gives for it.

@@ -1,0 +1,420 @@
+// Types of the JS API (nucleus.js). Written beside the module and checked by `tsc --noEmit` over
+// examples/bundler/src/main.ts, which uses every option and runs against the real package in the
+// browser tests (tests/browser/package.test.mjs): an option renamed in the JS fails there, one
+// renamed here fails the type check. README.md documents each.
+
+/** The package's version (Cargo.toml's workspace version): the service worker's cache and traces carry it. */
+export const VERSION: string;
+/** The folder this module was loaded from: where the worker, the wasm modules and the CSS are unless `assets` says. */
+export const DEFAULT_ASSETS: string;
+/** `models/SmolLM2-135M-Instruct.Q4_1.gguf` in DEFAULT_ASSETS (the package does not include a model). */
+export const DEFAULT_MODEL_URL: string;
+
+/** Every error code, with when it happens (protocol.js owns the list). */
+export const ERROR_CODES: Readonly<Record<ErrorCode, string>>;
+export type ErrorCode =
+  | 'no-webgpu' | 'fetch-failed' | 'bad-model' | 'unsupported-model' | 'bad-options' | 'context-overflow'
+  | 'out-of-memory' | 'bad-logits' | 'storage-quota' | 'busy' | 'device-lost' | 'device' | 'internal';
+
+/** Every error of the API. */
+export class NucleusError extends Error {
+  readonly name: 'NucleusError';
+  readonly code: ErrorCode;
+  /** The option a `bad-options` error is about, in the spelling the caller used. */
+  readonly option?: string;
+  /** The HTTP status of a `fetch-failed` error. */
+  readonly status?: number;
+}
+
+/** The assets' folder as an absolute URL ending in `/` (`assets`, or DEFAULT_ASSETS). */
+export function assetsBase(assets?: string | URL | null): string;
+
+/**
+ * Registers the site's copy of the package's `sw.js` (a service worker must be same-origin) so
+ * that the page works offline; null where the browser has no service workers.
+ */
+export function registerOffline(script: string | URL, options?: { assets?: string | URL }): Promise<ServiceWorkerRegistration | null>;
+
+export type Backend = 'auto' | 'webgpu' | 'cpu';
+
+export interface LoadProgress {
+  phase: 'download' | 'read' | 'parse' | 'upload';
+  loaded: number;
+  total: number;
+  /** The file came from the browser's cache. */
+  cached: boolean;
+}
+
+export interface LoadOptions {
+  /** A URL (same-origin or CORS) or a GGUF file a person gave the page. */
+  model?: string | URL | Blob;
+  backend?: Backend;
+  /** The package's folder, when a bundler moved nucleus.js away from it. */
+  assets?: string | URL;
+  /** The file's SHA-256, 64 lowercase hex digits. */
+  sha256?: string;
+  onProgress?: (progress: LoadProgress) => void;
+  /** KV cache positions (default the model's trained length). */
+  contextLength?: number;
+  /** Bytes for every GPU buffer together. */
+  memoryBudget?: number;
+  /** Keep the file in the Cache API (default true). */
+  cache?: boolean;
+}
+
+export interface ModelInfo {
+  title: string;
+  name: string;
+  basename?: string | null;
+  sizeLabel?: string | null;
+  architecture: string;
+  quantization: string;
+  vocabSize: number;
+  contextLength: number;
+  /** The file's chat template, or false for a base model (raw prompts only). */
+  chatTemplate: string | false;
+  parameters: number;
+  fileBytes: number;
+  backend: { kind: 'webgpu' | 'cpu'; reason: string; threads: number };
+  device: string;
+  path: 'fused' | 'cpu';
+  weightBytes: number;
+  kvBytesPerToken: number;
+  adapter: { vendor: string; architecture: string; description: string; isFallback: boolean } | null;
+  f16: boolean;
+  url: string;
+  sha256: string;
+  loadMs: number;
+  fromCache: boolean;
+  cacheError?: { code: 'storage-quota'; message: string } | null;
+}
+
+export interface ChatMessage {
+  role: 'system' | 'user' | 'assistant';
+  content: string;
+}
+
+export type ResponseFormat =
+  | { type: 'json_schema'; schema: object }
+  | { type: 'json_object' }
+  | { type: 'regex'; pattern: string }
+  | { type: 'grammar'; lark: string };
+
+/** The sampler's options (`SamplingParams`, crates/sampler/src/params.rs). */
+export interface SamplingOptions {
+  temperature?: number;
+  topK?: number;
+  topP?: number;
+  minP?: number;
+  typicalP?: number;
+  repetitionPenalty?: number;
+  presencePenalty?: number;
+  frequencyPenalty?: number;
+  penaltyLastN?: number;
+  penalizePrompt?: boolean;
+  dryMultiplier?: number;
+  dryBase?: number;
+  dryAllowedLength?: number;
+  dryPenaltyLastN?: number;
+  dryIncludePrompt?: boolean;
+  drySequenceBreakers?: string[];
+  /** Token id -> bias added to its logit (-Infinity forbids it). */
+  logitBias?: Record<number, number>;
+  seed?: number;
+}
+
+export interface GenerateOptions extends SamplingOptions {
+  /** A raw prompt; or `messages`, through the model's chat template. */
+  prompt?: string;
+  messages?: ChatMessage[];
+  maxTokens?: number;
+  stop?: string[];
+  ignoreEos?: boolean;
+  /** Candidates per step, 0..=256 (default 20). */
+  topLogprobs?: number;
+  /** > 0: the sampler's explanation of each step with that many candidates. */
+  explain?: number;
+  /** Each step also carries its whole raw logits row. */
+  returnLogits?: boolean;
+  /** The output's first token ids, given instead of sampled (a fork). */
+  forcedTokens?: number[];
+  speculative?: { lookup?: { maxDraft?: number; ngram?: number } };
+  responseFormat?: ResponseFormat;
+  signal?: AbortSignal;
+  onPrefill?: (progress: { done: number; total: number; cached: number }) => void;
+}
+
+export interface TopCandidate {
+  id: number;
+  text: string;
+  logit: number;
+  logprob: number;
+}
+
+export type RemovedBy = 'mask' | 'forbidden' | 'greedy' | 'top_k' | 'top_p' | 'min_p' | 'typical_p';
+
+export interface ExplainedCandidate {
+  id: number;
+  text: string;
+  rank: number;
+  logit: number;
+  adjustedLogit: number;
+  prob: number;
+  cumulative: number;
+  kept: boolean;
+  keptByMask: boolean;
+  keptByTopK: boolean;
+  keptByTopP: boolean;
+  keptByMinP: boolean;
+  keptByTypicalP: boolean;
+  removedBy: RemovedBy | null;
+  finalProb: number;
+}
+
+export interface StepExplanation {
+  candidates: ExplainedCandidate[];
+  entropy: number;
+  massOutside: number;
+  keptCount: number;
+  keptMass: number;
+  temperature: number;
+  stages: { possible: number; afterTopK: number; afterTopP: number; afterMinP: number; afterTypicalP: number };
+  chosen: { id: number; rank: number; prob: number; logprob: number; temperatureProb: number };
+}
+
+export type FinishReason = 'eos' | 'stop' | 'length' | 'abort';
+
+export interface Step {
+  index: number;
+  id: number;
+  /** The token's own text. */
+  token: string;
+  /** The text this step releases (stop- and UTF-8-safe; may be empty). */
+  text: string;
+  logprob: number;
+  top: TopCandidate[];
+  explain?: StepExplanation;
+  logits?: Float32Array;
+  finishReason?: FinishReason;
+  draft?: {
+    tokens: { id: number; text: string; targetProb: number; verdict: 'accepted' | 'rejected' | 'not_reached' }[];
+    accepted: number;
+  };
+  constraint?: { forbidden: number[]; allowed: number; removedMass: number | null; allowedWords?: number[] };
+}
+
+export interface QueueCalls {
+  dispatches: number;
+  submits: number;
+  bufferWrites: number;
+}
+
+export interface GenerationResult {
+  text: string;
+  finishReason: FinishReason;
+  stopSequence?: string;
+  usage: { promptTokens: number; completionTokens: number; cachedPromptTokens: number };
+  timing: { loadMs: number; ttftMs: number; prefillMs: number; prefillTokensPerS: number; decodeMs: number; decodeTokensPerS: number };
+  transfer: {
+    readbackBytes: number;
+    bytesPerToken: number;
+    tailSteps: number;
+    fullReadSteps: number;
+    gpuQueue: { firstStep: QueueCalls; perDecodeToken: QueueCalls | null };
+  };
+  speculation?: {
+    decodePasses: number;
+    verifyPasses: number;
+    draftedTokens: number;
+    acceptedTokens: number;
+    acceptanceRate: number;
+    tokensPerPass: number;
+  };
+}
+
+/** A running generation: its steps as they come, and its outcome. */
+export class Generation implements AsyncIterable<Step> {
+  private constructor();
+  readonly result: Promise<GenerationResult>;
+  /** Stops after the step in flight; `result` resolves with finishReason 'abort'. */
+  abort(): Promise<void>;
+  [Symbol.asyncIterator](): AsyncIterator<Step>;
+}
+
+export interface LogitLensOptions {
+  prompt?: string;
+  messages?: ChatMessage[];
+  /** The ids generated before the step ([] for the first). */
+  generated?: number[];
+  /** 1..=64 (default 10). */
+  candidates?: number;
+}
+
+export interface LogitLensReport {
+  candidates: { id: number; text: string; prob: number }[];
+  layers: { layer: number; probs: number[]; top: { id: number; text: string; prob: number } }[];
+  contextTokens: number;
+  cachedTokens: number;
+  bytesRead: number;
+}
+
+export interface BeamSearchOptions {
+  prompt?: string;
+  messages?: ChatMessage[];
+  /** 1..=8 (default 3). */
+  beams?: number;
+  lengthPenalty?: number;
+  /** 1..=64 (default 8). */
+  maxTokens?: number;
+  ignoreEos?: boolean;
+}
+
+export interface BeamSearchResult {
+  hypotheses: { tokens: number[]; text: string; logprob: number; score: number; finishReason: FinishReason }[];
+  trace: {
+    nodes: {
+      id: number;
+      parent: number | null;
+      step: number;
+      token: number | null;
+      text: string | null;
+      tokenLogprob: number;
+      logprob: number;
+      score: number;
+      status: 'root' | 'kept' | 'finished' | 'pruned';
+    }[];
+    steps: { step: number; kept: number[]; finished: number[]; pruned: number[] }[];
+  };
+  promptTokens: number;
+}
+
+export interface Diagnostics {
+  liveBuffers: number;
+  liveBytes: number;
+  kvCacheBytes: number;
+  wasmMemoryBytes: number;
+}
+
+export interface StoredModels {
+  models: { url: string; name: string; bytes: number; local: boolean }[];
+  usage: number | null;
+  quota: number | null;
+}
+
+// ---- the OpenAI facade ------------------------------------------------------------------------
+
+/** Every engine option in snake_case is taken too (top_k, dry_multiplier, …). */
+export interface ChatCompletionRequest {
+  messages: ChatMessage[];
+  stream?: boolean;
+  stream_options?: { include_usage?: boolean };
+  model?: string;
+  user?: string;
+  n?: 1;
+  max_tokens?: number;
+  max_completion_tokens?: number;
+  temperature?: number;
+  top_p?: number;
+  top_k?: number;
+  min_p?: number;
+  typical_p?: number;
+  stop?: string[];
+  seed?: number;
+  frequency_penalty?: number;
+  presence_penalty?: number;
+  repetition_penalty?: number;
+  logit_bias?: Record<number, number>;
+  logprobs?: boolean;
+  /** 0..=256. */
+  top_logprobs?: number;
+  response_format?: { type: 'text' } | { type: 'json_object' } | { type: 'json_schema'; json_schema: { name?: string; schema: object } }
+    | { type: 'regex'; pattern: string } | { type: 'grammar'; lark: string };
+  ignore_eos?: boolean;
+  dry_multiplier?: number;
+  dry_base?: number;
+  dry_allowed_length?: number;
+  dry_penalty_last_n?: number;
+  penalty_last_n?: number;
+  penalize_prompt?: boolean;
+  dry_include_prompt?: boolean;
+  dry_sequence_breakers?: string[];
+  forced_tokens?: number[];
+  explain?: number;
+  speculative?: { lookup?: { maxDraft?: number; ngram?: number } };
+}
+
+export interface ChatCompletionLogprob {
+  token: string;
+  logprob: number;
+  bytes: number[];
+  top_logprobs: { token: string; logprob: number; bytes: number[] }[];
+}
+
+export interface ChatCompletionUsage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+export interface ChatCompletion {
+  id: string;
+  object: 'chat.completion';
+  created: number;
+  model: string;
+  choices: {
+    index: 0;
+    message: { role: 'assistant'; content: string };
+    logprobs: { content: ChatCompletionLogprob[] } | null;
+    finish_reason: 'stop' | 'length' | 'abort';
+  }[];
+  usage: ChatCompletionUsage;
+}
+
+export interface ChatCompletionChunk {
+  id: string;
+  object: 'chat.completion.chunk';
+  created: number;
+  model: string;
+  choices: {
+    index: 0;
+    delta: { role?: 'assistant'; content?: string };
+    logprobs: { content: ChatCompletionLogprob[] } | null;
+    finish_reason: 'stop' | 'length' | 'abort' | null;
+  }[];
+  usage?: ChatCompletionUsage;
+}
+
+export interface ChatCompletionStream extends AsyncIterable<ChatCompletionChunk> {
+  abort(): Promise<void>;
+}
+
+export interface ChatCompletions {
+  create(request: ChatCompletionRequest & { stream: true }): Promise<ChatCompletionStream>;
+  create(request: ChatCompletionRequest & { stream?: false }): Promise<ChatCompletion>;
+}
+
+// ---- the model ---------------------------------------------------------------------------------
+
+export class Nucleus {
+  private constructor();
+  /** Loads a GGUF model into a new worker. */
+  static load(options?: LoadOptions): Promise<Nucleus>;
+  /** The models this browser keeps, largest first, and the site's storage use and quota. */
+  static storedModels(): Promise<StoredModels>;
+  /** Drops the kept copy of the model at `url`; resolves to whether one was kept. */
+  static removeStoredModel(url: string | URL): Promise<boolean>;
+
+  readonly info: Readonly<ModelInfo>;
+  readonly chat: { readonly completions: ChatCompletions };
+  generate(options: GenerateOptions): Generation;
+  logitLens(options: LogitLensOptions): Promise<LogitLensReport>;
+  beamSearch(options: BeamSearchOptions): Promise<BeamSearchResult>;
+  tokenize(text: string): Promise<number[]>;
+  diagnostics(): Promise<Diagnostics>;
+  /** Ends the worker and frees the model's memory. */
+  dispose(): void;
+  /** Destroys the GPU device, as a driver reset would (tests of `device-lost`). */
+  loseDeviceForTesting(): Promise<true>;
+  /** Panics inside the engine, as a bug would (tests of `internal`). */
+  panicForTesting(): Promise<never>;
+}
