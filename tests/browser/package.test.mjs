@@ -110,6 +110,14 @@ test("the examples carry README's policy and this version", () => {
   assert.ok(README.includes(`${PACKAGE_NAME}@${VERSION}/nucleus-element.js`), 'README names this version');
 });
 
+/** The members nucleus.d.ts declares for `interface name` (its top level): { required, optional }. */
+function declaredKeys(name) {
+  const declarations = readFileSync(path.join(REPO, 'www/nucleus.d.ts'), 'utf8');
+  const body = new RegExp(`export interface ${name} (?:extends [^{]+)?\\{\\n([\\s\\S]*?)\\n\\}`).exec(declarations)[1];
+  const members = [...body.matchAll(/^ {2}(\w+)(\??):/gm)];
+  return { required: members.filter((m) => !m[2]).map((m) => m[1]), optional: members.filter((m) => m[2]).map((m) => m[1]) };
+}
+
 /** Waits for the page's `index`th element's model, generates, and returns its chips' ids. */
 async function generateIn(opened, index = 0) {
   const element = opened.locator('nucleus-playground').nth(index);
@@ -166,6 +174,12 @@ test('the bundle (the typed example) streams a generation and calls the whole AP
   assert.equal(report.text, ' Paris.');
   assert.equal(Number(await bundle.$eval('#output', (e) => e.dataset.steps)), 4, 'the steps streamed into the page');
   assert.equal(report.explained, true);
+  // The declarations name every key the objects have, and each they say is always there is.
+  for (const [name, keys] of Object.entries(report.keys)) {
+    const { required, optional } = declaredKeys(name);
+    assert.deepEqual(keys.filter((key) => !required.includes(key) && !optional.includes(key)), [], `${name}: keys nucleus.d.ts does not declare`);
+    assert.deepEqual(required.filter((key) => !keys.includes(key)), [], `${name}: keys nucleus.d.ts says are always there`);
+  }
   assert.match(report.regex, /^(red|green|blue)$/);
   assert.ok(['stop', 'length'].includes(report.completion));
   assert.ok(report.chunks >= 3, `${report.chunks} chunks`);

@@ -57,6 +57,8 @@ const result: GenerationResult = await generation.result;
 report.ids = steps.map((step) => step.id);
 report.text = result.text;
 report.explained = steps.every((step) => step.explain?.chosen.id === step.id);
+// What the declarations say each object holds, for the tests to hold against what it holds.
+report.keys = { ModelInfo: Object.keys(lm.info), Step: Object.keys(steps[0]), GenerationResult: Object.keys(result) };
 
 // Structured output, a chat and the OpenAI facade.
 const json = await lm.generate({ messages: [{ role: 'user', content: 'A colour?' }], maxTokens: 12,
