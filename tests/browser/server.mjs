@@ -39,6 +39,39 @@ const TYPES = {
  */
 export const ISOLATION_HEADERS = { 'cross-origin-opener-policy': 'same-origin', 'cross-origin-embedder-policy': 'require-corp' };
 
+/** The headers that let any origin read a response, Range requests and their answers included (a CDN's, a model host's). */
+const CORS_HEADERS = {
+  'access-control-allow-origin': '*',
+  'access-control-allow-headers': 'range, if-range',
+  'access-control-expose-headers': 'content-length, content-range, etag',
+};
+
+/**
+ * A local HTTP server on a free port: every request's path recorded in `requests`, and refused
+ * (the connection closed unanswered, as if the network were gone) while `setOffline(true)`; the
+ * rest answered by `handle(request, response, pathname)`. Resolves to { url, requests, setOffline, close }.
+ */
+async function listen(handle, port = 0) {
+  const requests = [];
+  let offline = false;
+  const server = createServer((request, response) => {
+    const pathname = decodeURIComponent(new URL(request.url, 'http://x').pathname);
+    requests.push(pathname);
+    if (offline) {
+      request.socket.destroy();
+      return;
+    }
+    handle(request, response, pathname);
+  });
+  await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
+  return {
+    url: `http://127.0.0.1:${server.address().port}/`,
+    requests,
+    setOffline: (on) => { offline = on; },
+    close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
+  };
+}
+
 /**
  * Serves `root` and `extra` (URL path -> Buffer, or { body, type }), cross-origin isolated unless
  * `isolated` is false. Resolves to { url, close, requests, setOffline }.
@@ -48,16 +81,7 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
   await fs.access(MODEL_PATH).catch(() => {
     throw new Error(`the model is missing at ${MODEL_PATH}: run ./build.sh model (or set NUCLEUS_MODEL)`);
   });
-  const requests = [];
-  let offline = false;
-  const server = createServer(async (request, response) => {
-    const pathname = decodeURIComponent(new URL(request.url, 'http://x').pathname);
-    requests.push(pathname);
-    if (offline) {
-      // As if the network were gone: the connection closes with no answer.
-      request.socket.destroy();
-      return;
-    }
+  return listen(async (request, response, pathname) => {
     if (extra[pathname]) {
       const { body, type } = Buffer.isBuffer(extra[pathname]) ? { body: extra[pathname] } : extra[pathname];
       response.writeHead(200, { ...isolation, 'content-type': type ?? 'application/octet-stream', 'content-length': body.length });
@@ -81,16 +105,7 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
       response.writeHead(404, { 'content-type': 'text/plain' });
       response.end('not found');
     }
-  });
-  await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
-  const url = `http://127.0.0.1:${server.address().port}/`;
-  return {
-    url,
-    requests,
-    /** While on, every request is refused (the connection closed unanswered). */
-    setOffline: (on) => { offline = on; },
-    close: () => new Promise((resolve) => server.close(resolve)),
-  };
+  }, port);
 }
 
 /**
@@ -105,15 +120,10 @@ export async function startModelOrigin({ dropAt = 20_000_000 } = {}) {
   const model = await fs.readFile(MODEL_PATH);
   const requests = [];
   const cut = new Set();
-  const cors = {
-    'access-control-allow-origin': '*',
-    'access-control-allow-headers': 'range, if-range',
-    'access-control-expose-headers': 'content-length, content-range, etag',
-  };
   const server = createServer((request, response) => {
     const pathname = new URL(request.url, 'http://x').pathname;
     if (request.method === 'OPTIONS') {
-      response.writeHead(204, cors);
+      response.writeHead(204, CORS_HEADERS);
       response.end();
       return;
     }
@@ -121,18 +131,18 @@ export async function startModelOrigin({ dropAt = 20_000_000 } = {}) {
     requests.push({ path: pathname, range });
     if (pathname === '/html/model.gguf') {
       const page = Buffer.from('<!DOCTYPE html>\n<html><head><title>404 Not Found</title></head><body>Not here</body></html>');
-      response.writeHead(200, { ...cors, 'content-type': 'text/html', 'content-length': page.length });
+      response.writeHead(200, { ...CORS_HEADERS, 'content-type': 'text/html', 'content-length': page.length });
       response.end(page);
       return;
     }
     const [, kind] = /^\/(drop|no-range)\/model\.gguf$/.exec(pathname) ?? [];
     if (!kind) {
-      response.writeHead(404, cors);
+      response.writeHead(404, CORS_HEADERS);
       response.end();
       return;
     }
     const start = kind === 'drop' && range ? Number(/^bytes=(\d+)-$/.exec(range)?.[1] ?? 0) : 0;
-    const headers = { ...cors, 'content-type': 'application/octet-stream', etag: '"model-v1"' };
+    const headers = { ...CORS_HEADERS, 'content-type': 'application/octet-stream', etag: '"model-v1"' };
     if (start > 0) {
       response.writeHead(206, { ...headers, 'content-length': model.length - start,
         'content-range': `bytes ${start}-${model.length - 1}/${model.length}` });
@@ -163,23 +173,8 @@ export async function startModelOrigin({ dropAt = 20_000_000 } = {}) {
  * `isolated` sends COOP and COEP. Resolves to { url, requests, setOffline, close }.
  */
 export async function startOrigin({ routes, rewrite = [], cors = false, isolated = false }) {
-  const requests = [];
-  let offline = false;
-  const headers = {
-    ...(cors && {
-      'access-control-allow-origin': '*',
-      'access-control-allow-headers': 'range, if-range',
-      'access-control-expose-headers': 'content-length, content-range, etag',
-    }),
-    ...(isolated && ISOLATION_HEADERS),
-  };
-  const server = createServer(async (request, response) => {
-    const pathname = decodeURIComponent(new URL(request.url, 'http://x').pathname);
-    requests.push(pathname);
-    if (offline) {
-      request.socket.destroy();
-      return;
-    }
+  const headers = { ...(cors && CORS_HEADERS), ...(isolated && ISOLATION_HEADERS) };
+  return listen(async (request, response, pathname) => {
     if (request.method === 'OPTIONS') {
       response.writeHead(204, headers);
       response.end();
@@ -205,11 +200,4 @@ export async function startOrigin({ routes, rewrite = [], cors = false, isolated
       response.end('not found');
     }
   });
-  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return {
-    url: `http://127.0.0.1:${server.address().port}/`,
-    requests,
-    setOffline: (on) => { offline = on; },
-    close: () => new Promise((resolve) => { server.closeAllConnections?.(); server.close(resolve); }),
-  };
 }
