@@ -1,22 +1,17 @@
 // The pieces of working offline that need no browser, in plain Node: the service worker's list
-// of files is the whole package (every module the element, the API and the worker load); a model that cannot be stored is the `storage-quota`
-// error saying how much was needed and how much is free; the digest is SHA-256.
-// (The offline reload itself runs in Chromium: playground.test.mjs.)
+// of files is the whole package (every module the element, the API and the worker load); a model
+// that cannot be stored is the `storage-quota` error saying how much was needed and how much is
+// free; the digest is SHA-256. (The offline reloads run in Chromium: playground.test.mjs, and
+// package.test.mjs across origins.)
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
-import vm from 'node:vm';
 
 import { sha256Hex, storeModel } from '../../www/download.js';
+// The service worker's PACKAGE_FILES (what it stores at install, and what the package holds).
+import { packageFiles } from '../../npm/dist.mjs';
 
 const www = new URL('../../www/', import.meta.url);
-
-/** The service worker's PACKAGE_FILES (what it stores at install, and what the package holds). */
-function packageFiles() {
-  const sandbox = { URL, self: { addEventListener() {}, location: { href: 'https://example.com/sw.js' } } };
-  vm.runInNewContext(`${readFileSync(new URL('sw.js', www), 'utf8')}; this.files = PACKAGE_FILES;`, sandbox);
-  return [...sandbox.files];
-}
 
 /** The files a module imports (static and dynamic), relative to www/. */
 function importsOf(file) {
