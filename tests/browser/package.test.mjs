@@ -38,7 +38,7 @@ let models;
 let context;
 let site;
 
-/** The site's policy and the CSP violations a page reports (the page's and its workers' consoles). */
+/** Opens `url`, keeping in `violations` each policy violation its console reports. */
 async function openChecked(url) {
   const opened = await open(context, url);
   opened.violations = [];
@@ -48,6 +48,7 @@ async function openChecked(url) {
   return opened;
 }
 
+/** The violations the page's document saw (`securitypolicyviolation` events, from the init script). */
 const violations = (opened) => opened.evaluate(() => window.violations ?? []);
 
 before(async () => {
