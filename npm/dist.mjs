@@ -95,12 +95,13 @@ function main([version]) {
   const tarball = path.join(DIST, packed.filename);
   // What a visitor's browser downloads (gzip -9, as a CDN serves it): the element's modules and
   // styles, the sampler, and one engine module; the service worker's install takes every file.
-  const inPackage = (file) => path.join(out, file);
-  const page = runtime.filter((file) => !file.startsWith('pkg/nucleus_web')).reduce((sum, file) => sum + gzipped(inPackage(file)), 0);
-  const plain = gzipped(inPackage('pkg/nucleus_web.js')) + gzipped(inPackage('pkg/nucleus_web_bg.wasm'));
-  const threaded = ['pkg/nucleus_web_threads.js', 'pkg/nucleus_web_threads_bg.wasm', 'pkg/nucleus_web_threads_workers.js']
-    .reduce((sum, file) => sum + gzipped(inPackage(file)), 0);
-  const every = runtime.reduce((sum, file) => sum + gzipped(inPackage(file)), 0);
+  // Each runtime file compressed once; a download is the sum of its files.
+  const compressed = new Map(runtime.map((file) => [file, gzipped(path.join(out, file))]));
+  const sum = (files) => files.reduce((total, file) => total + compressed.get(file), 0);
+  const page = sum(runtime.filter((file) => !file.startsWith('pkg/nucleus_web')));
+  const plain = sum(['pkg/nucleus_web.js', 'pkg/nucleus_web_bg.wasm']);
+  const threaded = sum(['pkg/nucleus_web_threads.js', 'pkg/nucleus_web_threads_bg.wasm', 'pkg/nucleus_web_threads_workers.js']);
+  const every = sum(runtime);
   console.log(`${path.relative(REPO, out)}/: ${packed.entryCount} files, ${megabytes(packed.unpackedSize)}`);
   console.log(`${path.relative(REPO, tarball)}: ${megabytes(statSync(tarball).size)} packed`);
   console.log(`a first visit downloads, gzipped: ${megabytes(page + threaded)} (the element and the CPU engine's threaded module, `

@@ -6,11 +6,10 @@ import { execFileSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, symlinkSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
 import { PACKAGE_NAME } from '../../npm/dist.mjs';
+import { REPO } from '../browser/server.mjs';
 
-export const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 export { PACKAGE_NAME };
 
 /** The tarball `./build.sh dist` packed for `version`. */
