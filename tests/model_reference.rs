@@ -2,13 +2,14 @@
 //! the fused kernels over the quantized weights (wgpu), Burn's operations on wgpu (with either
 //! kernel for the linear layers) and on the CPU backend. Every last-position logit within 1e-3,
 //! the top-20 order (neighbours closer than 1e-3 may swap), the greedy tokens, and prefill+decode
-//! equal to a full recompute within 1e-4. SmolLM2-135M (Llama) and Gemma 3 270M.
+//! equal to a full recompute within 1e-4. SmolLM2-135M (Llama) and Gemma 3 270M; tiny Llama 3,
+//! Qwen2, Qwen3 and Qwen3.5 files.
 
 use nucleus_gguf::GgufFile;
 use nucleus_model::{DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
 use nucleus_tests::{
-    GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, burn_cpu_device, cpu_device, gemma_bytes, max_abs_diff,
-    model_bytes, reference, tiny_family, top_ids, wgpu_device,
+    GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, TINY_QWEN35, burn_cpu_device, cpu_device, gemma_bytes,
+    max_abs_diff, model_bytes, reference, tiny_family, top_ids, wgpu_device,
 };
 use nucleus_tokenizer::Tokenizer;
 
@@ -219,6 +220,27 @@ fn tiny_families_match_transformers_on_every_path() {
         for (name, device, path) in paths {
             check_model(&format!("{family}, {name}"), device, path, &file, &bytes, &reference, &[]);
         }
+    }
+}
+
+/// Qwen3.5 (Gated DeltaNet blocks with their state beside gated attention with partial RoPE;
+/// the real vocabulary) on the CPU engine against transformers' float64 logits: every case (one
+/// prompt over a chunk boundary of the chunked delta rule), the greedy tokens (decode steps
+/// through the recurrent form) and the recompute. The GPU paths refuse it, naming what runs it.
+#[test]
+fn tiny_qwen35_matches_transformers_on_the_cpu_engine_and_the_gpu_paths_refuse_it_by_name() {
+    let (bytes, reference) = tiny_family(TINY_QWEN35);
+    assert!(reference.logit_cases["long"].ids.len() > nucleus_cpu::delta_net::CHUNK);
+    check_model("qwen35, cpu engine", cpu_device(), Path::Cpu, "qwen35.gguf", &bytes, &reference, &[]);
+    let file = GgufFile::parse(&bytes).unwrap();
+    let refusals = [
+        ("fused", wgpu_device(), Path::Fused),
+        ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+        ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
+    ];
+    for (name, device, path) in refusals {
+        let error = Model::load(&file, &device, path).err().expect("refused").to_string();
+        assert!(error.contains("Gated DeltaNet") && error.contains("CPU engine"), "{name}: {error}");
     }
 }
 
@@ -463,4 +485,52 @@ fn gemma_decode_step_is_eight_dispatches_per_block_in_one_submission() {
     assert_eq!(calls.dispatches, parts + 18 * 8 + parts + 3);
     assert_eq!((calls.submissions, calls.buffer_writes), (1, 1));
     assert_eq!(next.ids[0], case.greedy[1], "the step's token is the reference's second");
+}
+
+/// `bytes` with the u32 metadata value of `key` set to `value` (the key's string, its type 4,
+/// then the value).
+fn with_u32(bytes: &[u8], key: &str, value: u32) -> Vec<u8> {
+    let mut pattern = (key.len() as u64).to_le_bytes().to_vec();
+    pattern.extend_from_slice(key.as_bytes());
+    pattern.extend_from_slice(&4u32.to_le_bytes());
+    let at = bytes.windows(pattern.len()).position(|w| w == pattern).expect("the key, a u32") + pattern.len();
+    let mut patched = bytes.to_vec();
+    patched[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    patched
+}
+
+/// A Qwen3.5 file whose shapes do not hold together is refused by name before anything is
+/// loaded, and so are Qwen3.5's relatives with other blocks.
+#[test]
+fn inconsistent_qwen35_files_are_refused_by_name() {
+    let (bytes, _) = tiny_family(TINY_QWEN35);
+    let refusal = |bytes: &[u8]| {
+        let file = GgufFile::parse(bytes).unwrap();
+        Model::load(&file, &cpu_device(), Path::Cpu).err().expect("refused").to_string()
+    };
+    let mut missing_a = bytes.clone();
+    let name = b"\x0b\0\0\0\0\0\0\0blk.0.ssm_a";
+    let at = missing_a.windows(name.len()).position(|w| w == name).expect("the tensor's name");
+    missing_a[at + name.len() - 1] = b'x';
+    let cases = [
+        (
+            with_u32(&bytes, "qwen35.ssm.time_step_rank", 5),
+            "5 Gated DeltaNet value heads are not a multiple of its 2 key heads",
+        ),
+        (
+            with_u32(&bytes, "qwen35.ssm.conv_kernel", 3),
+            "tensor 'blk.0.ssm_conv1d.weight' has shape [4, 160], expected [3, 160]",
+        ),
+        (with_u32(&bytes, "qwen35.ssm.inner_size", 80), "inner size 80 is not its 6 value heads of state size 16"),
+        (with_u32(&bytes, "qwen35.ssm.state_size", 12), "inner size 96 is not its 6 value heads of state size 12"),
+        (missing_a, "blk.0.ssm_a"),
+    ];
+    for (patched, expected) in cases {
+        let error = refusal(&patched);
+        assert!(error.contains(expected), "{error:?} does not say {expected:?}");
+    }
+    for relative in ["qwen3next", "qwen35moe"] {
+        let error = nucleus_model::ModelError::UnsupportedArchitecture(relative.into()).to_string();
+        assert!(error.contains(relative) && error.contains("qwen35") && error.contains("supported"), "{error}");
+    }
 }

@@ -154,6 +154,11 @@ impl LogitCase {
 /// `tools/make_tiny_families.py`): Llama 3, Qwen2, Qwen3.
 pub const TINY_FAMILIES: [&str; 3] = ["llama3", "qwen2", "qwen3"];
 
+/// The tiny Qwen3.5 (`fixtures/tiny/qwen35.gguf`, made by `tools/make_tiny_qwen35.py`): Gated
+/// DeltaNet blocks beside gated attention, the real 248,320-row vocabulary. The CPU engine runs
+/// it; the GPU paths refuse it by name.
+pub const TINY_QWEN35: &str = "qwen35";
+
 /// A tiny family's GGUF bytes and its reference.
 pub fn tiny_family(name: &str) -> (Vec<u8>, Reference) {
     let dir = fixtures_dir().join("tiny");

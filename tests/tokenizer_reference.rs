@@ -1,7 +1,7 @@
 //! The tokenizer built from the GGUF gives llama.cpp's ids on every reference string.
 
 use nucleus_gguf::GgufFile;
-use nucleus_tests::{GEMMA3, Reference, TINY_FAMILIES, gemma_bytes, model_bytes, reference, tiny_family};
+use nucleus_tests::{GEMMA3, Reference, TINY_FAMILIES, TINY_QWEN35, gemma_bytes, model_bytes, reference, tiny_family};
 use nucleus_tokenizer::{ChatMessage, Tokenizer};
 
 fn tokenizer() -> Tokenizer {
@@ -80,7 +80,9 @@ fn gemma_ids_match_the_reference_and_decode_back() {
 /// templates rendering the reference's chat prompt.
 #[test]
 fn tiny_families_ids_match_hugging_face() {
-    for family in TINY_FAMILIES {
+    // Qwen3.5's real vocabulary, its pre-tokenizer (marks joined to letters), its user-defined
+    // <think> tokens and its ChatML with a thinking block.
+    for family in TINY_FAMILIES.into_iter().chain([TINY_QWEN35]) {
         let (bytes, reference) = tiny_family(family);
         let tokenizer = Tokenizer::from_gguf(&GgufFile::parse(&bytes).unwrap()).unwrap();
         let failures = mismatches(&tokenizer, &reference);

@@ -34,7 +34,13 @@ export function drawLens(target, summary, report) {
   for (const row of report.layers) {
     const tr = document.createElement('tr');
     tr.dataset.layer = String(row.layer);
-    tr.append(Object.assign(document.createElement('th'), { scope: 'row', textContent: String(row.layer) }));
+    tr.dataset.memory = row.memory;
+    // A recurrent block says so: it keeps a fixed-size state where attention keeps KV rows.
+    tr.append(Object.assign(document.createElement('th'), {
+      scope: 'row',
+      textContent: row.memory === 'state' ? `${row.layer} · state` : String(row.layer),
+      title: row.memory === 'state' ? 'Gated DeltaNet: a state of fixed size' : 'attention: KV rows, one per position',
+    }));
     row.probs.forEach((p, i) => {
       const td = document.createElement('td');
       td.textContent = p >= 0.005 ? p.toFixed(2) : '';
@@ -59,5 +65,8 @@ export function drawLens(target, summary, report) {
     + ` (p ${report.layers.at(-1).probs[0].toFixed(3)} at the end). `
     + `The lens ran ${report.contextTokens - report.cachedTokens} token${report.contextTokens - report.cachedTokens === 1 ? '' : 's'}; `
     + `the KV cache held the other ${report.cachedTokens}; `
+    + (report.layers.some((row) => row.memory === 'state')
+      ? `${report.layers.filter((row) => row.memory === 'state').length} of ${layers} layers keep a fixed-size state, not KV rows; `
+      : '')
     + (report.bytesRead ? `${(report.bytesRead / 1024).toFixed(1)} KB came back from the GPU.` : 'it ran on the CPU, where the rows already are.');
 }

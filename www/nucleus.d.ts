@@ -80,6 +80,10 @@ export interface ModelInfo {
   path: 'fused' | 'cpu';
   weightBytes: number;
   kvBytesPerToken: number;
+  /** Bytes of the recurrent blocks' state (Qwen3.5's Gated DeltaNet blocks): fixed, whatever the context; 0 when every block attends. */
+  stateBytes: number;
+  /** Blocks of the file not run (its multi-token-prediction blocks). */
+  skippedBlocks: number;
   adapter: { vendor: string; architecture: string; description: string; isFallback: boolean } | null;
   f16: boolean;
   url: string;
@@ -252,7 +256,8 @@ export interface LogitLensOptions {
 
 export interface LogitLensReport {
   candidates: { id: number; text: string; prob: number }[];
-  layers: { layer: number; probs: number[]; top: { id: number; text: string; prob: number } }[];
+  /** `memory`: what the block keeps of earlier positions: 'kv-rows' (attention) or 'state' (a Gated DeltaNet block's fixed-size state). */
+  layers: { layer: number; probs: number[]; top: { id: number; text: string; prob: number }; memory: 'kv-rows' | 'state' }[];
   contextTokens: number;
   cachedTokens: number;
   bytesRead: number;

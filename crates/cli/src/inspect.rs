@@ -45,6 +45,30 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
                 c.rms_norm_eps,
                 if tied { "tied to the token embedding" } else { "own output.weight" }
             );
+            if let Some(delta) = &c.delta_net {
+                let recurrent = c.block_count - c.attention_blocks();
+                println!(
+                    "  Gated DeltaNet in {recurrent} of {} blocks: {} key heads, {} value heads of {}, conv kernel {}; \
+                     state {:.1} KiB per block, {:.2} MiB in all, whatever the context",
+                    c.block_count,
+                    delta.key_heads,
+                    delta.value_heads,
+                    delta.head_dim,
+                    delta.conv_kernel,
+                    delta.state_bytes() as f64 / 1024.0,
+                    c.recurrent_state_bytes() as f64 / 1048576.0
+                );
+            }
+            println!(
+                "  KV cache {} bytes per token ({} attention blocks), {:.1} MiB at the full context{}",
+                c.kv_token_bytes(),
+                c.attention_blocks(),
+                (c.kv_token_bytes() * c.context_length as u64) as f64 / 1048576.0,
+                match c.skipped_mtp_blocks {
+                    0 => String::new(),
+                    n => format!("; {n} multi-token-prediction block(s) not run"),
+                }
+            );
             match nucleus_model::parameter_count(&file, &c) {
                 Ok(n) => println!("  parameters {n} ({:.1} MB as f32 on the device)", n as f64 * 4.0 / 1e6),
                 Err(e) => println!("  not loadable: {e}"),

@@ -25,6 +25,7 @@
 //! test against it on every format, on shapes that are not multiples of the vector width
 //! (`tests/parity.rs`).
 
+pub mod delta_net;
 mod dot;
 mod matmul;
 pub mod ops;

@@ -6,7 +6,7 @@
 //! logits, never the blocks × vocabulary rows). What the KV cache holds of the context is not run
 //! again, so inspecting a step of the run just made costs one token's pass.
 
-use nucleus_model::LogitLens;
+use nucleus_model::{LogitLens, Mixer};
 use serde::Serialize;
 
 use crate::{Engine, EngineError, Prompt};
@@ -44,6 +44,9 @@ pub struct LensLayer {
     pub probs: Vec<f64>,
     /// This depth's own most probable token.
     pub top: LensToken,
+    /// What the block remembers of earlier positions: `"kv-rows"` (attention: keys and values,
+    /// a row per position) or `"state"` (a Gated DeltaNet block: a fixed-size state).
+    pub memory: &'static str,
 }
 
 /// What the model would predict after each block, for one step.
@@ -112,6 +115,10 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(index, layer)| LensLayer {
+                memory: match self.model.config().mixer(index) {
+                    Mixer::Attention => "kv-rows",
+                    Mixer::GatedDeltaNet => "state",
+                },
                 layer: index + 1,
                 probs: layer.tracked.iter().map(|&logit| (f64::from(logit) - layer.log_sum_exp).exp()).collect(),
                 top: token(layer.top[0].0, layer.top[0].1, layer.log_sum_exp),

@@ -85,8 +85,14 @@ pub struct ModelInfo {
     pub path: &'static str,
     /// Bytes of the weights on the device.
     pub weight_bytes: u64,
-    /// Bytes each token of the context takes in the KV cache (keys and values of every block).
+    /// Bytes each token of the context takes in the KV cache (keys and values of every
+    /// attention block).
     pub kv_bytes_per_token: u64,
+    /// Bytes of the recurrent blocks' state (Qwen3.5's Gated DeltaNet blocks): fixed, whatever
+    /// the context; 0 for a model whose every block attends.
+    pub state_bytes: u64,
+    /// Blocks of the file not run: its multi-token-prediction blocks (a drafting head).
+    pub skipped_blocks: usize,
 }
 
 impl ModelInfo {
@@ -234,6 +240,8 @@ impl Engine {
             path: path.as_str(),
             weight_bytes: model.memory().weight_bytes,
             kv_bytes_per_token: config.kv_token_bytes(),
+            state_bytes: config.recurrent_state_bytes(),
+            skipped_blocks: config.skipped_mtp_blocks,
         };
         let decode_tail = model.supports_decode_tail();
         Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail, constraints: None })
@@ -324,17 +332,50 @@ impl Engine {
             max_tokens: Some(request.max_tokens),
             stop_strings: request.stop.clone(),
         });
-        GenerationState::new(request, prompt_tokens, sampler, stops, constraint, &self.tokenizer)
+        let checkpoints = self.state_checkpoints(&request.prompt, &prompt_tokens)?;
+        let mut state = GenerationState::new(request, prompt_tokens, sampler, stops, constraint, &self.tokenizer)?;
+        state.keep_state_at(checkpoints);
+        Ok(state)
     }
 
     /// Makes the cache hold `tokens` minus at least the last one, keeping the longest prefix it
-    /// already holds; returns how many tokens were kept (the caller runs the rest).
+    /// already holds; returns how many tokens were kept (the caller runs the rest). A recurrent
+    /// cache may keep fewer than the common prefix (it goes back to a checkpoint): the tokens
+    /// after it are run again, counted as prefilled, not cached.
     fn reuse_cache_prefix(&mut self, tokens: &[u32]) -> usize {
         let common = self.cached_tokens.iter().zip(tokens).take_while(|(a, b)| a == b).count();
-        let keep = common.min(tokens.len() - 1);
-        self.cache.truncate(keep);
+        let keep = self.cache.truncate(common.min(tokens.len() - 1));
         self.cached_tokens.truncate(keep);
         keep
+    }
+
+    /// Runs `tokens` after what the cache holds, then keeps the recurrent state there (a
+    /// checkpoint: [`KvCache::checkpoint`]).
+    fn advance_to_checkpoint(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
+        self.model.advance(tokens, &mut self.cache)?;
+        self.cached_tokens.extend_from_slice(tokens);
+        self.cache.checkpoint();
+        Ok(())
+    }
+
+    /// Where a prefill of `prompt` (its tokens `prompt_tokens`) keeps the recurrent state, for a
+    /// model with recurrent blocks (none otherwise): where the conversation so far ends, before
+    /// the template's generation prompt (a next turn renders that part again the same way, and
+    /// changes what follows), and before the context's last token (which prefix reuse always
+    /// runs again: a repeated prompt, a fork). Each costs a copy of the state and splits the
+    /// prefill's pass there.
+    fn state_checkpoints(&self, prompt: &Prompt, prompt_tokens: &[u32]) -> Result<Vec<usize>, EngineError> {
+        if !self.cache.is_recurrent() {
+            return Ok(Vec::new());
+        }
+        let mut positions = Vec::new();
+        if let Prompt::Chat(messages) = prompt {
+            let so_far = self.tokenizer.encode(&self.tokenizer.render_chat_so_far(messages)?)?;
+            if so_far.len() < prompt_tokens.len() && prompt_tokens.starts_with(&so_far) {
+                positions.push(so_far.len());
+            }
+        }
+        Ok(positions)
     }
 
     /// Runs `tokens` after what the cache holds and returns the last position's logits, still on
@@ -353,10 +394,18 @@ impl Engine {
         Ok(logits)
     }
 
-    /// Forgets cached positions from `len` on (the rejected part of a draft).
-    fn rollback_cache(&mut self, len: usize) {
-        self.cache.truncate(len);
+    /// Forgets cached positions from `len` on (the rejected part of a draft). A recurrent cache
+    /// goes back to the checkpoint taken before the verification pass, and the tokens from
+    /// there to `len` run again (the rejected tokens' writes to the state are gone with it).
+    fn rollback_cache(&mut self, len: usize) -> Result<(), EngineError> {
+        let kept = self.cache.truncate(len);
+        if kept < len {
+            let replay = self.cached_tokens[kept..len].to_vec();
+            self.cached_tokens.truncate(kept);
+            self.forward_last(&replay)?;
+        }
         self.cached_tokens.truncate(len);
+        Ok(())
     }
 }
 
@@ -459,6 +508,8 @@ mod tests {
             path: "fused",
             weight_bytes: 0,
             kv_bytes_per_token: 30 * 2 * 192 * 4,
+            state_bytes: 0,
+            skipped_blocks: 0,
         }
     }
 

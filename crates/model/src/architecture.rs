@@ -3,14 +3,19 @@
 //! Both forward paths (Burn operations and the fused kernels) run the same loop over blocks and
 //! ask the [`BlockSpec`] what each step is; the weight table ([`crate::weights`]) asks it which
 //! tensors a block has. A family is one [`Architecture`] value: its GGUF name and its block's
-//! variants. Four are supported:
+//! variants. Five are supported:
 //!
-//! | family | RoPE | feed-forward | Q/K/V bias | per-head Q/K norm | norms after sub-layers | embedding scale | sliding window |
-//! |---|---|---|---|---|---|---|---|
-//! | `llama` (SmolLM2, TinyLlama, Llama 3 with `rope_freqs`) | adjacent pairs | SwiGLU | no | no | no | 1 | no |
-//! | `qwen2` | halves | SwiGLU | yes | no | no | 1 | no |
-//! | `qwen3` | halves | SwiGLU | no | yes | no | 1 | no |
-//! | `gemma3` | halves | GeGLU (tanh) | no | yes | yes | √dim | 5 local blocks of 6 |
+//! | family | mixer | RoPE | feed-forward | Q/K/V bias | per-head Q/K norm | output gate | norms after sub-layers | embedding scale | sliding window |
+//! |---|---|---|---|---|---|---|---|---|---|
+//! | `llama` (SmolLM2, TinyLlama, Llama 3 with `rope_freqs`) | attention | adjacent pairs | SwiGLU | no | no | no | no | 1 | no |
+//! | `qwen2` | attention | halves | SwiGLU | yes | no | no | no | 1 | no |
+//! | `qwen3` | attention | halves | SwiGLU | no | yes | no | no | 1 | no |
+//! | `gemma3` | attention | halves | GeGLU (tanh) | no | yes | no | yes | √dim | 5 local blocks of 6 |
+//! | `qwen35` (Qwen3.5) | Gated DeltaNet, attention every 4th block | halves, a quarter of the head | SwiGLU | no | yes | yes | no | 1 | no |
+//!
+//! A block's *mixer* (what mixes positions) is attention, whose cache grows by a row per
+//! position, or, in the families with [`Architecture::recurrent`], a Gated DeltaNet on the
+//! blocks the file marks recurrent: a fixed-size state per block ([`Mixer`]).
 //!
 //! A fifth family adds a value here; a variant no path computes yet adds its computation to each
 //! path (`burn_ops.rs`, and in `fused.rs` the kernel that does it) and to the CPU reference.
@@ -44,6 +49,24 @@ pub enum Role {
     Output,
     /// Llama 3's RoPE frequency factors (`head_dim / 2` values dividing each pair's frequency).
     RopeFrequencies,
+    /// Gated DeltaNet: the projection to the convolution's channels (queries, keys, values).
+    DeltaQkv,
+    /// Gated DeltaNet: the projection to the output gate `z` (`[value heads · head dim]`).
+    DeltaGate,
+    /// Gated DeltaNet: the projection to the per-head write strength β (before the sigmoid).
+    DeltaBeta,
+    /// Gated DeltaNet: the projection to the per-head decay's input α.
+    DeltaAlpha,
+    /// Gated DeltaNet: the bias added to α before the softplus (`dt_bias`).
+    DeltaDtBias,
+    /// Gated DeltaNet: `−exp(A_log)`, per value head (negative: the decay `exp(g)` is below 1).
+    DeltaA,
+    /// Gated DeltaNet: the causal depthwise convolution's weights, `[channels, kernel]`.
+    DeltaConv,
+    /// Gated DeltaNet: the gated RMSNorm's weight over one head's values (stored as is, not 1 + w).
+    DeltaNorm,
+    /// Gated DeltaNet: the output projection.
+    DeltaOutput,
 }
 
 impl Role {
@@ -71,6 +94,15 @@ impl Role {
             Role::OutputNorm => "output_norm.weight".into(),
             Role::Output => "output.weight".into(),
             Role::RopeFrequencies => "rope_freqs.weight".into(),
+            Role::DeltaQkv => per_block("attn_qkv.weight"),
+            Role::DeltaGate => per_block("attn_gate.weight"),
+            Role::DeltaBeta => per_block("ssm_beta.weight"),
+            Role::DeltaAlpha => per_block("ssm_alpha.weight"),
+            Role::DeltaDtBias => per_block("ssm_dt.bias"),
+            Role::DeltaA => per_block("ssm_a"),
+            Role::DeltaConv => per_block("ssm_conv1d.weight"),
+            Role::DeltaNorm => per_block("ssm_norm.weight"),
+            Role::DeltaOutput => per_block("ssm_out.weight"),
         }
     }
 }
@@ -87,18 +119,31 @@ pub enum Norm {
 pub enum Rope {
     /// Adjacent pairs `(x[2i], x[2i+1])` (GGUF stores Llama's Q and K permuted for this).
     AdjacentPairs,
-    /// The two halves: `(x[i], x[i + head_dim/2])` (GPT-NeoX's layout: Qwen, Gemma).
+    /// The two halves: `(x[i], x[i + rotated/2])` (GPT-NeoX's layout: Qwen, Gemma).
     Halves,
 }
 
 impl Rope {
-    /// The head dimensions of pair `i` (`i < head_dim / 2`), rotated by the angle of frequency `i`.
-    pub fn pair(self, i: usize, head_dim: usize) -> (usize, usize) {
+    /// The head dimensions of pair `i` (`i < rotated / 2`), rotated by the angle of frequency `i`;
+    /// `rotated` is the head's first dimensions that RoPE turns (all of them but in Qwen3.5,
+    /// whose partial RoPE turns a quarter and passes the rest through).
+    pub fn pair(self, i: usize, rotated: usize) -> (usize, usize) {
         match self {
             Rope::AdjacentPairs => (2 * i, 2 * i + 1),
-            Rope::Halves => (i, i + head_dim / 2),
+            Rope::Halves => (i, i + rotated / 2),
         }
     }
+}
+
+/// What mixes positions in a block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mixer {
+    /// Grouped-query attention over a cache of keys and values, a row per position.
+    Attention,
+    /// Gated DeltaNet (Qwen3.5's linear attention): a short causal convolution (its state: the
+    /// last `kernel − 1` inputs) and per value head a `head_dim × head_dim` matrix updated by the
+    /// gated delta rule. A fixed size, whatever the context.
+    GatedDeltaNet,
 }
 
 /// The feed-forward sub-layer: `down(act(gate(h)) · up(h))`.
@@ -123,6 +168,10 @@ pub struct BlockSpec {
     pub qk_norm: bool,
     /// An RMSNorm of each sub-layer's output before it is added to the residual stream.
     pub post_norms: bool,
+    /// The query projection also makes an output gate per head (`[heads][2 · head_dim]`: the
+    /// query, then the gate); the heads' outputs are multiplied by `sigmoid(gate)` before the
+    /// output projection (Qwen3.5's gated attention).
+    pub output_gate: bool,
 }
 
 /// Local attention on most blocks: a block is global when `(block + 1) % period == 0`, local
@@ -143,7 +192,26 @@ pub struct Architecture {
     /// The token embedding is multiplied by `√embedding_length`.
     pub scale_embedding: bool,
     pub sliding_window: Option<SlidingWindow>,
+    /// Some blocks are Gated DeltaNet blocks, as the file says (`{arch}.attention.recurrent_layers`
+    /// or `{arch}.full_attention_interval`: `ModelConfig::mixer`).
+    pub recurrent: bool,
+    /// The GGUF name of the RMSNorm before the feed-forward, in block `blk.N.` (Qwen3.5's
+    /// converter calls it `post_attention_norm`, the name Gemma uses for another norm).
+    pub feed_forward_norm: &'static str,
 }
+
+impl Architecture {
+    /// The GGUF name of the tensor with `role` in this family (in block `block` for per-block roles).
+    pub fn tensor_name(&self, role: Role, block: usize) -> String {
+        match role {
+            Role::FeedForwardNorm => format!("blk.{block}.{}", self.feed_forward_norm),
+            _ => role.tensor_name(block),
+        }
+    }
+}
+
+/// The pre-feed-forward norm's name in most families.
+const FFN_NORM: &str = "ffn_norm.weight";
 
 const LLAMA_BLOCK: BlockSpec = BlockSpec {
     norm: Norm::Rms,
@@ -152,12 +220,19 @@ const LLAMA_BLOCK: BlockSpec = BlockSpec {
     qkv_bias: false,
     qk_norm: false,
     post_norms: false,
+    output_gate: false,
 };
 
 /// Llama and the models that share its layout (SmolLM, TinyLlama, Mistral-style GQA, Llama 3 with
 /// its `rope_freqs` factors).
-pub static LLAMA: Architecture =
-    Architecture { name: "llama", block: LLAMA_BLOCK, scale_embedding: false, sliding_window: None };
+pub static LLAMA: Architecture = Architecture {
+    name: "llama",
+    block: LLAMA_BLOCK,
+    scale_embedding: false,
+    sliding_window: None,
+    recurrent: false,
+    feed_forward_norm: FFN_NORM,
+};
 
 /// Qwen2 and Qwen2.5: Llama's block with biases on Q, K and V, RoPE on halves.
 pub static QWEN2: Architecture = Architecture {
@@ -165,6 +240,8 @@ pub static QWEN2: Architecture = Architecture {
     block: BlockSpec { rope: Rope::Halves, qkv_bias: true, ..LLAMA_BLOCK },
     scale_embedding: false,
     sliding_window: None,
+    recurrent: false,
+    feed_forward_norm: FFN_NORM,
 };
 
 /// Qwen3: per-head RMSNorm of queries and keys, RoPE on halves, heads wider than `dim / heads`.
@@ -173,6 +250,8 @@ pub static QWEN3: Architecture = Architecture {
     block: BlockSpec { rope: Rope::Halves, qk_norm: true, ..LLAMA_BLOCK },
     scale_embedding: false,
     sliding_window: None,
+    recurrent: false,
+    feed_forward_norm: FFN_NORM,
 };
 
 /// Gemma 3: GeGLU, per-head Q/K norms, norms after each sub-layer, a scaled embedding, and five
@@ -186,14 +265,31 @@ pub static GEMMA3: Architecture = Architecture {
         qkv_bias: false,
         qk_norm: true,
         post_norms: true,
+        output_gate: false,
     },
     scale_embedding: true,
     // llama.cpp's `hparams.set_swa_pattern(6)` and `rope_freq_base_train_swa = 10000` for Gemma 3.
     sliding_window: Some(SlidingWindow { period: 6, local_rope_base: 10_000.0 }),
+    recurrent: false,
+    feed_forward_norm: FFN_NORM,
+};
+
+/// Qwen3.5 (text only): three Gated DeltaNet blocks for each attention block; the attention
+/// block has per-head Q/K norms, an output gate made with the query, and RoPE on halves of the
+/// first quarter of each head. Its images' M-RoPE (three position streams, `rope.dimension_sections`)
+/// gives every stream the token's position for text, which is plain partial RoPE: so it is
+/// computed here. Its files store every RMSNorm weight as `1 + w` but the DeltaNet's gated one.
+pub static QWEN35: Architecture = Architecture {
+    name: "qwen35",
+    block: BlockSpec { rope: Rope::Halves, qk_norm: true, output_gate: true, ..LLAMA_BLOCK },
+    scale_embedding: false,
+    sliding_window: None,
+    recurrent: true,
+    feed_forward_norm: "post_attention_norm.weight",
 };
 
 /// Every supported architecture.
-pub static ARCHITECTURES: &[&Architecture] = &[&LLAMA, &QWEN2, &QWEN3, &GEMMA3];
+pub static ARCHITECTURES: &[&Architecture] = &[&LLAMA, &QWEN2, &QWEN3, &GEMMA3, &QWEN35];
 
 /// The architecture called `name` (`general.architecture`), if supported.
 pub fn by_name(name: &str) -> Option<&'static Architecture> {
@@ -208,15 +304,22 @@ mod tests {
     fn rope_pairs_are_adjacent_or_halves() {
         assert_eq!(Rope::AdjacentPairs.pair(3, 64), (6, 7));
         assert_eq!(Rope::Halves.pair(3, 64), (3, 35));
+        // Qwen3.5's partial RoPE: 64 of 256 dimensions, pairs within them.
+        assert_eq!(Rope::Halves.pair(31, 64), (31, 63));
     }
 
     #[test]
     fn every_family_is_found_by_its_gguf_name() {
-        for name in ["llama", "qwen2", "qwen3", "gemma3"] {
+        for name in ["llama", "qwen2", "qwen3", "gemma3", "qwen35"] {
             assert_eq!(by_name(name).unwrap().name, name);
         }
         assert!(by_name("phi3").is_none());
+        // Qwen3.5's siblings with other mixers or experts are not Qwen3.5.
+        assert!(by_name("qwen3next").is_none() && by_name("qwen35moe").is_none());
         assert_eq!(Role::QueryNorm.tensor_name(4), "blk.4.attn_q_norm.weight");
         assert_eq!(Role::KeyBias.tensor_name(0), "blk.0.attn_k.bias");
+        assert_eq!(GEMMA3.tensor_name(Role::FeedForwardNorm, 2), "blk.2.ffn_norm.weight");
+        assert_eq!(QWEN35.tensor_name(Role::FeedForwardNorm, 2), "blk.2.post_attention_norm.weight");
+        assert_eq!(QWEN35.tensor_name(Role::DeltaA, 0), "blk.0.ssm_a");
     }
 }

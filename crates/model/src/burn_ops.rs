@@ -91,6 +91,12 @@ impl BurnModel {
         if linear_kernel == LinearKernel::Wgsl && !nucleus_kernels::supports_device(device) {
             return Err(ModelError::Device(format!("the WGSL linear kernel runs on wgpu devices, not {device:?}")));
         }
+        if config.delta_net.is_some() || config.rope_dims != config.head_dim {
+            return Err(ModelError::Unsupported(format!(
+                "the Burn-op path does not compute {}'s Gated DeltaNet blocks and partial RoPE: it runs on the CPU engine",
+                config.architecture
+            )));
+        }
         let weights =
             weights::load(file, config, progress, |role, info| upload(file, role, info, device, max_binding))?;
         let tables = RopeTables::new(file, config)?;
@@ -271,6 +277,7 @@ impl BurnModel {
             None => t,
         };
         let rotate = |t: Tensor<3>| rope(spec.rope, t, &cos, &sin);
+        let block = block.attention().expect("load refuses models with blocks that do not attend");
         let q = rotate(head_norm(project(&block.query, block.query_bias.as_ref(), heads)?, block.query_norm.as_ref()));
         let k = rotate(head_norm(project(&block.key, block.key_bias.as_ref(), kv_heads)?, block.key_norm.as_ref()));
         let v = project(&block.value, block.value_bias.as_ref(), kv_heads)?;
@@ -292,7 +299,7 @@ impl BurnModel {
         }
         let out = softmax(scores, 2).matmul(v_all); // [KV, G·S, hd]
         let out = out.reshape([heads, seq, hd]).swap_dims(0, 1).reshape([seq, heads * hd]);
-        self.linear(out, &block.attention_output)
+        self.linear(out, &block.output)
     }
 
     /// `[1, G·S, T − lo]`: 0 where row `(g, i)` (query position `start + i`) may see key `lo + j`,

@@ -3,7 +3,7 @@
 use nucleus_gguf::GgufFile;
 
 use crate::ModelError;
-use crate::architecture::{self, Architecture};
+use crate::architecture::{self, Architecture, Mixer};
 
 /// Shape and constants of a model of one of the supported families.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,6 +28,64 @@ pub struct ModelConfig {
     /// Keys a local block's query sees (`{arch}.attention.sliding_window`), for families with
     /// local blocks.
     pub sliding_window: Option<usize>,
+    /// The Gated DeltaNet blocks' shape, for families with recurrent blocks (Qwen3.5).
+    pub delta_net: Option<DeltaNetConfig>,
+    /// Multi-token-prediction blocks the file has after `block_count` (`{arch}.nextn_predict_layers`):
+    /// a drafting head for speculative decoding that the next-token distribution does not use,
+    /// so they are not loaded (the load report names them).
+    pub skipped_mtp_blocks: usize,
+}
+
+/// The shape of a family's Gated DeltaNet blocks (`{arch}.ssm.*`, as llama.cpp's converter
+/// writes Qwen3.5).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeltaNetConfig {
+    /// Per block: `true` for a Gated DeltaNet block, `false` for an attention block.
+    pub recurrent: Vec<bool>,
+    /// Taps of the causal depthwise convolution (`ssm.conv_kernel`); its state is the last
+    /// `conv_kernel − 1` inputs.
+    pub conv_kernel: usize,
+    /// Query and key heads (`ssm.group_count`).
+    pub key_heads: usize,
+    /// Value heads (`ssm.time_step_rank`), a multiple of the key heads: as the converter orders
+    /// them, value head `j` reads key head `j mod key_heads`.
+    pub value_heads: usize,
+    /// Values per query, key and value head (`ssm.state_size`): each value head's state is
+    /// `head_dim × head_dim`.
+    pub head_dim: usize,
+}
+
+impl DeltaNetConfig {
+    /// Values of the queries (or the keys) of one position.
+    pub fn key_dim(&self) -> usize {
+        self.key_heads * self.head_dim
+    }
+
+    /// Values of the values (and of the output gate) of one position.
+    pub fn value_dim(&self) -> usize {
+        self.value_heads * self.head_dim
+    }
+
+    /// Channels of the convolution: queries, keys and values.
+    pub fn channels(&self) -> usize {
+        2 * self.key_dim() + self.value_dim()
+    }
+
+    /// f32 values of one block's convolution state: the last `conv_kernel − 1` inputs.
+    pub fn conv_state_len(&self) -> usize {
+        (self.conv_kernel - 1) * self.channels()
+    }
+
+    /// f32 values of one block's delta-rule state: a `head_dim × head_dim` matrix per value head.
+    pub fn delta_state_len(&self) -> usize {
+        self.value_heads * self.head_dim * self.head_dim
+    }
+
+    /// Bytes of one block's whole state (f32), whatever the context: Qwen3.5-0.8B's is
+    /// 1 MiB of matrices and 72 KiB of convolution inputs.
+    pub fn state_bytes(&self) -> u64 {
+        4 * (self.conv_state_len() + self.delta_state_len()) as u64
+    }
 }
 
 /// How one block attends: its window (`None`: every earlier position) and its RoPE base.
@@ -76,9 +134,9 @@ impl ModelConfig {
             )));
         }
         let rope_dims = optional("rope.dimension_count")?.unwrap_or(head_dim);
-        if rope_dims != head_dim {
-            return Err(ModelError::Unsupported(format!(
-                "partial rotary embeddings ({rope_dims} of {head_dim} head dimensions)"
+        if rope_dims > head_dim || !rope_dims.is_multiple_of(2) || rope_dims == 0 {
+            return Err(ModelError::Invalid(format!(
+                "RoPE over {rope_dims} dimensions of a {head_dim}-dimension head (an even count, at most the head)"
             )));
         }
         let vocab_size = match optional("vocab_size")? {
@@ -104,8 +162,20 @@ impl ModelConfig {
             Some(_) => Some(usize_key("attention.sliding_window")?),
             None => None,
         };
+        let file_blocks = usize_key("block_count")?;
+        let skipped_mtp_blocks = optional("nextn_predict_layers")?.unwrap_or(0);
+        if skipped_mtp_blocks >= file_blocks {
+            return Err(ModelError::Invalid(format!(
+                "{skipped_mtp_blocks} multi-token-prediction blocks of {file_blocks} leave no decoder block"
+            )));
+        }
+        let block_count = file_blocks - skipped_mtp_blocks;
+        let delta_net = match architecture.recurrent {
+            true => Some(delta_net_config(file, &architecture_name, block_count)?),
+            false => None,
+        };
         let config = Self {
-            block_count: usize_key("block_count")?,
+            block_count,
             embedding_length,
             feed_forward_length: usize_key("feed_forward_length")?,
             head_count,
@@ -117,6 +187,8 @@ impl ModelConfig {
             vocab_size,
             context_length: usize_key("context_length")?,
             sliding_window,
+            delta_net,
+            skipped_mtp_blocks,
             architecture: architecture_name,
         };
         let zero = [config.block_count, config.vocab_size, config.context_length, config.embedding_length].contains(&0)
@@ -159,9 +231,35 @@ impl ModelConfig {
         2 * self.kv_dim() as u64 * 4
     }
 
-    /// Bytes one token takes in the KV cache, every block together.
+    /// Bytes one token takes in the KV cache, every attention block together (a recurrent
+    /// block keeps no rows).
     pub fn kv_token_bytes(&self) -> u64 {
-        self.block_count as u64 * self.kv_position_bytes()
+        self.attention_blocks() as u64 * self.kv_position_bytes()
+    }
+
+    /// What mixes positions in block `block`: attention, or the file's Gated DeltaNet blocks.
+    pub fn mixer(&self, block: usize) -> Mixer {
+        match &self.delta_net {
+            Some(delta) if delta.recurrent[block] => Mixer::GatedDeltaNet,
+            _ => Mixer::Attention,
+        }
+    }
+
+    /// Blocks that attend (and so keep rows of keys and values).
+    pub fn attention_blocks(&self) -> usize {
+        (0..self.block_count).filter(|&b| self.mixer(b) == Mixer::Attention).count()
+    }
+
+    /// Bytes of the recurrent state of every Gated DeltaNet block together (0 for families
+    /// without): fixed, whatever the context.
+    pub fn recurrent_state_bytes(&self) -> u64 {
+        self.delta_net.as_ref().map_or(0, |d| (self.block_count - self.attention_blocks()) as u64 * d.state_bytes())
+    }
+
+    /// Values of the query projection's output per position: the queries, and with an output
+    /// gate ([`BlockSpec::output_gate`](crate::BlockSpec)) as many gate values.
+    pub fn query_projection_dim(&self) -> usize {
+        if self.architecture().block.output_gate { 2 * self.q_dim() } else { self.q_dim() }
     }
 
     /// How block `block` attends: Gemma 3's local blocks see a window of keys and rotate with
@@ -183,6 +281,65 @@ impl ModelConfig {
     }
 }
 
+/// Qwen3.5's `{arch}.ssm.*` keys and its layer pattern, checked: value heads a multiple of key
+/// heads, the inner size their product, a convolution of at least one tap.
+fn delta_net_config(file: &GgufFile, arch: &str, block_count: usize) -> Result<DeltaNetConfig, ModelError> {
+    let key = |name: &str| format!("{arch}.{name}");
+    let usize_key = |name: &str| -> Result<usize, ModelError> { Ok(file.get_u64(&key(name))? as usize) };
+    let recurrent: Vec<bool> = match file.get(&key("attention.recurrent_layers")) {
+        Some(_) => {
+            let flags = file.get_array(&key("attention.recurrent_layers"))?;
+            let flags: Vec<bool> = flags.iter().map(|v| v.as_bool()).collect::<Option<_>>().ok_or_else(|| {
+                ModelError::Invalid(format!("{} holds values that are not booleans", key("attention.recurrent_layers")))
+            })?;
+            if flags.len() < block_count {
+                return Err(ModelError::Invalid(format!(
+                    "{} names {} blocks, the model has {block_count}",
+                    key("attention.recurrent_layers"),
+                    flags.len()
+                )));
+            }
+            flags[..block_count].to_vec()
+        }
+        None => {
+            let interval = match file.get(&key("full_attention_interval")) {
+                Some(_) => usize_key("full_attention_interval")?,
+                None => 4,
+            };
+            if interval == 0 {
+                return Err(ModelError::Invalid(format!("{} is 0", key("full_attention_interval"))));
+            }
+            (0..block_count).map(|b| !(b + 1).is_multiple_of(interval)).collect()
+        }
+    };
+    let config = DeltaNetConfig {
+        recurrent,
+        conv_kernel: usize_key("ssm.conv_kernel")?,
+        key_heads: usize_key("ssm.group_count")?,
+        value_heads: usize_key("ssm.time_step_rank")?,
+        head_dim: usize_key("ssm.state_size")?,
+    };
+    if config.conv_kernel == 0 || config.key_heads == 0 || config.head_dim == 0 {
+        return Err(ModelError::Invalid(
+            "the Gated DeltaNet's kernel, key heads and state size must be non-zero".into(),
+        ));
+    }
+    if config.value_heads == 0 || !config.value_heads.is_multiple_of(config.key_heads) {
+        return Err(ModelError::Invalid(format!(
+            "{} Gated DeltaNet value heads are not a multiple of its {} key heads",
+            config.value_heads, config.key_heads
+        )));
+    }
+    let inner = usize_key("ssm.inner_size")?;
+    if inner != config.value_dim() {
+        return Err(ModelError::Invalid(format!(
+            "the Gated DeltaNet's inner size {inner} is not its {} value heads of state size {}",
+            config.value_heads, config.head_dim
+        )));
+    }
+    Ok(config)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -202,6 +359,8 @@ mod tests {
             vocab_size: 262_144,
             context_length: 32_768,
             sliding_window: Some(512),
+            delta_net: None,
+            skipped_mtp_blocks: 0,
         }
     }
 

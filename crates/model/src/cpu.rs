@@ -7,15 +7,19 @@
 //! over the threads natively. Norm weights and biases are f32. The block is the family's
 //! [`BlockSpec`](crate::BlockSpec), computed as `burn_ops.rs` computes it on tensors (its module
 //! documentation has the formulas): same seam, same weight table, same RoPE tables. The KV cache
-//! is f32 rows per block, grown as positions are used.
+//! is f32 rows per attention block, grown as positions are used; a Gated DeltaNet block
+//! (Qwen3.5) keeps its fixed-size state instead ([`crate::state`]), and its prompt runs through
+//! the chunked form of the delta rule (`nucleus_cpu::delta_net`).
 
+use nucleus_cpu::delta_net::{self, DeltaInputs, DeltaShape};
 use nucleus_cpu::ops::{AttentionShape, attention, inverse_rms, rms_norm};
 use nucleus_cpu::{Matrix, matmul, matmuls};
 use nucleus_gguf::{GgmlType, GgufFile, TensorInfo};
 
-use crate::architecture::{Architecture, FeedForward, Norm};
+use crate::architecture::{Architecture, FeedForward, Norm, Role};
 use crate::rope::RopeTables;
-use crate::weights::{self, BlockWeights, ModelWeights};
+use crate::state::{Checkpoints, RecurrentState};
+use crate::weights::{self, AttentionWeights, DeltaNetWeights, MixerWeights, ModelWeights};
 use crate::{LoadProgress, LogitLens, Logits, ModelConfig, ModelError};
 
 /// A weight as the CPU engine holds it.
@@ -61,17 +65,69 @@ pub(crate) struct CpuModel {
     rope_of_block: Vec<usize>,
 }
 
-/// Keys and values of every block: `[positions, kv_dim]` f32 rows each, grown as positions are
-/// written (a clone is an independent copy).
-#[derive(Clone)]
+/// Keys and values of every attention block: `[positions, kv_dim]` f32 rows each, grown as
+/// positions are written; the state of every recurrent block (empty for a family without), and
+/// its checkpoints.
 pub(crate) struct CpuCache {
     keys: Vec<Vec<f32>>,
     values: Vec<Vec<f32>>,
+    /// Per recurrent block, in block order.
+    states: Vec<RecurrentState>,
+    checkpoints: Checkpoints,
 }
 
 impl CpuCache {
     pub(crate) fn bytes(&self) -> u64 {
-        self.keys.iter().chain(&self.values).map(|rows| rows.len() as u64 * 4).sum()
+        self.keys.iter().chain(&self.values).map(|rows| rows.len() as u64 * 4).sum::<u64>()
+            + self.state_bytes()
+            + self.checkpoints.bytes()
+    }
+
+    /// Bytes of the recurrent blocks' live state.
+    pub(crate) fn state_bytes(&self) -> u64 {
+        self.states.iter().map(RecurrentState::bytes).sum()
+    }
+
+    pub(crate) fn checkpoints(&self) -> &Checkpoints {
+        &self.checkpoints
+    }
+
+    /// Whether the cache holds recurrent state (it cannot simply forget positions).
+    pub(crate) fn is_recurrent(&self) -> bool {
+        !self.states.is_empty()
+    }
+
+    /// Goes back to `len` positions from `filled`: the rows need nothing; the recurrent state
+    /// goes back to its latest checkpoint at or before `len`. Returns the positions held after.
+    pub(crate) fn go_back(&mut self, len: usize, filled: usize) -> usize {
+        if !self.is_recurrent() || len >= filled {
+            return len.min(filled);
+        }
+        self.checkpoints.restore(len, &mut self.states)
+    }
+
+    /// Keeps a copy of the recurrent state as it is at `position`.
+    pub(crate) fn checkpoint(&mut self, position: usize) {
+        if self.is_recurrent() {
+            self.checkpoints.record(position, &self.states);
+        }
+    }
+
+    /// Forgets everything: zero states, no checkpoints.
+    pub(crate) fn clear(&mut self) {
+        self.checkpoints.clear();
+        self.checkpoints.restore(0, &mut self.states);
+    }
+
+    /// An independent copy of the rows and the live state, without the checkpoints (a copy is
+    /// a beam or a fork that goes on from here: it does not go back before its start).
+    pub(crate) fn duplicate(&self) -> Self {
+        Self {
+            keys: self.keys.clone(),
+            values: self.values.clone(),
+            states: self.states.clone(),
+            checkpoints: Checkpoints::default(),
+        }
     }
 }
 
@@ -89,7 +145,7 @@ impl CpuModel {
             Matrix::new(info.ggml_type, file.tensor_bytes(info), rows, cols)
                 .map_err(|reason| ModelError::Unsupported(format!("tensor '{}': {reason}", info.name)))?;
         }
-        let weights = weights::load(file, config, progress, |_, info| load(file, info))?;
+        let weights = weights::load(file, config, progress, |role, info| load(file, role, info))?;
         let tables = RopeTables::new(file, config)?;
         Ok(Self {
             config: config.clone(),
@@ -106,7 +162,19 @@ impl CpuModel {
 
     pub(crate) fn new_cache(&self) -> CpuCache {
         let blocks = self.config.block_count;
-        CpuCache { keys: vec![Vec::new(); blocks], values: vec![Vec::new(); blocks] }
+        let states = match &self.config.delta_net {
+            Some(delta) => {
+                let recurrent = blocks - self.config.attention_blocks();
+                vec![RecurrentState::zeros(delta.conv_state_len(), delta.delta_state_len()); recurrent]
+            }
+            None => Vec::new(),
+        };
+        CpuCache {
+            keys: vec![Vec::new(); blocks],
+            values: vec![Vec::new(); blocks],
+            states,
+            checkpoints: Checkpoints::default(),
+        }
     }
 
     /// Runs `tokens` at positions `start..` after what `cache` holds and returns the logits of
@@ -124,6 +192,11 @@ impl CpuModel {
             Logits::All => &x[..],
         };
         Ok(self.head(rows))
+    }
+
+    /// Runs `tokens` into `cache` without the output layer (no logits wanted).
+    pub(crate) fn advance(&self, tokens: &[u32], cache: &mut CpuCache, start: usize) -> Result<(), ModelError> {
+        self.blocks(tokens, cache, start, None).map(drop)
     }
 
     /// The logit lens of the last of `tokens`: the residual after every block and the whole rows
@@ -183,10 +256,26 @@ impl CpuModel {
         let mut projected = vec![0.0; seq * d];
         let (hidden, ffn) = (c.feed_forward_length, seq * c.feed_forward_length);
         let (mut gate, mut up) = (vec![0.0; ffn], vec![0.0; ffn]);
+        if seq > 1 && cache.is_recurrent() {
+            // Before a pass of several tokens (a prompt's chunk, a draft's verification): the
+            // state here, to come back to if the pass's tokens are not all kept.
+            cache.checkpoints.record_rollback(start, &cache.states);
+        }
+        let mut recurrent_index = 0;
         for (index, block) in self.weights.blocks.iter().enumerate() {
             self.norm(&x, &block.attention_norm, &mut h);
-            let attended = self.attention(&h, block, index, cache, start)?;
-            matmul(&block.attention_output.matrix(), &attended, &mut projected, false);
+            match &block.mixer {
+                MixerWeights::Attention(weights) => {
+                    let attended = self.attention(&h, weights, index, cache, start)?;
+                    matmul(&weights.output.matrix(), &attended, &mut projected, false);
+                }
+                MixerWeights::GatedDeltaNet(weights) => {
+                    let state = &mut cache.states[recurrent_index];
+                    recurrent_index += 1;
+                    let mixed = self.gated_delta_net(&h, weights, state);
+                    matmul(&weights.output.matrix(), &mixed, &mut projected, false);
+                }
+            }
             self.add_sublayer(&mut x, &mut projected, block.post_attention_norm.as_ref());
 
             self.norm(&x, &block.feed_forward_norm, &mut h);
@@ -222,12 +311,68 @@ impl CpuModel {
         }
     }
 
+    /// The Gated DeltaNet sub-layer for the normalised rows `h`, from and into `state`: the
+    /// gated, normalised outputs of its value heads `[seq, value_dim]`, before the output
+    /// projection. A prompt takes the chunked form of the delta rule, a decode step the
+    /// recurrent one.
+    fn gated_delta_net(&self, h: &[f32], weights: &DeltaNetWeights<CpuWeight>, state: &mut RecurrentState) -> Vec<f32> {
+        let c = &self.config;
+        let delta = c.delta_net.as_ref().expect("a Gated DeltaNet block has its shape");
+        let seq = h.len() / c.embedding_length;
+        let (channels, key_dim, value_dim, heads) =
+            (delta.channels(), delta.key_dim(), delta.value_dim(), delta.value_heads);
+        let (mut mixed, mut z) = (vec![0.0; seq * channels], vec![0.0; seq * value_dim]);
+        let (mut beta, mut alpha) = (vec![0.0; seq * heads], vec![0.0; seq * heads]);
+        matmuls(
+            h,
+            &mut [
+                (&weights.qkv.matrix(), &mut mixed),
+                (&weights.gate.matrix(), &mut z),
+                (&weights.beta.matrix(), &mut beta),
+                (&weights.alpha.matrix(), &mut alpha),
+            ],
+            false,
+        );
+        let mut convolved = vec![0.0; seq * channels];
+        delta_net::conv_silu(&mixed, weights.conv.vector(), delta.conv_kernel, &mut state.conv, &mut convolved);
+        // Split each position's channels into queries, keys and values, heads contiguous.
+        let (mut q, mut k, mut v) = (vec![0.0; seq * key_dim], vec![0.0; seq * key_dim], vec![0.0; seq * value_dim]);
+        for (t, row) in convolved.chunks_exact(channels).enumerate() {
+            q[t * key_dim..(t + 1) * key_dim].copy_from_slice(&row[..key_dim]);
+            k[t * key_dim..(t + 1) * key_dim].copy_from_slice(&row[key_dim..2 * key_dim]);
+            v[t * value_dim..(t + 1) * value_dim].copy_from_slice(&row[2 * key_dim..]);
+        }
+        delta_net::l2_normalize(&mut q, delta.head_dim, c.rms_norm_eps);
+        delta_net::l2_normalize(&mut k, delta.head_dim, c.rms_norm_eps);
+        let scale = (1.0 / (delta.head_dim as f64).sqrt()) as f32;
+        q.iter_mut().for_each(|x| *x *= scale);
+        // β = sigmoid(β'); g = a · softplus(α + dt_bias), the log of the step's decay (≤ 0).
+        beta.iter_mut().for_each(|b| *b = 1.0 / (1.0 + (-*b).exp()));
+        let (a, dt_bias) = (weights.a.vector(), weights.dt_bias.vector());
+        for row in alpha.chunks_exact_mut(heads) {
+            for ((g, &a), &bias) in row.iter_mut().zip(a).zip(dt_bias) {
+                *g = a * delta_net::softplus(*g + bias);
+            }
+        }
+        let inputs = DeltaInputs { q: &q, k: &k, v: &v, g: &alpha, beta: &beta };
+        let shape = DeltaShape { key_heads: delta.key_heads, value_heads: heads, head_dim: delta.head_dim };
+        let mut out = vec![0.0; seq * value_dim];
+        if seq == 1 {
+            delta_net::delta_rule_recurrent(inputs, shape, &mut state.matrices, &mut out);
+        } else {
+            delta_net::delta_rule_chunked(inputs, shape, &mut state.matrices, &mut out);
+        }
+        delta_net::gated_rms_norm(&mut out, &z, weights.norm.vector(), c.rms_norm_eps);
+        out
+    }
+
     /// The attention sub-layer of block `index` for the normalised rows `h`, its keys and values
-    /// written into `cache` at `start..`: the heads' outputs `[seq, q_dim]`.
+    /// written into `cache` at `start..`: the heads' outputs `[seq, q_dim]` (times the sigmoid
+    /// of the output gate where the family has one).
     fn attention(
         &self,
         h: &[f32],
-        block: &BlockWeights<CpuWeight>,
+        block: &AttentionWeights<CpuWeight>,
         index: usize,
         cache: &mut CpuCache,
         start: usize,
@@ -236,9 +381,22 @@ impl CpuModel {
         let spec = self.architecture.block;
         let seq = h.len() / c.embedding_length;
         let (q_dim, kv_dim, hd) = (c.q_dim(), c.kv_dim(), c.head_dim);
-        let (mut q, mut k, mut v) = (vec![0.0; seq * q_dim], vec![0.0; seq * kv_dim], vec![0.0; seq * kv_dim]);
+        let (mut q, mut k, mut v) =
+            (vec![0.0; seq * c.query_projection_dim()], vec![0.0; seq * kv_dim], vec![0.0; seq * kv_dim]);
         let (wq, wk, wv) = (block.query.matrix(), block.key.matrix(), block.value.matrix());
         matmuls(h, &mut [(&wq, &mut q), (&wk, &mut k), (&wv, &mut v)], false);
+        // With an output gate, each head's query is followed by its gate: split them.
+        let gate = spec.output_gate.then(|| {
+            let mut gate = vec![0.0; seq * q_dim];
+            let mut query = vec![0.0; seq * q_dim];
+            for ((both, q), g) in q.chunks_exact(2 * hd).zip(query.chunks_exact_mut(hd)).zip(gate.chunks_exact_mut(hd))
+            {
+                q.copy_from_slice(&both[..hd]);
+                g.copy_from_slice(&both[hd..]);
+            }
+            q = query;
+            gate
+        });
         for (out, bias) in [(&mut q, &block.query_bias), (&mut k, &block.key_bias), (&mut v, &block.value_bias)] {
             if let Some(bias) = bias {
                 let width = out.len() / seq;
@@ -248,17 +406,19 @@ impl CpuModel {
             }
         }
         let table = &self.rope[self.rope_of_block[index]];
+        // RoPE turns the first `rope_dims` of each head (all but in Qwen3.5), the rest pass through.
+        let (rotated, pairs) = (c.rope_dims, c.rope_dims / 2);
         for (values, norm) in [(&mut q, &block.query_norm), (&mut k, &block.key_norm)] {
             let width = values.len() / seq;
             for (s, row) in values.chunks_exact_mut(width).enumerate() {
-                let angles = &table[(start + s) * (hd / 2)..(start + s + 1) * (hd / 2)];
+                let angles = &table[(start + s) * pairs..(start + s + 1) * pairs];
                 for head in row.chunks_exact_mut(hd) {
                     if let Some(norm) = norm {
                         let inv = inverse_rms(head, c.rms_norm_eps);
                         head.iter_mut().zip(norm.vector()).for_each(|(v, &g)| *v *= inv * g);
                     }
                     for (i, &(cos, sin)) in angles.iter().enumerate() {
-                        let (ia, ib) = spec.rope.pair(i, hd);
+                        let (ia, ib) = spec.rope.pair(i, rotated);
                         let (a, b) = (head[ia], head[ib]);
                         head[ia] = a * cos - b * sin;
                         head[ib] = a * sin + b * cos;
@@ -283,6 +443,9 @@ impl CpuModel {
         };
         let mut out = vec![0.0; seq * q_dim];
         attention(&q, &keys[..end], &values[..end], start, shape, &mut out);
+        if let Some(gate) = gate {
+            out.iter_mut().zip(&gate).for_each(|(o, &g)| *o /= 1.0 + (-g).exp());
+        }
         Ok(out)
     }
 
@@ -293,10 +456,11 @@ impl CpuModel {
     }
 }
 
-/// One tensor as the CPU engine holds it: a matrix in its blocks, a vector in f32.
-fn load(file: &GgufFile, info: &TensorInfo) -> Result<CpuWeight, ModelError> {
+/// One tensor as the CPU engine holds it: a matrix in its blocks, a vector (and the Gated
+/// DeltaNet's small convolution) in f32.
+fn load(file: &GgufFile, role: Role, info: &TensorInfo) -> Result<CpuWeight, ModelError> {
     let (rows, cols) = info.matrix_shape();
-    if info.dims.len() == 1 {
+    if info.dims.len() == 1 || role == Role::DeltaConv {
         return Ok(CpuWeight::Vector(file.dequantize(&info.name)?));
     }
     Ok(CpuWeight::Blocks { ggml_type: info.ggml_type, bytes: file.tensor_bytes(info).to_vec(), rows, cols })

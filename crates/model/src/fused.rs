@@ -123,6 +123,7 @@ impl AttentionVectors {
         let mut values = block.attention_norm.host().to_vec();
         let mut qk_norm_at = layer::NONE;
         let mut bias_at = layer::NONE;
+        let block = block.attention().expect("check_dims refuses models with blocks that do not attend");
         if let (Some(q), Some(k)) = (&block.query_norm, &block.key_norm) {
             qk_norm_at = values.len() as u32;
             values.extend(q.host().iter().chain(k.host()));
@@ -398,8 +399,9 @@ impl FusedModel {
             .iter()
             .enumerate()
             .map(|(index, b)| {
+                let attention = b.attention().expect("check_dims refuses models with blocks that do not attend");
                 let (attention_output, gate, up, down) =
-                    (b.attention_output.gpu(), b.gate.gpu(), b.up.gpu(), b.down.gpu());
+                    (attention.output.gpu(), b.gate.gpu(), b.up.gpu(), b.down.gpu());
                 Ok(BlockKernels {
                     combine: layer::attention_combine(
                         gpu,
@@ -719,6 +721,12 @@ fn attention_params(c: &ModelConfig, block: usize) -> AttentionParams {
 
 /// Shapes the kernels read in whole units of 8 values.
 pub(crate) fn check_dims(c: &ModelConfig) -> Result<(), ModelError> {
+    if c.delta_net.is_some() || c.rope_dims != c.head_dim {
+        return Err(ModelError::Unsupported(format!(
+            "the fused kernels do not compute {}'s Gated DeltaNet blocks and partial RoPE yet: it runs on the CPU engine",
+            c.architecture
+        )));
+    }
     let ok = c.embedding_length.is_multiple_of(8)
         && c.feed_forward_length.is_multiple_of(8)
         && c.q_dim().is_multiple_of(8)
@@ -856,6 +864,7 @@ impl FusedCache {
         let mut blocks = Vec::with_capacity(c.block_count);
         for (index, (weights, vectors)) in shared.weights.blocks.iter().zip(&shared.vectors).enumerate() {
             let kv = shared.gpu.storage("kv cache", bytes);
+            let weights = weights.attention().expect("check_dims refuses models with blocks that do not attend");
             let (wq, wk, wv) = (weights.query.gpu(), weights.key.gpu(), weights.value.gpu());
             let params = AttnQkvParams {
                 qk_norm_at: vectors.qk_norm_at,

@@ -33,6 +33,7 @@ mod fused;
 #[cfg(feature = "gpu")]
 mod memory;
 mod rope;
+mod state;
 mod weights;
 
 #[cfg(feature = "burn-ops")]
@@ -41,15 +42,17 @@ use nucleus_gguf::{GgufError, GgufFile};
 use nucleus_kernels::{KernelError, RawRow, TailOutput, TailRequest};
 
 pub use architecture::{
-    ARCHITECTURES, Architecture, BlockSpec, FeedForward, GEMMA3, LLAMA, Norm, QWEN2, QWEN3, Role, Rope, SlidingWindow,
+    ARCHITECTURES, Architecture, BlockSpec, FeedForward, GEMMA3, LLAMA, Mixer, Norm, QWEN2, QWEN3, QWEN35, Role, Rope,
+    SlidingWindow,
 };
-pub use config::{BlockAttention, ModelConfig};
+pub use config::{BlockAttention, DeltaNetConfig, ModelConfig};
 pub use device::ModelDevice;
 #[cfg(feature = "gpu")]
 pub use fused::{FusedLogits, MAX_ROWS};
 #[cfg(feature = "gpu")]
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::LinearKernel;
+pub use state::MAX_CHECKPOINTS;
 pub use weights::{parameter_count, vocabulary_parts};
 
 #[cfg(feature = "burn-ops")]
@@ -203,14 +206,59 @@ impl KvCache {
         self.capacity
     }
 
-    /// Forgets every position (the memory stays allocated).
+    /// Forgets every position (the memory stays allocated; a recurrent state goes back to zeros).
     pub fn clear(&mut self) {
         self.len = 0;
+        if let CacheKind::Cpu(cache) = &mut self.inner {
+            cache.clear();
+        }
     }
 
-    /// Forgets positions from `len` on, so generation can go back (a rejected draft, a shared prefix).
-    pub fn truncate(&mut self, len: usize) {
-        self.len = self.len.min(len);
+    /// Forgets positions from `len` on, so generation can go back (a rejected draft, a shared
+    /// prefix), and returns the positions it holds after: `len` (or fewer, when it held fewer)
+    /// for a cache of rows; for a model with recurrent blocks, whose state cannot forget, the
+    /// position of the latest checkpoint at or before `len` (`state.rs`), from which the caller
+    /// runs the tokens up to `len` again.
+    #[must_use = "a recurrent cache may go back further than asked: run the tokens in between again"]
+    pub fn truncate(&mut self, len: usize) -> usize {
+        self.len = match &mut self.inner {
+            CacheKind::Cpu(cache) => cache.go_back(len, self.len),
+            #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
+            _ => self.len.min(len),
+        };
+        self.len
+    }
+
+    /// Whether the cache holds a recurrent state (Qwen3.5's Gated DeltaNet blocks): going back
+    /// restores a checkpoint ([`KvCache::truncate`]).
+    pub fn is_recurrent(&self) -> bool {
+        matches!(&self.inner, CacheKind::Cpu(cache) if cache.is_recurrent())
+    }
+
+    /// Bytes of the recurrent blocks' live state (fixed, whatever the context; 0 without such blocks).
+    pub fn recurrent_state_bytes(&self) -> u64 {
+        match &self.inner {
+            CacheKind::Cpu(cache) => cache.state_bytes(),
+            #[allow(unreachable_patterns)]
+            _ => 0,
+        }
+    }
+
+    /// Keeps a copy of the recurrent state as it is now, to come back to ([`KvCache::truncate`];
+    /// nothing for a cache of rows alone). Passes of several tokens keep one before they run.
+    pub fn checkpoint(&mut self) {
+        if let CacheKind::Cpu(cache) = &mut self.inner {
+            cache.checkpoint(self.len);
+        }
+    }
+
+    /// The positions whose recurrent state is kept to go back to, oldest first, and their bytes.
+    pub fn checkpoints(&self) -> (Vec<usize>, u64) {
+        match &self.inner {
+            CacheKind::Cpu(cache) => (cache.checkpoints().positions(), cache.checkpoints().bytes()),
+            #[allow(unreachable_patterns)]
+            _ => (Vec::new(), 0),
+        }
     }
 
     /// Bytes it holds on the device now (the fused and CPU caches grow as positions are used;
@@ -227,14 +275,14 @@ impl KvCache {
 
     /// An independent copy (beam search keeps one per beam). Cheap on the Burn path (the first
     /// write copies); a GPU copy of the filled positions on the fused path; a memory copy on the
-    /// CPU path.
+    /// CPU path, recurrent state included but not its checkpoints (the copy goes on from here).
     pub fn try_clone(&self) -> Result<KvCache, ModelError> {
         let inner = match &self.inner {
             #[cfg(feature = "burn-ops")]
             CacheKind::Burn(cache) => CacheKind::Burn(cache.clone()),
             #[cfg(feature = "gpu")]
             CacheKind::Fused(cache) => CacheKind::Fused(cache.duplicate(self.len)?),
-            CacheKind::Cpu(cache) => CacheKind::Cpu(cache.clone()),
+            CacheKind::Cpu(cache) => CacheKind::Cpu(cache.duplicate()),
         };
         Ok(KvCache { inner, len: self.len, capacity: self.capacity })
     }
@@ -525,6 +573,24 @@ impl Model {
         Ok(output)
     }
 
+    /// Runs `tokens` after what `cache` holds into it, with no logits wanted (a recurrent
+    /// model's prompt up to a checkpoint): the CPU engine skips the output layer; the GPU paths
+    /// run their usual pass and drop its logits.
+    pub fn advance(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(), ModelError> {
+        let (start, end) = self.check_pass(tokens, cache)?;
+        match (&self.route, &mut cache.inner) {
+            (Route::Cpu(model), CacheKind::Cpu(inner)) => {
+                model.advance(tokens, inner, start)?;
+                cache.len = end;
+            }
+            #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
+            _ => {
+                self.forward(tokens, cache, Logits::Last)?;
+            }
+        }
+        Ok(())
+    }
+
     /// The positions a pass of `tokens` after what `cache` holds fills, once checked: some
     /// tokens, room for them, ids in the vocabulary.
     fn check_pass(&self, tokens: &[u32], cache: &KvCache) -> Result<(usize, usize), ModelError> {
@@ -646,6 +712,8 @@ mod tests {
             vocab_size: 49_152,
             context_length: 8192,
             sliding_window: None,
+            delta_net: None,
+            skipped_mtp_blocks: 0,
         }
     }
 

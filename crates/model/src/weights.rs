@@ -7,13 +7,13 @@ use std::ops::Range;
 
 use nucleus_gguf::{GgufError, GgufFile, TensorInfo};
 
-use crate::architecture::Role;
+use crate::architecture::{Mixer, Role};
 use crate::{LoadProgress, ModelConfig, ModelError};
 
-/// The tensors of one block; the optional ones are those only some families have.
+/// The tensors of an attention mixer; the optional ones are those only some families have.
 #[derive(Debug)]
-pub struct BlockWeights<T> {
-    pub attention_norm: T,
+pub struct AttentionWeights<T> {
+    /// `[q_dim, dim]`, or with an output gate `[2 · q_dim, dim]` (per head the query, then the gate).
     pub query: T,
     pub key: T,
     pub value: T,
@@ -24,8 +24,46 @@ pub struct BlockWeights<T> {
     /// Per-head RMSNorm weights of queries and keys (`qk_norm`).
     pub query_norm: Option<T>,
     pub key_norm: Option<T>,
-    pub attention_output: T,
-    /// RMSNorm weight of the attention's output (`post_norms`).
+    pub output: T,
+}
+
+/// The tensors of a Gated DeltaNet mixer (Qwen3.5's recurrent blocks), named as in
+/// [`Role`]'s `Delta*` roles.
+#[derive(Debug)]
+pub struct DeltaNetWeights<T> {
+    /// `[channels, dim]`: queries, keys and values before the convolution.
+    pub qkv: T,
+    /// `[value_dim, dim]`: the output gate `z`.
+    pub gate: T,
+    /// `[value_heads, dim]`: β before its sigmoid.
+    pub beta: T,
+    /// `[value_heads, dim]`: α, the decay's input.
+    pub alpha: T,
+    /// `[value_heads]`.
+    pub dt_bias: T,
+    /// `[value_heads]`: `−exp(A_log)`.
+    pub a: T,
+    /// `[channels, kernel]`.
+    pub conv: T,
+    /// `[head_dim]`.
+    pub norm: T,
+    /// `[dim, value_dim]`.
+    pub output: T,
+}
+
+/// What mixes positions in a block ([`Mixer`](crate::Mixer)), with its tensors.
+#[derive(Debug)]
+pub enum MixerWeights<T> {
+    Attention(AttentionWeights<T>),
+    GatedDeltaNet(DeltaNetWeights<T>),
+}
+
+/// The tensors of one block; the optional ones are those only some families have.
+#[derive(Debug)]
+pub struct BlockWeights<T> {
+    pub attention_norm: T,
+    pub mixer: MixerWeights<T>,
+    /// RMSNorm weight of the mixer's output (`post_norms`).
     pub post_attention_norm: Option<T>,
     pub feed_forward_norm: T,
     pub gate: T,
@@ -33,6 +71,16 @@ pub struct BlockWeights<T> {
     pub down: T,
     /// RMSNorm weight of the feed-forward's output (`post_norms`).
     pub post_feed_forward_norm: Option<T>,
+}
+
+impl<T> BlockWeights<T> {
+    /// The attention's tensors, for an attention block.
+    pub fn attention(&self) -> Option<&AttentionWeights<T>> {
+        match &self.mixer {
+            MixerWeights::Attention(attention) => Some(attention),
+            MixerWeights::GatedDeltaNet(_) => None,
+        }
+    }
 }
 
 /// The tensors of a model.
@@ -54,26 +102,35 @@ impl<T> ModelWeights<T> {
     /// Every weight, each once.
     pub fn all(&self) -> impl Iterator<Item = &T> {
         let blocks = self.blocks.iter().flat_map(|b| {
-            [
-                Some(&b.attention_norm),
-                Some(&b.query),
-                Some(&b.key),
-                Some(&b.value),
-                b.query_bias.as_ref(),
-                b.key_bias.as_ref(),
-                b.value_bias.as_ref(),
-                b.query_norm.as_ref(),
-                b.key_norm.as_ref(),
-                Some(&b.attention_output),
-                b.post_attention_norm.as_ref(),
-                Some(&b.feed_forward_norm),
-                Some(&b.gate),
-                Some(&b.up),
-                Some(&b.down),
-                b.post_feed_forward_norm.as_ref(),
-            ]
-            .into_iter()
-            .flatten()
+            let mixer: Vec<Option<&T>> = match &b.mixer {
+                MixerWeights::Attention(a) => vec![
+                    Some(&a.query),
+                    Some(&a.key),
+                    Some(&a.value),
+                    a.query_bias.as_ref(),
+                    a.key_bias.as_ref(),
+                    a.value_bias.as_ref(),
+                    a.query_norm.as_ref(),
+                    a.key_norm.as_ref(),
+                    Some(&a.output),
+                ],
+                MixerWeights::GatedDeltaNet(d) => {
+                    [&d.qkv, &d.gate, &d.beta, &d.alpha, &d.dt_bias, &d.a, &d.conv, &d.norm, &d.output]
+                        .map(Some)
+                        .to_vec()
+                }
+            };
+            std::iter::once(Some(&b.attention_norm))
+                .chain(mixer)
+                .chain([
+                    b.post_attention_norm.as_ref(),
+                    Some(&b.feed_forward_norm),
+                    Some(&b.gate),
+                    Some(&b.up),
+                    Some(&b.down),
+                    b.post_feed_forward_norm.as_ref(),
+                ])
+                .flatten()
         });
         std::iter::once(&self.token_embedding).chain(blocks).chain([&self.output_norm]).chain(self.output.as_ref())
     }
@@ -89,19 +146,36 @@ fn table(config: &ModelConfig, tied: bool) -> Vec<(Role, usize, Vec<u64>)> {
     for block in 0..config.block_count {
         let mut add = |role, dims: &[u64]| table.push((role, block, dims.to_vec()));
         add(Role::AttentionNorm, &[d]);
-        add(Role::Query, &[d, q]);
-        add(Role::Key, &[d, kv]);
-        add(Role::Value, &[d, kv]);
-        if spec.qkv_bias {
-            add(Role::QueryBias, &[q]);
-            add(Role::KeyBias, &[kv]);
-            add(Role::ValueBias, &[kv]);
+        match (config.mixer(block), &config.delta_net) {
+            (Mixer::GatedDeltaNet, Some(delta)) => {
+                let (channels, value_dim) = (delta.channels() as u64, delta.value_dim() as u64);
+                let (heads, kernel) = (delta.value_heads as u64, delta.conv_kernel as u64);
+                add(Role::DeltaQkv, &[d, channels]);
+                add(Role::DeltaGate, &[d, value_dim]);
+                add(Role::DeltaBeta, &[d, heads]);
+                add(Role::DeltaAlpha, &[d, heads]);
+                add(Role::DeltaDtBias, &[heads]);
+                add(Role::DeltaA, &[heads]);
+                add(Role::DeltaConv, &[kernel, channels]);
+                add(Role::DeltaNorm, &[delta.head_dim as u64]);
+                add(Role::DeltaOutput, &[value_dim, d]);
+            }
+            _ => {
+                add(Role::Query, &[d, config.query_projection_dim() as u64]);
+                add(Role::Key, &[d, kv]);
+                add(Role::Value, &[d, kv]);
+                if spec.qkv_bias {
+                    add(Role::QueryBias, &[q]);
+                    add(Role::KeyBias, &[kv]);
+                    add(Role::ValueBias, &[kv]);
+                }
+                if spec.qk_norm {
+                    add(Role::QueryNorm, &[hd]);
+                    add(Role::KeyNorm, &[hd]);
+                }
+                add(Role::AttentionOutput, &[q, d]);
+            }
         }
-        if spec.qk_norm {
-            add(Role::QueryNorm, &[hd]);
-            add(Role::KeyNorm, &[hd]);
-        }
-        add(Role::AttentionOutput, &[q, d]);
         if spec.post_norms {
             add(Role::PostAttentionNorm, &[d]);
         }
@@ -127,10 +201,11 @@ pub fn tied_output(file: &GgufFile) -> bool {
 
 /// The weights the model loads, each checked against its expected shape.
 pub fn tensors<'f>(file: &'f GgufFile, config: &ModelConfig) -> Result<Vec<(Role, usize, &'f TensorInfo)>, ModelError> {
+    let architecture = config.architecture();
     table(config, tied_output(file))
         .into_iter()
         .map(|(role, block, expected)| {
-            let name = role.tensor_name(block);
+            let name = architecture.tensor_name(role, block);
             let info = file.tensor(&name).ok_or_else(|| GgufError::MissingTensor(name.clone()))?;
             if info.dims != expected {
                 return Err(ModelError::WrongShape { name, expected, found: info.dims.clone() });
@@ -184,17 +259,33 @@ pub fn load<T>(
     let required = |weight: Option<T>| weight.expect("the table lists every required tensor");
     let mut blocks = Vec::with_capacity(config.block_count);
     for block in 0..config.block_count {
+        let mixer = match config.mixer(block) {
+            Mixer::Attention => MixerWeights::Attention(AttentionWeights {
+                query: required(take(Role::Query, block)),
+                key: required(take(Role::Key, block)),
+                value: required(take(Role::Value, block)),
+                query_bias: take(Role::QueryBias, block),
+                key_bias: take(Role::KeyBias, block),
+                value_bias: take(Role::ValueBias, block),
+                query_norm: take(Role::QueryNorm, block),
+                key_norm: take(Role::KeyNorm, block),
+                output: required(take(Role::AttentionOutput, block)),
+            }),
+            Mixer::GatedDeltaNet => MixerWeights::GatedDeltaNet(DeltaNetWeights {
+                qkv: required(take(Role::DeltaQkv, block)),
+                gate: required(take(Role::DeltaGate, block)),
+                beta: required(take(Role::DeltaBeta, block)),
+                alpha: required(take(Role::DeltaAlpha, block)),
+                dt_bias: required(take(Role::DeltaDtBias, block)),
+                a: required(take(Role::DeltaA, block)),
+                conv: required(take(Role::DeltaConv, block)),
+                norm: required(take(Role::DeltaNorm, block)),
+                output: required(take(Role::DeltaOutput, block)),
+            }),
+        };
         blocks.push(BlockWeights {
             attention_norm: required(take(Role::AttentionNorm, block)),
-            query: required(take(Role::Query, block)),
-            key: required(take(Role::Key, block)),
-            value: required(take(Role::Value, block)),
-            query_bias: take(Role::QueryBias, block),
-            key_bias: take(Role::KeyBias, block),
-            value_bias: take(Role::ValueBias, block),
-            query_norm: take(Role::QueryNorm, block),
-            key_norm: take(Role::KeyNorm, block),
-            attention_output: required(take(Role::AttentionOutput, block)),
+            mixer,
             post_attention_norm: take(Role::PostAttentionNorm, block),
             feed_forward_norm: required(take(Role::FeedForwardNorm, block)),
             gate: required(take(Role::Gate, block)),

@@ -3,7 +3,7 @@
 //! Two tokenizer models, as llama.cpp reads them:
 //! - `gpt2`: byte-level BPE through the `tokenizers` crate, with the vocabulary and merges from
 //!   the file and the pre-tokenizer named by `tokenizer.ggml.pre` (`pretokenizer.rs`: `gpt2`,
-//!   `smollm`, `llama-bpe`, `qwen2`);
+//!   `smollm`, `llama-bpe`, `qwen2`, `qwen35`);
 //! - `llama`: SentencePiece's BPE, merged by the file's scores with byte fallback (`spm.rs`).
 //!
 //! In both, control and user-defined tokens written in the text are parsed out of it first
@@ -341,11 +341,19 @@ impl Tokenizer {
 
     /// Renders `messages` with the file's chat template, ending with the assistant's turn opened.
     pub fn render_chat(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
-        let template = self
-            .chat_template
+        self.template()?.render(messages, true)
+    }
+
+    /// `messages` through the chat template without the generation prompt: the conversation so
+    /// far, which the prompt of a next turn begins with.
+    pub fn render_chat_so_far(&self, messages: &[ChatMessage]) -> Result<String, TokenizerError> {
+        self.template()?.render(messages, false)
+    }
+
+    fn template(&self) -> Result<&ChatTemplate, TokenizerError> {
+        self.chat_template
             .as_ref()
-            .ok_or_else(|| TokenizerError::Template("the model file has no tokenizer.chat_template".into()))?;
-        template.render(messages, true)
+            .ok_or_else(|| TokenizerError::Template("the model file has no tokenizer.chat_template".into()))
     }
 
     /// Tokens whose text contains any of `needles`: how strings such as DRY's sequence breakers

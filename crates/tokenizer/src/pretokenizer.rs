@@ -10,13 +10,18 @@ use tokenizers::pre_tokenizers::split::{Split, SplitPattern};
 
 /// Every name [`for_name`] knows.
 pub(crate) const NAMES: &[&str] =
-    &["gpt2", "default", "smollm", "llama-bpe", "llama3", "llama-v3", "qwen2", "deepseek-r1-qwen"];
+    &["gpt2", "default", "smollm", "llama-bpe", "llama3", "llama-v3", "qwen2", "deepseek-r1-qwen", "qwen35"];
 
 /// Llama 3's split: contractions, letters with one leading non-letter, numbers of up to three
 /// digits, punctuation runs, newlines, spaces.
 const LLAMA3: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Qwen2's: the same with every digit on its own.
 const QWEN2: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+
+/// Qwen3.5's: Qwen2's with combining marks (`\p{M}`) joined to the letters they follow
+/// (llama.cpp's `LLAMA_VOCAB_PRE_TYPE_QWEN35`; transformers' `Qwen3_5Tokenizer`, which also
+/// NFC-normalises first: llama.cpp does not, and neither does this crate).
+const QWEN35: &str = r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?[\p{L}\p{M}]+|\p{N}| ?[^\s\p{L}\p{M}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// A pre-tokenizer and what llama.cpp sets beside it.
 pub(crate) struct PreTokenizer {
@@ -34,6 +39,7 @@ pub(crate) struct PreTokenizer {
 /// - `llama-bpe` (`llama3`, `llama-v3`): the Llama 3 regex, then the byte-level alphabet; merges
 ///   ignored for whole vocabulary entries, BOS added.
 /// - `qwen2` (`deepseek-r1-qwen`): the Qwen2 regex, then the byte-level alphabet.
+/// - `qwen35`: the Qwen3.5 regex (Qwen2's, marks joined to letters), then the byte-level alphabet.
 pub(crate) fn for_name(name: &str) -> Option<PreTokenizer> {
     // add_prefix_space: false (GGUF add_space_prefix), trim_offsets: irrelevant to ids.
     let byte_level = |use_regex| ByteLevel::new(false, true, use_regex);
@@ -52,6 +58,7 @@ pub(crate) fn for_name(name: &str) -> Option<PreTokenizer> {
             add_bos: true,
         },
         "qwen2" | "deepseek-r1-qwen" => plain(Sequence::new(vec![split(QWEN2), byte_level(false).into()]).into()),
+        "qwen35" => plain(Sequence::new(vec![split(QWEN35), byte_level(false).into()]).into()),
         _ => return None,
     })
 }

@@ -201,7 +201,7 @@ pub struct WasmEngine {
 #[wasm_bindgen]
 impl WasmEngine {
     /// `{ title, name, basename, sizeLabel, quantization, architecture, vocabSize, contextLength,
-    /// parameters, fileBytes, path, weightBytes, kvBytesPerToken, device }` as JSON; `title` is
+    /// parameters, fileBytes, path, weightBytes, kvBytesPerToken, stateBytes, skippedBlocks, device }` as JSON; `title` is
     /// named from `file_name` (the model's URL) when given; `device` is where it runs, as a person
     /// reads it.
     pub fn info(&self, file_name: Option<String>) -> Result<String, JsValue> {

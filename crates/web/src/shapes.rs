@@ -151,6 +151,8 @@ mod tests {
             path: "fused",
             weight_bytes: 360,
             kv_bytes_per_token: 48,
+            state_bytes: 64,
+            skipped_blocks: 1,
         };
         let value = super::info(&info, Some("https://example.org/tiny-q8_0.gguf"));
         assert_eq!(value["title"], "tiny · llama · Q8_0 · 0 MB · 7 tokens");
@@ -161,5 +163,7 @@ mod tests {
         assert_eq!(value["path"], "fused");
         assert_eq!(value["weightBytes"], 360);
         assert_eq!(value["kvBytesPerToken"], 48);
+        assert_eq!(value["stateBytes"], 64);
+        assert_eq!(value["skippedBlocks"], 1);
     }
 }

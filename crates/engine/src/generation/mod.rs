@@ -45,6 +45,9 @@ pub struct GenerationState {
     queued: VecDeque<Step>,
     /// Decode passes and drafts (the rates are filled in by [`GenerationState::result`]).
     speculation: SpeculationStats,
+    /// Positions of the context where the prefill keeps the recurrent state (a model with
+    /// recurrent blocks; `Engine::state_checkpoints`), besides before its last token.
+    state_checkpoints: Vec<usize>,
 }
 
 impl GenerationState {
@@ -77,6 +80,7 @@ impl GenerationState {
             transfer: Transfer::default(),
             queued: VecDeque::new(),
             speculation: SpeculationStats::default(),
+            state_checkpoints: Vec::new(),
         };
         for id in forced {
             if state.finish_reason.is_some() {
@@ -90,6 +94,11 @@ impl GenerationState {
             state.take_token(id, tokenizer)?;
         }
         Ok(state)
+    }
+
+    /// Makes the prefill keep the recurrent state at `positions` of the context.
+    pub(crate) fn keep_state_at(&mut self, positions: Vec<usize>) {
+        self.state_checkpoints = positions;
     }
 
     /// Takes `id` as the next output token: the sampler's history, the stop conditions, the
@@ -243,9 +252,22 @@ impl GenerationState {
         let cached = engine.reuse_cache_prefix(&context);
         self.cached_context_tokens = cached;
         let chunk = if on_prefill.is_some() { prefill_chunk_len(total - cached) } else { total };
+        // A recurrent state is kept where a later prompt is likely to go back to: before the
+        // context's last token, and where the conversation so far ends.
+        let mut keep: Vec<usize> = self.state_checkpoints.clone();
+        if engine.cache.is_recurrent() {
+            keep.push(total - 1);
+        }
+        keep.sort_unstable();
         let mut done = cached;
         loop {
             let end = (done + chunk).min(total);
+            for &at in &keep {
+                if done < at && at < end {
+                    engine.advance_to_checkpoint(&context[done..at])?;
+                    done = at;
+                }
+            }
             let logits = engine.forward_last(&context[done..end])?;
             done = end;
             if done == total {

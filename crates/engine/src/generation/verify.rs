@@ -88,7 +88,7 @@ impl GenerationState {
         }
         let accepted = judged.iter().take_while(|entry| entry.verdict == Verdict::Accepted).count();
         // The pending token and the accepted drafts keep their keys and values.
-        engine.rollback_cache(start + 1 + accepted);
+        engine.rollback_cache(start + 1 + accepted)?;
 
         let tokens = draft
             .iter()
