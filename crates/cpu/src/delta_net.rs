@@ -257,28 +257,53 @@ mod tests {
         (0..n).map(|i| (((i * 7919 + seed * 104_729) % 2003) as f32 / 1001.5) - 1.0).collect()
     }
 
-    fn inputs(seq: usize, shape: DeltaShape) -> (Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>) {
-        let DeltaShape { key_heads, value_heads, head_dim } = shape;
-        let mut q = values(seq * key_heads * head_dim, 1);
-        let mut k = values(seq * key_heads * head_dim, 2);
-        l2_normalize(&mut q, head_dim, 1e-6);
-        l2_normalize(&mut k, head_dim, 1e-6);
-        let scale = 1.0 / (head_dim as f32).sqrt();
-        q.iter_mut().for_each(|x| *x *= scale);
-        let v = values(seq * value_heads * head_dim, 3);
-        // Decays from strong (g = −3) to none, and write strengths across (0, 1).
-        let g = values(seq * value_heads, 4).iter().map(|x| -1.5 * (x + 1.0)).collect();
-        let beta = values(seq * value_heads, 5).iter().map(|x| 0.5 + 0.49 * x).collect();
-        (q, k, v, g, beta)
+    /// A sequence's inputs to the delta rule, owned.
+    struct Sequence {
+        q: Vec<f32>,
+        k: Vec<f32>,
+        v: Vec<f32>,
+        g: Vec<f32>,
+        beta: Vec<f32>,
+    }
+
+    impl Sequence {
+        fn new(seq: usize, shape: DeltaShape) -> Self {
+            let DeltaShape { key_heads, value_heads, head_dim } = shape;
+            let mut q = values(seq * key_heads * head_dim, 1);
+            let mut k = values(seq * key_heads * head_dim, 2);
+            l2_normalize(&mut q, head_dim, 1e-6);
+            l2_normalize(&mut k, head_dim, 1e-6);
+            let scale = 1.0 / (head_dim as f32).sqrt();
+            q.iter_mut().for_each(|x| *x *= scale);
+            let v = values(seq * value_heads * head_dim, 3);
+            // Decays from strong (g = −3) to none, and write strengths across (0, 1).
+            let g = values(seq * value_heads, 4).iter().map(|x| -1.5 * (x + 1.0)).collect();
+            let beta = values(seq * value_heads, 5).iter().map(|x| 0.5 + 0.49 * x).collect();
+            Self { q, k, v, g, beta }
+        }
+
+        /// Positions `range` of it.
+        fn slice(&self, range: std::ops::Range<usize>, shape: DeltaShape) -> Self {
+            let part = |x: &[f32], width: usize| x[range.start * width..range.end * width].to_vec();
+            let (keys, values) = (shape.key_heads * shape.head_dim, shape.value_heads * shape.head_dim);
+            Self {
+                q: part(&self.q, keys),
+                k: part(&self.k, keys),
+                v: part(&self.v, values),
+                g: part(&self.g, shape.value_heads),
+                beta: part(&self.beta, shape.value_heads),
+            }
+        }
+
+        fn inputs(&self) -> DeltaInputs<'_> {
+            DeltaInputs { q: &self.q, k: &self.k, v: &self.v, g: &self.g, beta: &self.beta }
+        }
     }
 
     /// A plain f64 delta rule, token by token, as the note on the forward pass writes it.
-    fn reference(
-        (q, k, v, g, beta): &(Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>, Vec<f32>),
-        shape: DeltaShape,
-        state: &mut [f64],
-    ) -> Vec<f64> {
+    fn reference(data: &Sequence, shape: DeltaShape, state: &mut [f64]) -> Vec<f64> {
         let DeltaShape { key_heads: nk, value_heads: nv, head_dim: hd } = shape;
+        let Sequence { q, k, v, g, beta } = data;
         let seq = g.len() / nv;
         let mut out = vec![0.0; seq * nv * hd];
         for t in 0..seq {
@@ -304,49 +329,39 @@ mod tests {
         out
     }
 
+    fn worst(ours: &[f32], expected: &[f64]) -> f64 {
+        ours.iter().zip(expected).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max)
+    }
+
     /// Both forms against the f64 reference and each other: more value heads than key heads,
     /// a prompt over two chunk boundaries, from a state that is not zero, then one more token.
     #[test]
     fn the_chunked_and_the_recurrent_forms_agree_with_a_plain_f64_rule() {
         let shape = DeltaShape { key_heads: 2, value_heads: 6, head_dim: 16 };
         let seq = 2 * CHUNK + 23;
-        let data = inputs(seq, shape);
+        let data = Sequence::new(seq, shape);
         let start: Vec<f32> = values(shape.state_len(), 6).iter().map(|x| 0.3 * x).collect();
         let mut expected_state: Vec<f64> = start.iter().map(|&x| f64::from(x)).collect();
         let expected = reference(&data, shape, &mut expected_state);
-        let (q, k, v, g, beta) = &data;
-        let all = DeltaInputs { q, k, v, g, beta };
         let width = shape.value_heads * shape.head_dim;
-        for (name, form) in [
-            ("recurrent", delta_rule_recurrent as fn(DeltaInputs, DeltaShape, &mut [f32], &mut [f32])),
-            ("chunked", delta_rule_chunked),
-        ] {
+        type Form = fn(DeltaInputs, DeltaShape, &mut [f32], &mut [f32]);
+        for (name, form) in [("recurrent", delta_rule_recurrent as Form), ("chunked", delta_rule_chunked)] {
             let mut state = start.clone();
             let mut out = vec![0.0; seq * width];
-            form(all, shape, &mut state, &mut out);
-            let worst = out.iter().zip(&expected).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
-            assert!(worst < 2e-5, "{name}: outputs off by {worst}");
-            let worst = state.iter().zip(&expected_state).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
-            assert!(worst < 2e-5, "{name}: state off by {worst}");
+            form(data.inputs(), shape, &mut state, &mut out);
+            assert!(worst(&out, &expected) < 2e-5, "{name}: outputs off by {}", worst(&out, &expected));
+            assert!(worst(&state, &expected_state) < 2e-5, "{name}: state off by {}", worst(&state, &expected_state));
         }
         // A prompt through the chunked form, then a decode step through the recurrent one: the
         // same as the whole sequence a token at a time.
         let split = seq - 1;
-        let head = |x: &'_ [f32], w: usize| x[..split * w].to_vec();
-        let nk = shape.key_heads * shape.head_dim;
-        let (hq, hk, hv, hg, hb) =
-            (head(q, nk), head(k, nk), head(v, width), head(g, shape.value_heads), head(beta, shape.value_heads));
         let mut state = start.clone();
         let mut out = vec![0.0; split * width];
-        delta_rule_chunked(DeltaInputs { q: &hq, k: &hk, v: &hv, g: &hg, beta: &hb }, shape, &mut state, &mut out);
-        let tail = |x: &'_ [f32], w: usize| x[split * w..].to_vec();
-        let (tq, tk, tv, tg, tb) =
-            (tail(q, nk), tail(k, nk), tail(v, width), tail(g, shape.value_heads), tail(beta, shape.value_heads));
+        delta_rule_chunked(data.slice(0..split, shape).inputs(), shape, &mut state, &mut out);
         let mut last = vec![0.0; width];
-        delta_rule_recurrent(DeltaInputs { q: &tq, k: &tk, v: &tv, g: &tg, beta: &tb }, shape, &mut state, &mut last);
-        let worst =
-            last.iter().zip(&expected[split * width..]).map(|(&a, &b)| (f64::from(a) - b).abs()).fold(0.0, f64::max);
-        assert!(worst < 2e-5, "prefill then decode off by {worst}");
+        delta_rule_recurrent(data.slice(split..seq, shape).inputs(), shape, &mut state, &mut last);
+        let off = worst(&last, &expected[split * width..]);
+        assert!(off < 2e-5, "prefill then decode off by {off}");
     }
 
     /// The convolution with its state: a sequence in one call equals it in two, and both equal
