@@ -207,6 +207,7 @@ impl KvCache {
     }
 
     /// Forgets every position (the memory stays allocated; a recurrent state goes back to zeros).
+    #[allow(irrefutable_let_patterns)] // The CPU engine alone (the threaded browser build).
     pub fn clear(&mut self) {
         self.len = 0;
         if let CacheKind::Cpu(cache) = &mut self.inner {
@@ -246,6 +247,7 @@ impl KvCache {
 
     /// Keeps a copy of the recurrent state as it is now, to come back to ([`KvCache::truncate`];
     /// nothing for a cache of rows alone). Passes of several tokens keep one before they run.
+    #[allow(irrefutable_let_patterns)] // The CPU engine alone (the threaded browser build).
     pub fn checkpoint(&mut self) {
         if let CacheKind::Cpu(cache) = &mut self.inner {
             cache.checkpoint(self.len);

@@ -74,7 +74,8 @@ pub struct BlockWeights<T> {
 }
 
 impl<T> BlockWeights<T> {
-    /// The attention's tensors, for an attention block.
+    /// The attention's tensors, for an attention block (the GPU paths, which compute no other).
+    #[cfg(feature = "gpu")]
     pub fn attention(&self) -> Option<&AttentionWeights<T>> {
         match &self.mixer {
             MixerWeights::Attention(attention) => Some(attention),
