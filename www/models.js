@@ -1,4 +1,5 @@
-// The playground's model picker: which model the page runs (the default, Gemma 3 270M, a GGUF file
+// The playground's model picker: which model the page runs (the default, Gemma 3 270M, a file with
+// Qwen3.5-0.8B's shapes and random weights, a GGUF file
 // on this computer, a GGUF at a URL), kept between visits (localStorage; a URL model in the link
 // too), and the models this browser keeps, each with its size and a button to remove it, against
 // the site's storage quota. Loading and switching are the page's (playground.js); this module
@@ -7,13 +8,18 @@
 import { DEFAULT_MODEL_URL, Nucleus } from './nucleus.js';
 import { LOCAL_MODELS } from './protocol.js';
 
-/** The models the picker offers by name (`./build.sh serve` serves both). */
+/** The models the picker offers by name (`./build.sh serve` serves them all). */
 export const KNOWN_MODELS = Object.freeze([
   { id: 'default', label: 'SmolLM2-135M-Instruct (the default, 98 MB)', url: DEFAULT_MODEL_URL },
   {
     id: 'gemma3',
     label: 'Gemma 3 270M (a base model, 253 MB)',
     url: new URL('models/gemma-3-270m-q4_k_m.gguf', import.meta.url).href,
+  },
+  {
+    id: 'qwen35',
+    label: 'Qwen3.5 0.8B shape, random weights (recurrent layers, 527 MB)',
+    url: new URL('models/qwen35-0.8b-shape-q4_k_m.gguf', import.meta.url).href,
   },
 ]);
 

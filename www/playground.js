@@ -562,7 +562,9 @@ async function stream(options, prefix = []) {
   showPrefill(null);
   setBusy(true);
   const started = performance.now();
-  const timing = { times: [], joined: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken };
+  const timing = {
+    times: [], joined: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken, stateBytes: state.lm.info.stateBytes,
+  };
   // Steps still to come from the speculative pass in flight (they arrive with its first).
   let passLeft = 0;
   try {
@@ -1271,6 +1273,12 @@ function showModel(info) {
     ['model', `${info.name}: ${info.architecture}, ${info.quantization}, ${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens`],
     ['forward pass', onCpu ? `${info.path} (WebAssembly SIMD)` : `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
     [onCpu ? 'weights in memory' : 'weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
+    // What the context costs: KV rows per token for the attention layers, and for recurrent
+    // layers (Qwen3.5's Gated DeltaNet) a state of fixed size.
+    ['memory per token', `${(info.kvBytesPerToken / 1024).toFixed(1)} KiB of KV rows`],
+    ...(info.stateBytes
+      ? [['recurrent state', `${(info.stateBytes / 2 ** 20).toFixed(1)} MiB, a fixed size (no KV rows in those layers)`]]
+      : []),
   ]);
   // A base model has no chat template: it continues the text it is given.
   const chat = document.querySelector('input[name="mode"][value="chat"]');

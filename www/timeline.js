@@ -11,11 +11,12 @@ const mb = (bytes) => `${(bytes / 1e6).toFixed(bytes < 1e7 ? 2 : 1)} MB`;
 /**
  * The numbers of a timeline. `times`: ms from the request to each step's arrival (the run's own
  * steps, not a fork's given ones); `prefill`: the last prefill report ({ total, cached }: the
- * context's tokens and those the cache held); `kvBytesPerToken`: the model's (`lm.info`);
+ * context's tokens and those the cache held); `kvBytesPerToken` and `stateBytes`: the model's
+ * (`lm.info`: the KV rows of a token, and the recurrent blocks' fixed-size state, 0 without);
  * `joined` (optional): per step, whether it came out of the same forward pass as the step before
  * (a speculative pass yields its accepted drafts and one more token at once).
  */
-export function timelineOf({ times, prefill, kvBytesPerToken, joined = [] }) {
+export function timelineOf({ times, prefill, kvBytesPerToken, stateBytes = 0, joined = [] }) {
   const context = prefill?.total ?? 0;
   const run = context - (prefill?.cached ?? 0);
   const bars = [];
@@ -39,6 +40,7 @@ export function timelineOf({ times, prefill, kvBytesPerToken, joined = [] }) {
     decodePasses: bars.length - 1,
     decodeTokensPerS: decodeMs > 0 ? ((times.length - 1) * 1000) / decodeMs : 0,
     kvBytes: (tokens) => tokens * kvBytesPerToken,
+    stateBytes,
   };
 }
 
@@ -83,6 +85,9 @@ export function drawTimeline(chart, summary, run) {
         + `${(t.decodeSteps / t.decodePasses).toFixed(2)} tokens per pass): ${t.decodeTokensPerS.toFixed(1)} tok/s. `
       : '')
     + `The KV cache grew from ${kvFrom} to ${maxKv} tokens (${mb(t.kvBytes(kvFrom))} to ${mb(t.kvBytes(maxKv))}). `
+    + (t.stateBytes
+      ? `The recurrent layers’ state stayed ${mb(t.stateBytes)} (a fixed size, whatever the context). `
+      : '')
     + 'Each pass reads every weight once, whatever its number of tokens: on a GPU that makes a prompt token far cheaper '
     + 'than a decoded one, which has a pass to itself.';
 }

@@ -1,7 +1,8 @@
 // The benchmark of every engine that runs the model on this machine, in one run, on the same
-// model, prompt and settings, one table per model (SmolLM2-135M and Gemma 3 270M):
+// model, prompt and settings, one table per model (SmolLM2-135M, Gemma 3 270M, and the file with
+// Qwen3.5-0.8B's shapes and random weights):
 //   node tests/browser/bench.mjs [--prompt-tokens 32] [--gen-tokens 32] [--runs 3]
-//     [--models default,gemma3] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
+//     [--models default,gemma3,qwen35] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
 // (`./build.sh bench` builds what it needs and fetches the peer first.) Rows:
 // - headless Chromium, Nucleus: `auto` (what Nucleus.load() picks: here the CPU engine on every
 //   core, SwiftShader being a CPU emulation), `cpu-1` (the CPU engine on one thread: a page that
@@ -10,7 +11,9 @@
 //   ./build.sh bench fills), each thread count of --peer-threads, cross-origin isolated;
 // - native, `nucleus bench`: `cpu` (the CPU engine, every core), `cpu-1` (one thread), `burn-cpu`
 //   (Burn's CPU backend), `wgpu` (the GPU path);
-// - native llama.cpp when LLAMA_BENCH names its llama-bench binary (not built by this project).
+// - native llama.cpp: through llama-cpp-python when LLAMA_CPP_PYTHON names an interpreter that has
+//   it (./build.sh bench makes one, tests/tools/llama_cpp_bench.py), or its llama-bench binary when
+//   LLAMA_BENCH names one; each thread count of --peer-threads.
 // Greedy, end-of-generation ignored, the median of --runs runs after a warm-up. Time to first
 // token is the prompt's prefill and the first token; decode is the tokens after it.
 
@@ -20,12 +23,14 @@ import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import { startServer, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, BLANK_PAGE, ISOLATION_HEADERS } from './server.mjs';
+import { startServer, REPO, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, QWEN35_PATH, QWEN35_NAME, BLANK_PAGE,
+  ISOLATION_HEADERS } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const MODELS = {
   default: { name: 'SmolLM2-135M', url: `/models/${MODEL_NAME}`, file: MODEL_PATH },
   gemma3: { name: 'Gemma 3 270M', url: `/models/${GEMMA_NAME}`, file: GEMMA_PATH },
+  qwen35: { name: 'Qwen3.5 0.8B shape (random weights)', url: `/models/${QWEN35_NAME}`, file: QWEN35_PATH },
 };
 const BROWSER_ROWS = ['auto', 'cpu-1', 'webgpu'];
 const NATIVE_ROWS = {
@@ -184,6 +189,14 @@ function nativeRow(model, row) {
   return JSON.parse(run.stdout.trim().split('\n').at(-1));
 }
 
+/** llama.cpp through llama-cpp-python (LLAMA_CPP_PYTHON) on `model` with `threads` threads. */
+function llamaCppPythonRow(model, threads) {
+  const run = spawnSync(process.env.LLAMA_CPP_PYTHON, [path.join(REPO, 'tests/tools/llama_cpp_bench.py'), model.file,
+    String(threads), String(promptTokens), String(genTokens), String(runs)], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (run.status !== 0) throw new Error(`llama_cpp_bench.py failed: ${run.stderr}`);
+  return JSON.parse(run.stdout.trim().split('\n').at(-1));
+}
+
 /** llama.cpp's llama-bench (LLAMA_BENCH) on `model` with `threads` threads: prefill and decode tok/s. */
 function llamaCppRow(model, threads) {
   const run = spawnSync(process.env.LLAMA_BENCH, ['-m', model.file, '-p', String(promptTokens), '-n', String(genTokens),
@@ -252,6 +265,14 @@ for (const model of chosen) {
     const threads = Number(NATIVE_ROWS[id].env.NUCLEUS_THREADS ?? os.availableParallelism());
     row(model, 'native', NATIVE_ROWS[id].label, id === 'wgpu' ? 1 : threads, { loadMs: report.loadMs, ttftMs: report.ttftMs,
       prefill: report.prefillTokensPerS, decode: report.decodeTokensPerS, memoryMiB: summary.peakRssMiB, promptTokens });
+  }
+  if (process.env.LLAMA_CPP_PYTHON) {
+    for (const threads of peerThreads) {
+      console.error(`[bench] ${model.name}: native, llama.cpp (llama-cpp-python), ${threads} thread(s)`);
+      const figures = llamaCppPythonRow(model, threads);
+      row(model, 'native', `llama.cpp (${figures.version})`, threads, { loadMs: figures.loadMs, ttftMs: figures.ttftMs,
+        prefill: figures.prefill, decode: figures.decode, memoryMiB: figures.peakRssMiB, promptTokens });
+    }
   }
   if (process.env.LLAMA_BENCH) {
     for (const threads of peerThreads) {

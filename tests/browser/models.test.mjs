@@ -76,9 +76,9 @@ after(async () => {
   await server?.close();
 });
 
-test('the picker offers the default, Gemma 3, a file and a URL, and the title names the model', async () => {
+test('the picker offers the default, Gemma 3, Qwen3.5\'s shape, a file and a URL, and the title names the model', async () => {
   const options = await page.$$eval('#model-choice option', (os) => os.map((o) => [o.value, o.textContent]));
-  assert.deepEqual(options.map(([value]) => value), ['default', 'gemma3', 'file', 'url']);
+  assert.deepEqual(options.map(([value]) => value), ['default', 'gemma3', 'qwen35', 'file', 'url']);
   assert.match(await status(), /^SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152 tokens, loaded in/);
   assert.equal(await page.isEnabled('input[name="mode"][value="chat"]'), true, 'SmolLM2 has a chat template');
 });
@@ -110,7 +110,7 @@ test('files Nucleus cannot run are refused by name, and the model before stays',
     ['picture.png', png, /^picture\.png could not load \(bad-model\): picture\.png is not a GGUF model file: it begins "\uFFFDPNG/],
     ['half.gguf', qwen2.subarray(0, qwen2.length - 1000), /\(bad-model\): .*blk\.1/],
     ['unknown-architecture.gguf', readFileSync(path.join(TINY, 'unknown-architecture.gguf')),
-      /\(unsupported-model\): unsupported architecture 'mamba' \(supported: llama, qwen2, qwen3, gemma3\)/],
+      /\(unsupported-model\): unsupported architecture 'mamba' \(supported: llama, qwen2, qwen3, gemma3, qwen35\)/],
     ['unknown-tokenizer.gguf', readFileSync(path.join(TINY, 'unknown-tokenizer.gguf')), /\(unsupported-model\): unsupported tokenizer model 'bert'/],
     ['unsupported-type.gguf', readFileSync(path.join(TINY, 'unsupported-type.gguf')),
       /\(unsupported-model\): tensor 'blk\.0\.ffn_gate\.weight' has type IQ4_NL, which the fused kernels cannot read/],

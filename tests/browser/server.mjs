@@ -24,8 +24,15 @@ export const VERSION = /\[workspace\.package\]\nversion = "([^"]+)"/.exec(readFi
 /** Gemma 3 270M, the second architecture (`./build.sh model` fetches it). */
 export const GEMMA_NAME = 'gemma-3-270m-q4_k_m.gguf';
 export const GEMMA_PATH = process.env.NUCLEUS_GEMMA ?? path.join(os.homedir(), '.cache/nucleus/models', GEMMA_NAME);
+/** The file with Qwen3.5-0.8B's shapes and random weights (`./build.sh model` makes it). */
+export const QWEN35_NAME = 'qwen35-0.8b-shape-q4_k_m.gguf';
+export const QWEN35_PATH = process.env.NUCLEUS_QWEN35 ?? path.join(os.homedir(), '.cache/nucleus/models', QWEN35_NAME);
 /** The models served at /models/, as `./build.sh serve` serves them. */
-const MODELS = { [`/models/${MODEL_NAME}`]: MODEL_PATH, [`/models/${GEMMA_NAME}`]: GEMMA_PATH };
+const MODELS = {
+  [`/models/${MODEL_NAME}`]: MODEL_PATH,
+  [`/models/${GEMMA_NAME}`]: GEMMA_PATH,
+  [`/models/${QWEN35_NAME}`]: QWEN35_PATH,
+};
 
 const TYPES = {
   '.html': 'text/html; charset=utf-8', '.js': 'text/javascript; charset=utf-8', '.css': 'text/css; charset=utf-8',

@@ -467,11 +467,16 @@ impl Model {
             }
             #[cfg(all(feature = "gpu", not(feature = "burn-ops")))]
             Path::BurnOps(_) => {
-                return Err(ModelError::NotInThisBuild(format!(
-                    "this build runs the model only in its fused kernels, which cannot take this model ({}); \
-                     the Burn-op path that could is not in this build (the browser's)",
-                    fused::check_dims(&config).err().map_or_else(|| "path burn".to_string(), |e| e.to_string())
-                )));
+                let why = fused::check_dims(&config).err().map_or_else(|| "path burn".to_string(), |e| e.to_string());
+                return Err(ModelError::NotInThisBuild(if config.delta_net.is_some() {
+                    // No GPU path computes it: the CPU engine is the one that does.
+                    format!("on a GPU, this build runs models in its fused kernels only: {why}")
+                } else {
+                    format!(
+                        "this build runs the model only in its fused kernels, which cannot take this model ({why}); \
+                         the Burn-op path that could is not in this build (the browser's)"
+                    )
+                }));
             }
             #[cfg(not(feature = "gpu"))]
             Path::Fused | Path::BurnOps(_) => {

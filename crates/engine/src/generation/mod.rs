@@ -270,6 +270,10 @@ impl GenerationState {
             }
             let logits = engine.forward_last(&context[done..end])?;
             done = end;
+            if keep.contains(&done) {
+                // A chunk ended where a checkpoint goes.
+                engine.cache.checkpoint();
+            }
             if done == total {
                 return Ok(logits);
             }
