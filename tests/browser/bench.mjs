@@ -148,12 +148,12 @@ async function startPeerServer(modelFile) {
 async function wllamaRow(context, server, threads, prompt) {
   const page = await open(context, server.url);
   try {
-    return await page.evaluate(async ({ threads, prompt, genTokens, runs }) => {
+    return await page.evaluate(async ({ threads, prompt, genTokens, runs, context }) => {
       const { Wllama } = await import('/wllama/index.js');
       const blob = await (await fetch('/model.gguf')).blob();
       const wllama = new Wllama({ default: '/wllama/wasm/wllama.wasm' }, { suppressNativeLog: true });
       const started = performance.now();
-      await wllama.loadModel([blob], { n_threads: threads, n_ctx: 512, n_gpu_layers: 0, n_parallel: 1 });
+      await wllama.loadModel([blob], { n_threads: threads, n_ctx: context, n_batch: context, n_gpu_layers: 0, n_parallel: 1 });
       const loadMs = performance.now() - started;
       const results = [];
       for (let run = 0; run <= runs; run++) {
@@ -172,7 +172,7 @@ async function wllamaRow(context, server, threads, prompt) {
       const info = { threads: wllama.getNumThreads(), multithread: wllama.isMultithread() };
       await wllama.exit();
       return { loadMs, info, results };
-    }, { threads, prompt, genTokens, runs });
+    }, { threads, prompt, genTokens, runs, context: Math.max(512, promptTokens + genTokens + 16) });
   } finally {
     await page.close();
   }

@@ -27,6 +27,7 @@
 
 pub mod delta_net;
 mod dot;
+pub mod int16;
 mod matmul;
 pub mod ops;
 pub mod reference;

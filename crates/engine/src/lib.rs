@@ -332,7 +332,7 @@ impl Engine {
             max_tokens: Some(request.max_tokens),
             stop_strings: request.stop.clone(),
         });
-        let checkpoints = self.state_checkpoints(&request.prompt, &prompt_tokens)?;
+        let checkpoints = self.state_checkpoints(&request.prompt, &prompt_tokens);
         let mut state = GenerationState::new(request, prompt_tokens, sampler, stops, constraint, &self.tokenizer)?;
         state.keep_state_at(checkpoints);
         Ok(state)
@@ -358,24 +358,26 @@ impl Engine {
         Ok(())
     }
 
-    /// Where a prefill of `prompt` (its tokens `prompt_tokens`) keeps the recurrent state, for a
-    /// model with recurrent blocks (none otherwise): where the conversation so far ends, before
-    /// the template's generation prompt (a next turn renders that part again the same way, and
-    /// changes what follows), and before the context's last token (which prefix reuse always
-    /// runs again: a repeated prompt, a fork). Each costs a copy of the state and splits the
-    /// prefill's pass there.
-    fn state_checkpoints(&self, prompt: &Prompt, prompt_tokens: &[u32]) -> Result<Vec<usize>, EngineError> {
+    /// Where a prefill of `prompt` (its tokens `prompt_tokens`) keeps the recurrent state besides
+    /// before the context's last token (which the prefill always keeps: prefix reuse runs that
+    /// token again), for a model with recurrent blocks (none otherwise): for a chat, where the
+    /// conversation so far ends, before the template's generation prompt (a next turn renders
+    /// that part again the same way, and changes what follows). Each costs a copy of the state
+    /// and splits the prefill's pass there. A template that cannot render without the
+    /// generation prompt gives none.
+    fn state_checkpoints(&self, prompt: &Prompt, prompt_tokens: &[u32]) -> Vec<usize> {
+        let Prompt::Chat(messages) = prompt else { return Vec::new() };
         if !self.cache.is_recurrent() {
-            return Ok(Vec::new());
+            return Vec::new();
         }
-        let mut positions = Vec::new();
-        if let Prompt::Chat(messages) = prompt {
-            let so_far = self.tokenizer.encode(&self.tokenizer.render_chat_so_far(messages)?)?;
-            if so_far.len() < prompt_tokens.len() && prompt_tokens.starts_with(&so_far) {
-                positions.push(so_far.len());
+        let so_far =
+            self.tokenizer.render_chat_so_far(messages).ok().and_then(|text| self.tokenizer.encode(&text).ok());
+        match so_far {
+            Some(so_far) if so_far.len() < prompt_tokens.len() && prompt_tokens.starts_with(&so_far) => {
+                vec![so_far.len()]
             }
+            _ => Vec::new(),
         }
-        Ok(positions)
     }
 
     /// Runs `tokens` after what the cache holds and returns the last position's logits, still on

@@ -172,9 +172,11 @@ fn dequantize_q8_0(block: &[u8; 34], out: &mut [f32; 32]) {
     }
 }
 
-/// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K block, packed in 12 bytes.
+/// The 6-bit scale and min of sub-block `j` (0..8) of a Q4_K or Q5_K block, packed in its 12
+/// scale bytes (`scales`): the one reader of that packing (the CPU engine's integer products
+/// read it too).
 #[inline(always)]
-fn q4_k_scale_min(j: usize, scales: &[u8]) -> (u8, u8) {
+pub fn k_scale_min(j: usize, scales: &[u8]) -> (u8, u8) {
     if j < 4 {
         (scales[j] & 63, scales[j + 4] & 63)
     } else {
@@ -187,7 +189,7 @@ fn q4_k_scale_min(j: usize, scales: &[u8]) -> (u8, u8) {
 #[inline(always)]
 fn k_group_factors(d: f32, dmin: f32, scales: &[u8], group: usize) -> [(f32, f32); 2] {
     [2 * group, 2 * group + 1].map(|sub| {
-        let (sc, mn) = q4_k_scale_min(sub, scales);
+        let (sc, mn) = k_scale_min(sub, scales);
         (d * sc as f32, dmin * mn as f32)
     })
 }

@@ -23,7 +23,7 @@ mod types;
 use std::collections::BTreeMap;
 use std::fmt;
 
-pub use dequant::{can_dequantize, dequantize, dequantize_into, f16_to_f32};
+pub use dequant::{can_dequantize, dequantize, dequantize_into, f16_to_f32, k_scale_min};
 pub use types::{GgmlType, file_type_name};
 
 /// Everything that can be wrong with a GGUF file.
