@@ -18,7 +18,7 @@ export const KNOWN_MODELS = Object.freeze([
   },
   {
     id: 'qwen35',
-    label: 'Qwen3.5 0.8B shape, random weights (recurrent layers, 527 MB)',
+    label: 'Qwen3.5 0.8B shape (random weights, 527 MB)',
     url: new URL('models/qwen35-0.8b-shape-q4_k_m.gguf', import.meta.url).href,
   },
 ]);
