@@ -8,14 +8,10 @@ use nucleus_engine::{
 use nucleus_sampler::SamplingParams;
 use nucleus_tests::{burn_cpu_device, cpu_device, model_bytes, reference, wgpu_device};
 
+/// [`nucleus_tests::run`] on an empty cache.
 fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationResult) {
     engine.clear_cache();
-    let mut generation = engine.generate(request).unwrap();
-    let mut steps = Vec::new();
-    while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
-        steps.push(step);
-    }
-    (steps, generation.result())
+    nucleus_tests::run(engine, request)
 }
 
 fn engine(decode_tail: bool) -> Engine {

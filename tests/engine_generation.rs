@@ -2,21 +2,12 @@
 
 use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, ResponseFormat, Step};
 use nucleus_sampler::{FinishReason, SamplingParams, Verdict};
-use nucleus_tests::{cpu_device, model_bytes, reference, wgpu_device};
+use nucleus_tests::{cpu_device, model_bytes, reference, run, wgpu_device};
 use nucleus_tokenizer::ChatMessage;
 
 fn engine() -> Engine {
     Engine::load(model_bytes(), &cpu_device(), LoadOptions { context_length: Some(512), ..LoadOptions::default() })
         .unwrap()
-}
-
-fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, nucleus_engine::GenerationResult) {
-    let mut generation = engine.generate(request).unwrap();
-    let mut steps = Vec::new();
-    while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
-        steps.push(step);
-    }
-    (steps, generation.result())
 }
 
 fn greedy_request(text: &str, max_tokens: usize) -> GenerateRequest {

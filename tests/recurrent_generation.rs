@@ -5,21 +5,12 @@
 
 use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, Step};
 use nucleus_sampler::{FinishReason, SamplingParams};
-use nucleus_tests::{TINY_QWEN35, cpu_device, tiny_family};
+use nucleus_tests::{TINY_QWEN35, cpu_device, run, tiny_family};
 use nucleus_tokenizer::ChatMessage;
 
 fn engine() -> Engine {
     let (bytes, _) = tiny_family(TINY_QWEN35);
     Engine::load(&bytes, &cpu_device(), LoadOptions { context_length: Some(512), ..LoadOptions::default() }).unwrap()
-}
-
-fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, nucleus_engine::GenerationResult) {
-    let mut generation = engine.generate(request).unwrap();
-    let mut steps = Vec::new();
-    while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
-        steps.push(step);
-    }
-    (steps, generation.result())
 }
 
 fn greedy(prompt: Prompt, max_tokens: usize) -> GenerateRequest {

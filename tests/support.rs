@@ -9,6 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use nucleus_engine::{Engine, GenerateRequest, GenerationResult, Step};
 use nucleus_model::ModelDevice;
 use serde::Deserialize;
 
@@ -183,6 +184,16 @@ pub fn cpu_device() -> ModelDevice {
 /// Burn's pure-Rust CPU backend (the Burn-op path on the CPU).
 pub fn burn_cpu_device() -> ModelDevice {
     ModelDevice::burn_cpu()
+}
+
+/// Runs `request` on `engine` to its end: every step, and the result.
+pub fn run(engine: &mut Engine, request: GenerateRequest) -> (Vec<Step>, GenerationResult) {
+    let mut generation = engine.generate(request).unwrap();
+    let mut steps = Vec::new();
+    while let Some(step) = pollster::block_on(generation.next_step()).unwrap() {
+        steps.push(step);
+    }
+    (steps, generation.result())
 }
 
 /// max |a - b| over two equal-length slices.

@@ -246,41 +246,36 @@ impl IntDot for Simd128 {
 /// One Q4_K block (`d·scale·q − dmin·min` in eight sub-blocks of 32) against block `b` of `x`.
 #[inline(always)]
 fn q4_k<D: IntDot>(block: &[u8; 144], x: &Activations16, b: usize) -> f32 {
-    let (d, dmin) = (half(block, 0), half(block, 2));
-    let scales = &block[4..16];
-    let sums = &x.sums[b * 8..b * 8 + 8];
-    let (mut scaled, mut minimums) = (D::zero(), 0f32);
-    for group in 0..4 {
-        let bytes = &block[16 + 32 * group..16 + 32 * group + 32];
-        let (mut low, mut high) = ([0i16; 32], [0i16; 32]);
-        for l in 0..32 {
-            low[l] = i16::from(bytes[l] & 0x0F);
-            high[l] = i16::from(bytes[l] >> 4);
-        }
-        let at = b * SUPER_BLOCK + 64 * group;
-        for (sub, quants, at) in [(2 * group, &low, at), (2 * group + 1, &high, at + 32)] {
-            let (scale, min) = k_scale_min(sub, scales);
-            D::add(&mut scaled, f32::from(scale), quants, x, at);
-            minimums += f32::from(min) * sums[sub];
-        }
-    }
-    d * x.scales[b] * D::total(scaled) - dmin * minimums
+    k_block::<D>(block, x, b, |group, l| {
+        let byte = block[16 + 32 * group + l];
+        (byte & 0x0F, byte >> 4)
+    })
 }
 
 /// One Q5_K block (Q4_K's with a fifth bit per quant in `qh`) against block `b` of `x`.
 #[inline(always)]
 fn q5_k<D: IntDot>(block: &[u8; 176], x: &Activations16, b: usize) -> f32 {
+    let qh = &block[16..48];
+    k_block::<D>(block, x, b, |group, l| {
+        let byte = block[48 + 32 * group + l];
+        let fifth = |shift: usize| ((qh[l] >> shift) & 1) << 4;
+        ((byte & 0x0F) | fifth(2 * group), (byte >> 4) | fifth(2 * group + 1))
+    })
+}
+
+/// What Q4_K and Q5_K share: `d` and `dmin` first, the packed scales, and four groups of 64
+/// quants whose quant `l` of the low and of the high 32 `quants(group, l)` gives.
+#[inline(always)]
+fn k_block<D: IntDot>(block: &[u8], x: &Activations16, b: usize, quants: impl Fn(usize, usize) -> (u8, u8)) -> f32 {
     let (d, dmin) = (half(block, 0), half(block, 2));
     let scales = &block[4..16];
-    let qh = &block[16..48];
     let sums = &x.sums[b * 8..b * 8 + 8];
     let (mut scaled, mut minimums) = (D::zero(), 0f32);
     for group in 0..4 {
-        let bytes = &block[48 + 32 * group..48 + 32 * group + 32];
         let (mut low, mut high) = ([0i16; 32], [0i16; 32]);
         for l in 0..32 {
-            low[l] = i16::from((bytes[l] & 0x0F) | (((qh[l] >> (2 * group)) & 1) << 4));
-            high[l] = i16::from((bytes[l] >> 4) | (((qh[l] >> (2 * group + 1)) & 1) << 4));
+            let (lo, hi) = quants(group, l);
+            (low[l], high[l]) = (i16::from(lo), i16::from(hi));
         }
         let at = b * SUPER_BLOCK + 64 * group;
         for (sub, quants, at) in [(2 * group, &low, at), (2 * group + 1, &high, at + 32)] {
