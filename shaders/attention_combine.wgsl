@@ -8,11 +8,16 @@
 //   step      uniform StepParams: `attn_chunks`
 //   params    uniform AttentionParams
 //   partials  array<f32> [rows, heads, attn_chunks, head_dim + 2]: the records, read
+//   q         array<f32>: attn_qkv_norm's output, read for its gates [rows, heads · head_dim] at
+//             f32 offset params.gate_at (unread when NONE)
 //   out       array<f32> [rows, heads · head_dim]: written
 //
-// Semantics: M = max_c m_c; out = Σ_c exp(m_c − M)·o_c / Σ_c exp(m_c − M)·l_c, chunks in order.
+// Semantics: M = max_c m_c; out = Σ_c exp(m_c − M)·o_c / Σ_c exp(m_c − M)·l_c, chunks in order;
+// with an output gate g (Qwen3.5), out · sigmoid(g).
 // An empty chunk (m = LOWEST_SCORE, l = 0, o = 0) adds nothing; the chunk holding the query's own
 // position is never empty.
+
+const NONE: u32 = 0xffffffffu;
 
 @compute @workgroup_size(ATTENTION_LANES, 1, 1)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -34,6 +39,11 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var c = 0u; c < step.attn_chunks; c++) {
             o += exp(partials[base + c * stride] - m) * partials[base + c * stride + 2u + d];
         }
-        out[(row * params.heads + head) * hd + d] = o / l;
+        let at = (row * params.heads + head) * hd + d;
+        var gate = 1.0;
+        if params.gate_at != NONE {
+            gate = 1.0 / (1.0 + exp(-q[params.gate_at + at]));
+        }
+        out[at] = o / l * gate;
     }
 }

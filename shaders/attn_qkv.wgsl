@@ -14,7 +14,7 @@
 //   x       array<vec4<f32>> [rows, dim]: the residual stream, read
 //   norm    array<vec4<f32>>: the block's attention vectors (lib/qkv.wgsl), γ [dim] first
 //   wq, wk, wv  [q_dim, dim], [kv_dim, dim], [kv_dim, dim] in their weight formats
-//   rope    array<vec2<f32>> [positions, head_dim / 2]: (cos, sin) of position · θ_j (the block's
+//   rope    array<vec2<f32>> [positions, rope_dims / 2]: (cos, sin) of position · θ_j (the block's
 //           RoPE base; Llama 3's frequency factors), computed in f64 on the host
 //   q       array<f32> [rows, q_dim]: written, rotated
 //   kv      array<f32> [positions, 2, kv_heads, head_dim]: per position its keys (rotated), then its

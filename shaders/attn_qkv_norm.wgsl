@@ -8,10 +8,13 @@
 // GROUPS lane groups (TPR lanes each) take its pairs GROUPS at a time into workgroup memory; then,
 // for a query or key head, the workgroup adds its squares (lane parts, added in lane order) and
 // every lane normalises, rotates and writes a strided part of the pairs.
-// Dispatch (heads + 2·kv_heads, ceil(rows / R), 1).
+// Dispatch (heads + 2·kv_heads, ceil(rows / R), 1), and heads more with an output gate (its
+// heads come last and are neither normalised nor rotated).
 //
 // Buffers: as attn_qkv.wgsl; params.qk_norm_at is the offset of the query norm's γ in the
-// attention vectors (the key norm's follows it).
+// attention vectors (the key norm's follows it). With a gate (params.gate_at set), wq is
+// [2·q_dim, dim] (each head's query rows, then its gate's) and q holds the gates
+// [rows, q_dim] from f32 offset params.gate_at.
 //
 // Semantics, per row s at position p = pos + s (reference.rs, `attn_qkv`): as attn_qkv.wgsl, with
 // each query and key head, after its bias, replaced by head / sqrt(mean(head²) + eps) ∘ γ_head

@@ -224,17 +224,18 @@ fn tiny_families_match_transformers_on_every_path() {
 }
 
 /// Qwen3.5 (Gated DeltaNet blocks with their state beside gated attention with partial RoPE;
-/// the real vocabulary) on the CPU engine against transformers' float64 logits: every case (one
-/// prompt over a chunk boundary of the chunked delta rule), the greedy tokens (decode steps
-/// through the recurrent form) and the recompute. The GPU paths refuse it, naming what runs it.
+/// the real vocabulary) on the CPU engine and the fused path against transformers' float64
+/// logits: every case (one prompt over a chunk boundary of the CPU engine's chunked delta rule),
+/// the greedy tokens (decode steps from the state) and the recompute. The Burn-op path refuses
+/// it, naming what runs it.
 #[test]
-fn tiny_qwen35_matches_transformers_on_the_cpu_engine_and_the_gpu_paths_refuse_it_by_name() {
+fn tiny_qwen35_matches_transformers_on_the_cpu_engine_and_the_fused_path() {
     let (bytes, reference) = tiny_family(TINY_QWEN35);
     assert!(reference.logit_cases["long"].ids.len() > nucleus_cpu::delta_net::CHUNK);
     check_model("qwen35, cpu engine", cpu_device(), Path::Cpu, "qwen35.gguf", &bytes, &reference, &[]);
+    check_model("qwen35, fused", wgpu_device(), Path::Fused, "qwen35.gguf", &bytes, &reference, &[]);
     let file = GgufFile::parse(&bytes).unwrap();
     let refusals = [
-        ("fused", wgpu_device(), Path::Fused),
         ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
         ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
     ];

@@ -132,7 +132,7 @@ fn main() {
         ),
         (
             "attention_combine",
-            layer::attention_combine(&gpu, attention, &step_view, &partials.view(), &out.view()).unwrap(),
+            layer::attention_combine(&gpu, attention, &step_view, &partials.view(), &q.view(), &out.view()).unwrap(),
         ),
         (
             "matvec_residual (Q4_1, 576 -> 576)",

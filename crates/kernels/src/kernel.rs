@@ -295,6 +295,12 @@ impl Recorder {
         self.encoder.copy_buffer_to_buffer(from, from_offset, to, to_offset, size);
     }
 
+    /// Records zeroing the whole of `buffer` (after what is recorded so far).
+    pub fn clear(&mut self, buffer: &wgpu::Buffer) {
+        self.pass = None;
+        self.encoder.clear_buffer(buffer, 0, None);
+    }
+
     /// Dispatches recorded so far.
     pub fn dispatches(&self) -> u32 {
         self.dispatches

@@ -1,14 +1,17 @@
 //! The layer kernels of the fused forward pass (`shaders/embed.wgsl`, `attn_qkv.wgsl`,
 //! `attn_qkv_norm.wgsl`, `attention.wgsl`, `attention_combine.wgsl`, `matvec_residual.wgsl`,
-//! `norm_residual.wgsl`, `ffn_gate_up.wgsl`, `lm_head.wgsl`): one typed constructor per kernel,
-//! each with its parameter struct and its buffers by name. A constructor compiles the kernel's
-//! pipelines (cached per GPU); `bind` builds its bind group and parameter buffer once;
-//! [`Bound::record`] adds one dispatch to a [`Recorder`], its grid computed from the pass's
-//! [`StepShape`]. Nothing is created per step.
+//! `norm_residual.wgsl`, `ffn_gate_up.wgsl`, `lm_head.wgsl`, `delta_conv.wgsl`, `delta_rule.wgsl`):
+//! one typed constructor per kernel, each with its parameter struct and its buffers by name. A
+//! constructor compiles the kernel's pipelines (cached per GPU); `bind` builds its bind group and
+//! parameter buffer once; [`Bound::record`] adds one dispatch to a [`Recorder`], its grid computed
+//! from the pass's [`StepShape`]. Nothing is created per step.
 //!
 //! A Llama, Qwen2 or Qwen3 block is six dispatches (`attn_qkv` or `attn_qkv_norm`, `attention`,
 //! `attention_combine`, `matvec_residual` twice, `ffn_gate_up`); a Gemma 3 block eight (its two
-//! norms after the sub-layers are `norm_residual`, each fused with the residual addition).
+//! norms after the sub-layers are `norm_residual`, each fused with the residual addition). A
+//! Qwen3.5 Gated DeltaNet block is ten: `norm_residual` (the normalised input), four
+//! `matvec_residual` (its projections), `delta_conv`, `delta_rule`, `matvec_residual` (its output
+//! projection into the residual), and the feed-forward's two.
 //! ARCHITECTURE.md has the buffer layouts.
 
 use burn::backend::wgpu::wgpu;
@@ -114,6 +117,8 @@ enum Grid {
     Rows,
     /// `(⌈count / WG⌉, 1, 1)`: one lane per entry.
     Entries { count: u32 },
+    /// `(count, 1, 1)`: one workgroup per head.
+    Workgroups { count: u32 },
 }
 
 /// A kernel with its bind group and parameters, ready to record.
@@ -149,6 +154,7 @@ impl Bound {
             Grid::Combine { heads } => (&self.single, [heads, shape.rows, 1]),
             Grid::Rows => (&self.single, [shape.rows, 1, 1]),
             Grid::Entries { count } => (&self.single, [count.div_ceil(tuning.workgroup), 1, 1]),
+            Grid::Workgroups { count } => (&self.single, [count, 1, 1]),
         };
         recorder.dispatch(pipeline, &self.group, grid);
     }
@@ -261,6 +267,16 @@ wgsl_struct! {
         /// f32 offset of the query norm's γ (the key norm's follows) in the attention vectors,
         /// or [`NONE`] (`attn_qkv_norm` needs them; `attn_qkv` has none).
         pub qk_norm_at: u32,
+        /// Dimensions of each head RoPE rotates (the first ones; `head_dim` but in Qwen3.5, whose
+        /// RoPE turns a quarter of the head, on halves only).
+        pub rope_dims: u32,
+        /// f32 offset in `q` of the output gate's values `[rows, q_dim]`, or [`NONE`] (a model
+        /// whose `wq` is `[2·q_dim, dim]`, each head's query rows then its gate's: Qwen3.5).
+        pub gate_at: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
     }
 }
 
@@ -270,7 +286,19 @@ pub const NONE: u32 = u32::MAX;
 impl AttnQkvParams {
     /// The parameters of a block without biases or per-head norms (set them after).
     pub fn new(dim: u32, q_dim: u32, kv_dim: u32, head_dim: u32, eps: f32, rope_halves: bool) -> Self {
-        Self { dim, q_dim, kv_dim, head_dim, eps, rope_halves: rope_halves.into(), bias_at: NONE, qk_norm_at: NONE }
+        Self {
+            dim,
+            q_dim,
+            kv_dim,
+            head_dim,
+            eps,
+            rope_halves: rope_halves.into(),
+            bias_at: NONE,
+            qk_norm_at: NONE,
+            rope_dims: head_dim,
+            gate_at: NONE,
+            ..Default::default()
+        }
     }
 }
 
@@ -330,7 +358,9 @@ pub struct AttnQkvBuffers<'a> {
 
 /// The start of a block's attention: RMSNorm, Q/K/V with their biases, RoPE and the KV-cache
 /// write; with per-head Q/K norms (`params.qk_norm_at` set) `attn_qkv_norm.wgsl`, a workgroup per
-/// head, else `attn_qkv.wgsl`, a lane group per RoPE pair. `formats`: of wq, wk, wv.
+/// head, else `attn_qkv.wgsl`, a lane group per RoPE pair. `formats`: of wq, wk, wv. An output
+/// gate (`params.gate_at`) needs the per-head norms; partial RoPE (`params.rope_dims`) RoPE on
+/// halves.
 pub fn attn_qkv(
     gpu: &Gpu,
     formats: [WeightFormat; 3],
@@ -347,10 +377,21 @@ pub fn attn_qkv(
             ),
         ));
     }
+    let partial_ok = params.rope_dims == hd || (params.rope_halves != 0 && params.rope_dims.is_multiple_of(2));
+    if params.rope_dims == 0 || params.rope_dims > hd || !partial_ok {
+        return Err(KernelError::invalid(
+            "rope_dims",
+            format!("RoPE over an even part of the head, on its halves, got {params:?}"),
+        ));
+    }
+    if params.gate_at != NONE && params.qk_norm_at == NONE {
+        return Err(KernelError::invalid("gate_at", "an output gate needs the per-head norms' kernel"));
+    }
+    let gate_heads = if params.gate_at == NONE { 0 } else { params.q_dim / hd };
     let (spec, grid) = if params.qk_norm_at == NONE {
         (&ATTN_QKV, Grid::Matrix { outputs: (params.q_dim + 2 * params.kv_dim) / 2, logit_rows: false })
     } else {
-        (&ATTN_QKV_NORM, Grid::Heads { heads: (params.q_dim + 2 * params.kv_dim) / hd })
+        (&ATTN_QKV_NORM, Grid::Heads { heads: (params.q_dim + 2 * params.kv_dim) / hd + gate_heads })
     };
     bind(gpu, spec, &formats, params, &[b.step, b.x, b.norm, b.wq, b.wk, b.wv, b.rope, b.q, b.kv], grid, params.dim)
 }
@@ -371,8 +412,9 @@ wgsl_struct! {
         pub scale: f32,
         /// Keys a query sees (its own position and the `window − 1` before it); 0: all earlier.
         pub window: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
+        /// f32 offset in `q` of the output gate's values (`attention_combine` multiplies each
+        /// output by their sigmoid), or [`NONE`].
+        pub gate_at: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad1: u32,
         /// Padding (uniform structs are read in 16-byte rows).
@@ -409,6 +451,7 @@ static ATTENTION_COMBINE: KernelSpec = KernelSpec {
         STEP,
         Slot::Uniform("params", AttentionParams::NAME),
         Slot::Read("partials", "array<f32>"),
+        Slot::Read("q", "array<f32>"),
         Slot::ReadWrite("out", "array<f32>"),
     ],
 };
@@ -442,16 +485,18 @@ pub fn attention(
     bind(gpu, &ATTENTION, &[], params, &[step, q, kv, partials], Grid::Attention { heads: params.heads }, 0)
 }
 
-/// `attention_combine.wgsl`: each head's output from its records.
+/// `attention_combine.wgsl`: each head's output from its records, times the sigmoid of its
+/// gate in `q` where `params.gate_at` is set.
 pub fn attention_combine(
     gpu: &Gpu,
     params: AttentionParams,
     step: &BufferView,
     partials: &BufferView,
+    q: &BufferView,
     out: &BufferView,
 ) -> Result<Bound, KernelError> {
     check_attention(&params)?;
-    bind(gpu, &ATTENTION_COMBINE, &[], params, &[step, partials, out], Grid::Combine { heads: params.heads }, 0)
+    bind(gpu, &ATTENTION_COMBINE, &[], params, &[step, partials, q, out], Grid::Combine { heads: params.heads }, 0)
 }
 
 /// Floats of one record of `attention.wgsl` (m, l, then the head's values).
@@ -644,8 +689,8 @@ wgsl_struct! {
         pub dim: u32,
         /// RMSNorm epsilon.
         pub eps: f32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
+        /// 0: `x += RMSNorm(y)·γ`; 1: `x = RMSNorm(y)·γ` (a Gated DeltaNet block's normalised input).
+        pub replace: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad1: u32,
     }
@@ -670,7 +715,7 @@ static NORM_RESIDUAL: KernelSpec = KernelSpec {
 };
 
 /// `norm_residual.wgsl`: `x += RMSNorm(y)·γ` row by row (a sub-layer's output through the norm
-/// after it, into the residual stream).
+/// after it, into the residual stream); `x = RMSNorm(y)·γ` when `params.replace` is 1.
 pub fn norm_residual(
     gpu: &Gpu,
     params: NormResidualParams,
@@ -683,6 +728,147 @@ pub fn norm_residual(
         return Err(KernelError::invalid("dim", format!("a multiple of 4, got {}", params.dim)));
     }
     bind(gpu, &NORM_RESIDUAL, &[], params, &[step, y, norm, x], Grid::Rows, 0)
+}
+
+// ---------------------------------------------------------------------------------------------
+// delta_conv.wgsl and delta_rule.wgsl: a Gated DeltaNet block (Qwen3.5) between its projections
+
+wgsl_struct! {
+    /// `delta_conv.wgsl`'s parameters.
+    pub struct DeltaConvParams {
+        /// Channels (queries, keys and values of every head: `2·key_heads·head_dim + value_heads·head_dim`).
+        pub channels: u32,
+        /// Taps per channel (the state holds `kernel − 1` inputs).
+        pub kernel: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+    }
+}
+
+/// Most taps [`delta_conv`] takes (`MAX_CONV_KERNEL` in `delta_conv.wgsl`; Qwen3.5 has 4).
+pub const MAX_CONV_KERNEL: u32 = 8;
+
+static DELTA_CONV: KernelSpec = KernelSpec {
+    name: "delta_conv",
+    source: include_str!("../../../shaders/delta_conv.wgsl"),
+    structs: &[StepParams::WGSL, DeltaConvParams::WGSL],
+    rms: false,
+    lib: &[],
+    workgroup_bytes: 0,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", DeltaConvParams::NAME),
+        Slot::Read("weights", "array<f32>"),
+        Slot::ReadWrite("state", "array<f32>"),
+        Slot::ReadWrite("mixed", "array<f32>"),
+    ],
+};
+
+/// `delta_conv.wgsl`: the causal convolution and SiLU of `mixed` (`[rows, channels]`, in place)
+/// after the inputs in `state` (`[kernel − 1, channels]`, updated); `weights`: `[channels, kernel]` f32.
+pub fn delta_conv(
+    gpu: &Gpu,
+    params: DeltaConvParams,
+    step: &BufferView,
+    weights: &BufferView,
+    state: &BufferView,
+    mixed: &BufferView,
+) -> Result<Bound, KernelError> {
+    let (channels, kernel) = (u64::from(params.channels), u64::from(params.kernel));
+    let fits = weights.size >= channels * kernel * 4 && state.size >= (kernel - 1).max(1) * channels * 4;
+    if params.kernel == 0 || params.kernel > MAX_CONV_KERNEL || params.channels == 0 || !fits {
+        return Err(KernelError::invalid(
+            "delta_conv",
+            format!("1 to {MAX_CONV_KERNEL} taps and buffers that hold them, got {params:?}"),
+        ));
+    }
+    let grid = Grid::Entries { count: params.channels };
+    bind(gpu, &DELTA_CONV, &[], params, &[step, weights, state, mixed], grid, 0)
+}
+
+wgsl_struct! {
+    /// `delta_rule.wgsl`'s parameters.
+    pub struct DeltaRuleParams {
+        /// Query and key heads.
+        pub key_heads: u32,
+        /// Value heads (a multiple of `key_heads`; value head `h` reads key head `h mod key_heads`).
+        pub value_heads: u32,
+        /// Values per head (keys and values alike).
+        pub head_dim: u32,
+        /// Epsilon of the L2 norms and of the gated RMSNorm.
+        pub eps: f32,
+        /// What the normalised query is multiplied by (1/√head_dim).
+        pub scale: f32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad2: u32,
+    }
+}
+
+static DELTA_RULE: KernelSpec = KernelSpec {
+    name: "delta_rule",
+    source: include_str!("../../../shaders/delta_rule.wgsl"),
+    structs: &[StepParams::WGSL, DeltaRuleParams::WGSL],
+    rms: false,
+    lib: &[],
+    // `query_key` and `factors`.
+    workgroup_bytes: 8 * MAX_HEAD_DIM + 16,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", DeltaRuleParams::NAME),
+        Slot::Read("mixed", "array<f32>"),
+        Slot::Read("z", "array<f32>"),
+        Slot::Read("beta", "array<f32>"),
+        Slot::Read("alpha", "array<f32>"),
+        Slot::Read("vectors", "array<f32>"),
+        Slot::ReadWrite("state", "array<f32>"),
+        Slot::ReadWrite("out", "array<f32>"),
+    ],
+};
+
+/// The buffers of [`delta_rule`].
+#[allow(missing_docs)] // The bindings of `delta_rule.wgsl`, by their names there.
+pub struct DeltaRuleBuffers<'a> {
+    pub step: &'a BufferView,
+    /// `delta_conv`'s output `[rows, channels]`: queries, keys, values.
+    pub mixed: &'a BufferView,
+    pub z: &'a BufferView,
+    pub beta: &'a BufferView,
+    pub alpha: &'a BufferView,
+    /// `dt_bias [value_heads] | a [value_heads] | γ [head_dim]`.
+    pub vectors: &'a BufferView,
+    /// `[value_heads, head_dim, head_dim]`.
+    pub state: &'a BufferView,
+    pub out: &'a BufferView,
+}
+
+/// `delta_rule.wgsl`: the L2 norms, the gates, the gated delta rule over `state` (updated) row
+/// by row, and the gated RMSNorm, into `out` `[rows, value_heads · head_dim]`.
+pub fn delta_rule(gpu: &Gpu, params: DeltaRuleParams, b: DeltaRuleBuffers) -> Result<Bound, KernelError> {
+    let DeltaRuleParams { key_heads, value_heads, head_dim, .. } = params;
+    let state_bytes = u64::from(value_heads) * u64::from(head_dim) * u64::from(head_dim) * 4;
+    let ok = key_heads > 0
+        && value_heads.is_multiple_of(key_heads)
+        && (1..=MAX_HEAD_DIM).contains(&head_dim)
+        && b.state.size >= state_bytes
+        && b.vectors.size >= u64::from(2 * value_heads + head_dim) * 4;
+    if !ok {
+        return Err(KernelError::invalid(
+            "delta_rule",
+            format!(
+                "value heads a multiple of key heads, heads of at most {MAX_HEAD_DIM}, a whole state, got {params:?}"
+            ),
+        ));
+    }
+    let buffers = [b.step, b.mixed, b.z, b.beta, b.alpha, b.vectors, b.state, b.out];
+    bind(gpu, &DELTA_RULE, &[], params, &buffers, Grid::Workgroups { count: value_heads }, 0)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -750,6 +936,8 @@ pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
         &FFN_GATE_UP,
         &LM_HEAD,
         &GATHER,
+        &DELTA_CONV,
+        &DELTA_RULE,
     ];
     let mut modules = Vec::new();
     for spec in kernels {

@@ -12,8 +12,9 @@ use burn::backend::wgpu::wgpu;
 use common::{Rng, block_on};
 use nucleus_gguf::{GgmlType, dequantize};
 use nucleus_kernels::layer::{
-    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, EmbedParams,
-    FfnBuffers, FfnParams, GatherParams, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
+    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, DeltaConvParams,
+    DeltaRuleBuffers, DeltaRuleParams, EmbedParams, FfnBuffers, FfnParams, GatherParams, LmHeadParams, MatvecParams,
+    NormResidualParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
 
@@ -283,32 +284,36 @@ fn ffn_gate_up_with_two_formats() {
     }
 }
 
-/// The rope table for `positions`, as the model uploads it.
-fn rope_table(positions: usize, head_dim: usize, base: f64) -> Vec<f32> {
-    (0..positions)
-        .flat_map(|p| reference::rope_angles(p, head_dim, base))
-        .flat_map(|(c, s)| [c as f32, s as f32])
-        .collect()
+/// The rope table for `positions` (`dims` rotated dimensions per head), as the model uploads it.
+fn rope_table(positions: usize, dims: usize, base: f64) -> Vec<f32> {
+    (0..positions).flat_map(|p| reference::rope_angles(p, dims, base)).flat_map(|(c, s)| [c as f32, s as f32]).collect()
 }
 
 /// What a family adds to `attn_qkv`: RoPE on the halves of each head, Q/K/V biases, per-head
-/// Q/K norms (`attn_qkv_norm.wgsl`).
+/// Q/K norms (`attn_qkv_norm.wgsl`), RoPE on part of each head and an output gate (Qwen3.5).
 #[derive(Debug, Clone, Copy)]
 struct QkvVariant {
     rope_halves: bool,
     bias: bool,
     qk_norm: bool,
+    /// RoPE on half of each head, the rest passed through.
+    partial: bool,
+    gate: bool,
 }
 
-const QKV_VARIANTS: [QkvVariant; 4] = [
+const QKV_VARIANTS: [QkvVariant; 6] = [
     // Llama.
-    QkvVariant { rope_halves: false, bias: false, qk_norm: false },
+    QkvVariant { rope_halves: false, bias: false, qk_norm: false, partial: false, gate: false },
     // Qwen2.
-    QkvVariant { rope_halves: true, bias: true, qk_norm: false },
+    QkvVariant { rope_halves: true, bias: true, qk_norm: false, partial: false, gate: false },
     // Qwen3, Gemma 3.
-    QkvVariant { rope_halves: true, bias: false, qk_norm: true },
+    QkvVariant { rope_halves: true, bias: false, qk_norm: true, partial: false, gate: false },
     // All at once.
-    QkvVariant { rope_halves: false, bias: true, qk_norm: true },
+    QkvVariant { rope_halves: false, bias: true, qk_norm: true, partial: false, gate: false },
+    // Qwen3.5's attention.
+    QkvVariant { rope_halves: true, bias: false, qk_norm: true, partial: true, gate: true },
+    // Partial RoPE without the per-head norms.
+    QkvVariant { rope_halves: true, bias: true, qk_norm: false, partial: true, gate: false },
 ];
 
 /// `attn_qkv.wgsl` and `attn_qkv_norm.wgsl` against `reference::attn_qkv`: every format, both
@@ -330,16 +335,19 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                 let (q_dim, kv_dim) = (heads * head_dim, kv_heads * head_dim);
                 let value_format = if format == WeightFormat::Q6K { WeightFormat::Q4K } else { WeightFormat::Q8_0 };
                 let (bq, wq) = random_weight(&mut rng, format, q_dim, dim);
+                let (bq_gated, wq_gated) = random_weight(&mut rng, format, 2 * q_dim, dim);
                 let (bk, wk) = random_weight(&mut rng, format, kv_dim, dim);
                 let (bv, wv) = random_weight(&mut rng, value_format, kv_dim, dim);
                 let (wq_buf, wk_buf, wv_buf) = (storage(&gpu, &bq), storage(&gpu, &bk), storage(&gpu, &bv));
+                let wq_gated_buf = storage(&gpu, &bq_gated);
                 let gamma = random_f32(&mut rng, dim, 1.0);
                 let q_norm = random_f32(&mut rng, head_dim, 1.0);
                 let k_norm = random_f32(&mut rng, head_dim, 1.0);
                 let bias = random_f32(&mut rng, q_dim + 2 * kv_dim, 0.5);
                 let capacity = 40;
-                let rope = f32s(&gpu, &rope_table(capacity, head_dim, base));
                 for variant in QKV_VARIANTS {
+                    let rope_dims = if variant.partial { head_dim / 2 } else { head_dim };
+                    let rope = f32s(&gpu, &rope_table(capacity, rope_dims, base));
                     // The attention vectors as the model packs them: γ, [Q/K norms], [biases].
                     let mut vectors = gamma.clone();
                     let mut params = AttnQkvParams::new(
@@ -350,6 +358,7 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         1e-5,
                         variant.rope_halves,
                     );
+                    params.rope_dims = rope_dims as u32;
                     if variant.qk_norm {
                         params.qk_norm_at = vectors.len() as u32;
                         vectors.extend(&q_norm);
@@ -366,6 +375,8 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         pos: 0,
                         rope_base: base,
                         rope_halves: variant.rope_halves,
+                        rope_dims,
+                        gated: variant.gate,
                         eps: 1e-5,
                         bias: variant.bias.then_some(bias.as_slice()),
                         qk_norm: variant.qk_norm.then_some((q_norm.as_slice(), k_norm.as_slice())),
@@ -379,7 +390,13 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                     for &(pos, rows) in cases {
                         let x = random_f32(&mut rng, rows * dim, 2.0);
                         let x_buf = f32s(&gpu, &x);
-                        let q = gpu.storage("q", (rows * q_dim * 4) as u64);
+                        // Queries, then (with a gate) the gates.
+                        let q = gpu.storage("q", (2 * rows * q_dim * 4) as u64);
+                        let params = AttnQkvParams {
+                            gate_at: if variant.gate { (rows * q_dim) as u32 } else { layer::NONE },
+                            ..params
+                        };
+                        let (wq, wq_buf) = if variant.gate { (&wq_gated, &wq_gated_buf) } else { (&wq, &wq_buf) };
                         let kv = f32s(&gpu, &vec![0.0; capacity * 2 * kv_dim]);
                         let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
                         let buffers = AttnQkvBuffers {
@@ -401,8 +418,11 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         let got_q = run(&gpu, &[&bound], &step.shape, &q);
                         let cache = run(&gpu, &[], &step.shape, &kv);
                         let expected =
-                            reference::attn_qkv(&x, &gamma, &wq, &wk, &wv, reference::QkvSpec { pos, ..spec });
-                        assert_close(&got_q, &expected.q, &format!("{what}: q"));
+                            reference::attn_qkv(&x, &gamma, wq, &wk, &wv, reference::QkvSpec { pos, ..spec });
+                        assert_close(&got_q[..rows * q_dim], &expected.q, &format!("{what}: q"));
+                        if variant.gate {
+                            assert_close(&got_q[rows * q_dim..], &expected.gate, &format!("{what}: gate"));
+                        }
                         // Position p of the cache: [keys (kv_dim), values (kv_dim)].
                         for s in 0..rows {
                             let at = (pos + s) * 2 * kv_dim;
@@ -479,7 +499,9 @@ fn attention_over_one_and_many_key_ranges() {
             };
             let split =
                 layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
-            let combine = layer::attention_combine(gpu, params, &step.view(), &partials.view(), &out.view()).unwrap();
+            let combine =
+                layer::attention_combine(gpu, params, &step.view(), &partials.view(), &q_buf.view(), &out.view())
+                    .unwrap();
             let got = run(gpu, &[&split, &combine], &shape, &out);
             let expected = reference::attention(
                 &q,
@@ -496,6 +518,131 @@ fn attention_over_one_and_many_key_ranges() {
                 shape.attn_chunks
             );
             assert_close(&got, &expected, &what);
+        }
+    }
+}
+
+/// `attention_combine.wgsl` with Qwen3.5's output gate: each output times the sigmoid of its
+/// gate, read from the queries' buffer after the queries.
+#[test]
+fn attention_combine_applies_the_output_gate() {
+    let mut rng = Rng::new(12);
+    let gpu = gpu();
+    let (heads, kv_heads, head_dim, pos, rows) = (4usize, 2usize, 64usize, 70usize, 3usize);
+    let kv_width = kv_heads * head_dim;
+    let positions = pos + rows;
+    let keys = random_f32(&mut rng, positions * kv_width, 1.0);
+    let values = random_f32(&mut rng, positions * kv_width, 1.0);
+    let cache: Vec<f32> = (0..positions)
+        .flat_map(|p| keys[p * kv_width..(p + 1) * kv_width].iter().chain(&values[p * kv_width..(p + 1) * kv_width]))
+        .copied()
+        .collect();
+    let kv = f32s(gpu, &cache);
+    let q_dim = heads * head_dim;
+    let q = random_f32(&mut rng, rows * q_dim, 1.0);
+    let gate = random_f32(&mut rng, rows * q_dim, 3.0);
+    let q_buf = f32s(gpu, &q.iter().chain(&gate).copied().collect::<Vec<_>>());
+    let shape = StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096);
+    let records = (rows * heads) as u32 * shape.attn_chunks;
+    let partials = gpu.storage("partials", u64::from(records * layer::attention_record_len(head_dim as u32)) * 4);
+    let out = gpu.storage("out", (rows * q_dim * 4) as u64);
+    let step = Step::new(gpu, shape, &[]);
+    let params = AttentionParams {
+        heads: heads as u32,
+        kv_heads: kv_heads as u32,
+        head_dim: head_dim as u32,
+        scale: (1.0 / (head_dim as f64).sqrt()) as f32,
+        gate_at: (rows * q_dim) as u32,
+        ..Default::default()
+    };
+    let split = layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
+    let combine =
+        layer::attention_combine(gpu, params, &step.view(), &partials.view(), &q_buf.view(), &out.view()).unwrap();
+    let got = run(gpu, &[&split, &combine], &shape, &out);
+    let plain = reference::attention(&q, &keys, &values, pos, heads, kv_heads, head_dim, None);
+    let gate: Vec<f64> = gate.iter().map(|&g| f64::from(g)).collect();
+    assert_close(&got, &reference::output_gate(&plain, &gate), "gated attention");
+}
+
+/// `delta_conv.wgsl` and `delta_rule.wgsl` (a Qwen3.5 Gated DeltaNet block between its
+/// projections) against `reference::delta_conv` and `reference::delta_rule`: more value heads
+/// than key heads (value head h reads key head h mod key_heads), a non-zero state carried over
+/// passes of one and of several rows, both tunings, head widths below and above the workgroup.
+#[test]
+fn delta_conv_and_delta_rule_carry_their_state_over_passes() {
+    let mut rng = Rng::new(13);
+    for gpu in tunings() {
+        for (key_heads, value_heads, head_dim) in [(2usize, 6usize, 32usize), (1, 2, 128)] {
+            let (key_width, value_width) = (key_heads * head_dim, value_heads * head_dim);
+            let channels = 2 * key_width + value_width;
+            let kernel = 4;
+            let taps = random_f32(&mut rng, channels * kernel, 0.5);
+            let mut conv_state = random_f32(&mut rng, (kernel - 1) * channels, 1.0);
+            let matrices = random_f32(&mut rng, value_heads * head_dim * head_dim, 0.1);
+            let mut state: Vec<f64> = matrices.iter().map(|&v| f64::from(v)).collect();
+            // dt_bias, a (negative), γ.
+            let mut vectors = random_f32(&mut rng, value_heads, 1.0);
+            vectors.extend((0..value_heads).map(|_| -(rng.unit() as f32 * 2.0 + 0.1)));
+            vectors.extend(random_f32(&mut rng, head_dim, 1.0));
+            let (taps_buf, vectors_buf) = (f32s(&gpu, &taps), f32s(&gpu, &vectors));
+            let conv_buf = f32s(&gpu, &conv_state);
+            let state_buf = f32s(&gpu, &matrices);
+            let spec = reference::DeltaSpec { key_heads, value_heads, head_dim, eps: 1e-6 };
+            for rows in [1usize, 5, 1] {
+                let mixed = random_f32(&mut rng, rows * channels, 1.0);
+                let z = random_f32(&mut rng, rows * value_width, 1.0);
+                let beta = random_f32(&mut rng, rows * value_heads, 1.0);
+                let alpha = random_f32(&mut rng, rows * value_heads, 1.0);
+                let mixed_buf = f32s(&gpu, &mixed);
+                let (z_buf, beta_buf, alpha_buf) = (f32s(&gpu, &z), f32s(&gpu, &beta), f32s(&gpu, &alpha));
+                let out = gpu.storage("out", (rows * value_width * 4) as u64);
+                let step = Step::new(&gpu, StepShape::new(9, rows as u32, 1, 1, 4096), &[]);
+                let conv_params =
+                    DeltaConvParams { channels: channels as u32, kernel: kernel as u32, ..Default::default() };
+                let conv = layer::delta_conv(
+                    &gpu,
+                    conv_params,
+                    &step.view(),
+                    &taps_buf.view(),
+                    &conv_buf.view(),
+                    &mixed_buf.view(),
+                )
+                .unwrap();
+                let rule_params = DeltaRuleParams {
+                    key_heads: key_heads as u32,
+                    value_heads: value_heads as u32,
+                    head_dim: head_dim as u32,
+                    eps: 1e-6,
+                    scale: (1.0 / (head_dim as f64).sqrt()) as f32,
+                    ..Default::default()
+                };
+                let buffers = DeltaRuleBuffers {
+                    step: &step.view(),
+                    mixed: &mixed_buf.view(),
+                    z: &z_buf.view(),
+                    beta: &beta_buf.view(),
+                    alpha: &alpha_buf.view(),
+                    vectors: &vectors_buf.view(),
+                    state: &state_buf.view(),
+                    out: &out.view(),
+                };
+                let rule = layer::delta_rule(&gpu, rule_params, buffers).unwrap();
+                let what = format!("{key_heads}/{value_heads} heads of {head_dim}, {rows} rows, {:?}", gpu.tuning());
+                let got_conv = run(&gpu, &[&conv], &step.shape, &mixed_buf);
+                let (convolved, next_conv) = reference::delta_conv(&mixed, &taps, kernel, &conv_state);
+                assert_close(&got_conv, &convolved, &format!("{what}: convolution"));
+                let got_conv_state = run(&gpu, &[], &step.shape, &conv_buf);
+                assert_eq!(got_conv_state, next_conv, "{what}: the convolution's state is the last inputs");
+                conv_state = next_conv;
+                // The rule from the GPU's convolution (its own rounding is checked above).
+                let got = run(&gpu, &[&rule], &step.shape, &out);
+                let expected = reference::delta_rule(&got_conv, &z, &beta, &alpha, &vectors, spec, &mut state);
+                assert_close(&got, &expected, &format!("{what}: output"));
+                let got_state = run(&gpu, &[], &step.shape, &state_buf);
+                assert_close(&got_state, &state, &format!("{what}: state"));
+                // Go on from the GPU's state, as the model does.
+                state = got_state.iter().map(|&v| f64::from(v)).collect();
+            }
         }
     }
 }
@@ -552,6 +699,13 @@ fn norm_residual_adds_the_normalised_output() {
             let got = run(&gpu, &[&bound], &step.shape, &x_buf);
             let expected = reference::norm_residual(&x, &y, &gamma, 1e-6);
             assert_close(&got, &expected, &format!("{dim} wide, {rows} rows, {:?}", gpu.tuning()));
+            // Replacing: a Gated DeltaNet block's normalised input.
+            let params = NormResidualParams { replace: 1, ..params };
+            let bound =
+                layer::norm_residual(&gpu, params, &step.view(), &y_buf.view(), &norm.view(), &x_buf.view()).unwrap();
+            let got = run(&gpu, &[&bound], &step.shape, &x_buf);
+            let expected = reference::rms_norm(&y, &gamma, 1e-6);
+            assert_close(&got, &expected, &format!("{dim} wide, {rows} rows, replacing, {:?}", gpu.tuning()));
         }
     }
 }

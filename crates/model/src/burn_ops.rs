@@ -93,7 +93,7 @@ impl BurnModel {
         }
         if config.delta_net.is_some() || config.rope_dims != config.head_dim {
             return Err(ModelError::Unsupported(format!(
-                "the Burn-op path does not compute {}'s Gated DeltaNet blocks and partial RoPE: it runs on the CPU engine",
+                "the Burn-op path does not compute {}'s Gated DeltaNet blocks and partial RoPE: the CPU engine and the fused path run it",
                 config.architecture
             )));
         }

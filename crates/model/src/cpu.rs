@@ -73,7 +73,7 @@ pub(crate) struct CpuCache {
     values: Vec<Vec<f32>>,
     /// Per recurrent block, in block order.
     states: Vec<RecurrentState>,
-    checkpoints: Checkpoints,
+    checkpoints: Checkpoints<Vec<RecurrentState>>,
 }
 
 impl CpuCache {
@@ -88,7 +88,7 @@ impl CpuCache {
         self.states.iter().map(RecurrentState::bytes).sum()
     }
 
-    pub(crate) fn checkpoints(&self) -> &Checkpoints {
+    pub(crate) fn checkpoints(&self) -> &Checkpoints<Vec<RecurrentState>> {
         &self.checkpoints
     }
 
@@ -103,20 +103,20 @@ impl CpuCache {
         if !self.is_recurrent() || len >= filled {
             return len.min(filled);
         }
-        self.checkpoints.restore(len, &mut self.states)
+        self.checkpoints.restore_into(len, &mut self.states)
     }
 
     /// Keeps a copy of the recurrent state as it is at `position`.
     pub(crate) fn checkpoint(&mut self, position: usize) {
         if self.is_recurrent() {
-            self.checkpoints.record(position, &self.states);
+            self.checkpoints.keep(position, &self.states);
         }
     }
 
     /// Forgets everything: zero states, no checkpoints.
     pub(crate) fn clear(&mut self) {
         self.checkpoints.clear();
-        self.checkpoints.restore(0, &mut self.states);
+        self.checkpoints.restore_into(0, &mut self.states);
     }
 
     /// An independent copy of the rows and the live state, without the checkpoints (a copy is
@@ -259,7 +259,7 @@ impl CpuModel {
         if seq > 1 && cache.is_recurrent() {
             // Before a pass of several tokens (a prompt's chunk, a draft's verification): the
             // state here, to come back to if the pass's tokens are not all kept.
-            cache.checkpoints.record_rollback(start, &cache.states);
+            cache.checkpoints.keep_rollback(start, &cache.states);
         }
         let mut recurrent_index = 0;
         for (index, block) in self.weights.blocks.iter().enumerate() {

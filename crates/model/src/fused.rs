@@ -20,18 +20,20 @@ use burn::backend::wgpu::wgpu;
 use nucleus_gguf::{GgufFile, TensorInfo};
 use nucleus_kernels::TailRequest;
 use nucleus_kernels::layer::{
-    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound, EmbedParams,
-    FfnBuffers, FfnParams, GatherParams, LmHeadBuffers, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
+    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound,
+    DeltaConvParams, DeltaRuleBuffers, DeltaRuleParams, EmbedParams, FfnBuffers, FfnParams, GatherParams,
+    LmHeadBuffers, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailSizes};
 use nucleus_kernels::{
     BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
 };
 
-use crate::architecture::{FeedForward, Norm, Role, Rope};
+use crate::architecture::{FeedForward, Mixer, Norm, Role, Rope};
 use crate::memory::PlannedBuffer;
 use crate::rope::RopeTables;
-use crate::weights::{self, ModelWeights};
+use crate::state::{Checkpoints, Snapshot};
+use crate::weights::{self, MixerWeights, ModelWeights};
 use crate::{LensLogits, LoadProgress, LogitLens, Logits, MAX_LOGIT_ROWS, ModelConfig, ModelError};
 
 /// Most rows (tokens) one pass runs; a longer prompt runs in several passes.
@@ -101,52 +103,84 @@ impl Loaded {
     }
 }
 
-/// The tensors `attn_qkv` reads as its attention vectors (one buffer per block), not on their own.
+/// The small vectors packed into a block's [`BlockVectors`], not uploaded on their own.
 fn packed(role: Role) -> bool {
     matches!(
         role,
-        Role::AttentionNorm | Role::QueryBias | Role::KeyBias | Role::ValueBias | Role::QueryNorm | Role::KeyNorm
+        Role::AttentionNorm
+            | Role::QueryBias
+            | Role::KeyBias
+            | Role::ValueBias
+            | Role::QueryNorm
+            | Role::KeyNorm
+            | Role::DeltaDtBias
+            | Role::DeltaA
+            | Role::DeltaNorm
     )
 }
 
-/// A block's attention vectors on the GPU: `[γ (dim) | query norm, key norm (head_dim each) |
-/// biases of q, k, v]`, the optional parts present when the family has them, padded to whole
-/// vec4s; and the offsets `attn_qkv` reads them at ([`layer::NONE`] when absent).
-struct AttentionVectors {
+/// A block's small vectors on the GPU, packed so no kernel binds more than the eight storage
+/// buffers every WebGPU device allows. An attention block's *attention vectors*: `[γ (dim) |
+/// query norm, key norm (head_dim each) | biases of q, k, v]`, the optional parts present when
+/// the family has them, padded to whole vec4s, and the offsets `attn_qkv` reads them at
+/// ([`layer::NONE`] when absent). A Gated DeltaNet block's: its input norm's γ alone, and
+/// `delta_rule`'s vectors `[dt_bias | a (value_heads each) | γ of the gated norm (head_dim)]`.
+struct BlockVectors {
     buffer: GpuBuffer,
     qk_norm_at: u32,
     bias_at: u32,
+    delta: Option<GpuBuffer>,
 }
 
-impl AttentionVectors {
+impl BlockVectors {
     fn upload(gpu: &Gpu, block: &weights::BlockWeights<Loaded>) -> Self {
         let mut values = block.attention_norm.host().to_vec();
         let mut qk_norm_at = layer::NONE;
         let mut bias_at = layer::NONE;
-        let block = block.attention().expect("check_dims refuses models with blocks that do not attend");
-        if let (Some(q), Some(k)) = (&block.query_norm, &block.key_norm) {
-            qk_norm_at = values.len() as u32;
-            values.extend(q.host().iter().chain(k.host()));
-        }
-        if let (Some(q), Some(k), Some(v)) = (&block.query_bias, &block.key_bias, &block.value_bias) {
-            bias_at = values.len() as u32;
-            values.extend(q.host().iter().chain(k.host()).chain(v.host()));
+        let mut delta = None;
+        match &block.mixer {
+            MixerWeights::Attention(block) => {
+                if let (Some(q), Some(k)) = (&block.query_norm, &block.key_norm) {
+                    qk_norm_at = values.len() as u32;
+                    values.extend(q.host().iter().chain(k.host()));
+                }
+                if let (Some(q), Some(k), Some(v)) = (&block.query_bias, &block.key_bias, &block.value_bias) {
+                    bias_at = values.len() as u32;
+                    values.extend(q.host().iter().chain(k.host()).chain(v.host()));
+                }
+            }
+            MixerWeights::GatedDeltaNet(block) => {
+                let mut vectors: Vec<f32> =
+                    block.dt_bias.host().iter().chain(block.a.host()).chain(block.norm.host()).copied().collect();
+                vectors.resize(vectors.len().next_multiple_of(4), 0.0);
+                delta = Some(gpu.upload("delta vectors", bytemuck::cast_slice(&vectors)));
+            }
         }
         values.resize(values.len().next_multiple_of(4), 0.0);
-        Self { buffer: gpu.upload("attention vectors", bytemuck::cast_slice(&values)), qk_norm_at, bias_at }
+        Self { buffer: gpu.upload("attention vectors", bytemuck::cast_slice(&values)), qk_norm_at, bias_at, delta }
     }
 
-    /// Bytes of the buffer, from the configuration alone (the memory plan's).
-    fn bytes(config: &ModelConfig) -> u64 {
+    /// Bytes of block `block`'s buffers, from the configuration alone (the memory plan's).
+    fn bytes(config: &ModelConfig, block: usize) -> u64 {
         let spec = config.architecture().block;
         let mut len = config.embedding_length;
-        if spec.qk_norm {
-            len += 2 * config.head_dim;
+        let mut delta = 0;
+        match (config.mixer(block), &config.delta_net) {
+            (Mixer::GatedDeltaNet, Some(shape)) => delta = (2 * shape.value_heads + shape.head_dim).next_multiple_of(4),
+            _ => {
+                if spec.qk_norm {
+                    len += 2 * config.head_dim;
+                }
+                if spec.qkv_bias {
+                    len += config.q_dim() + 2 * config.kv_dim();
+                }
+            }
         }
-        if spec.qkv_bias {
-            len += config.q_dim() + 2 * config.kv_dim();
-        }
-        len.next_multiple_of(4) as u64 * 4
+        (len.next_multiple_of(4) + delta) as u64 * 4
+    }
+
+    fn size(&self) -> u64 {
+        self.buffer.size() + self.delta.as_ref().map_or(0, GpuBuffer::size)
     }
 }
 
@@ -159,8 +193,8 @@ struct Shared {
     gpu: Gpu,
     config: ModelConfig,
     weights: ModelWeights<Loaded>,
-    /// Each block's attention vectors.
-    vectors: Vec<AttentionVectors>,
+    /// Each block's small vectors.
+    vectors: Vec<BlockVectors>,
     /// `[context, hd/2]` pairs (cos, sin), one table per RoPE base, computed in f64.
     rope: Vec<GpuBuffer>,
     rope_of_block: Vec<usize>,
@@ -170,10 +204,12 @@ struct Shared {
     // The activations of a pass (the kernels hold bindings of them; the model keeps them alive).
     x: GpuBuffer,
     q: GpuBuffer,
-    _attention_out: GpuBuffer,
+    attention_out: GpuBuffer,
     _hidden: GpuBuffer,
     /// A sub-layer's output before its norm (families with norms after the sub-layers).
     _sublayer_out: Option<GpuBuffer>,
+    /// The Gated DeltaNet blocks' activations (models that have them).
+    delta: Option<DeltaActivations>,
     partials: GpuBuffer,
     logits: GpuBuffer,
     /// Kernels that do not touch the KV cache, bound once; `embed` and `lm_head` once per part
@@ -185,16 +221,37 @@ struct Shared {
     weight_bytes: u64,
 }
 
+/// The activations of the Gated DeltaNet blocks' pass, `[MAX_ROWS, ..]` each.
+struct DeltaActivations {
+    /// The block's input, normalised (`[dim]` per row).
+    normed: GpuBuffer,
+    /// Queries, keys and values (`[channels]`): the projection's, then the convolution's.
+    mixed: GpuBuffer,
+    /// The output gate's projection (`[value_dim]`).
+    z: GpuBuffer,
+    /// β's and α's projections (`[value_heads]` each).
+    beta: GpuBuffer,
+    alpha: GpuBuffer,
+}
+
 /// A block's kernels bound at load (those bound to a cache are in [`FusedCache`]).
 struct BlockKernels {
-    combine: Bound,
-    attention_output: Bound,
+    mixer: MixerKernels,
     /// `norm_residual` of the attention's output (families with norms after the sub-layers).
     post_attention: Option<Bound>,
     gate_up: Bound,
     down: Bound,
     /// `norm_residual` of the feed-forward's output.
     post_feed_forward: Option<Bound>,
+}
+
+/// The kernels of a block's mixer bound at load.
+enum MixerKernels {
+    /// `attention_combine` and the output projection (`attn_qkv` and `attention` bind the cache).
+    Attention { combine: Bound, output: Bound },
+    /// The normalised input, the four input projections (to the channels, z, β, α) and the
+    /// output projection (`delta_conv` and `delta_rule` bind the cache's state).
+    GatedDeltaNet { norm: Bound, projections: Box<[Bound; 4]>, output: Bound },
 }
 
 struct State {
@@ -218,6 +275,8 @@ pub(crate) struct ScratchSizes {
     attention_out: u64,
     hidden: u64,
     sublayer_out: u64,
+    /// The Gated DeltaNet blocks' normalised input, channels, z, β and α.
+    delta: [u64; 5],
     partials: u64,
     logits: u64,
     readback: u64,
@@ -233,10 +292,16 @@ impl ScratchSizes {
             // The parameters at an offset of at most 256 bytes (WebGPU's largest alignment), then the ids.
             step: 256 + f32s(MAX_ROWS),
             x: f32s(MAX_ROWS * d),
-            q: f32s(MAX_ROWS * c.q_dim()),
-            attention_out: f32s(MAX_ROWS * c.q_dim()),
+            // The queries, then (with an output gate) the gates from `MAX_ROWS · q_dim` on.
+            q: f32s(MAX_ROWS * c.query_projection_dim()),
+            // Each head's output (an attention block's, or a Gated DeltaNet block's value heads').
+            attention_out: f32s(MAX_ROWS * c.q_dim().max(c.delta_net.as_ref().map_or(0, |d| d.value_dim()))),
             hidden: f32s(MAX_ROWS * c.feed_forward_length),
             sublayer_out: if c.architecture().block.post_norms { f32s(MAX_ROWS * d) } else { 0 },
+            delta: c.delta_net.as_ref().map_or([0; 5], |delta| {
+                [d, delta.channels(), delta.value_dim(), delta.value_heads, delta.value_heads]
+                    .map(|n| f32s(MAX_ROWS * n))
+            }),
             partials: f32s(records * layer::attention_record_len(hd as u32) as usize),
             logits: f32s(MAX_LOGIT_ROWS * c.vocab_size),
             // A whole read of the logits (explain, returnLogits, beams) lands here.
@@ -253,6 +318,11 @@ impl ScratchSizes {
             ("the attention output", self.attention_out),
             ("the activations (hidden)", self.hidden),
             ("the sub-layer output", self.sublayer_out),
+            ("the Gated DeltaNet input (normalised)", self.delta[0]),
+            ("the Gated DeltaNet channels", self.delta[1]),
+            ("the Gated DeltaNet output gate", self.delta[2]),
+            ("the Gated DeltaNet write strengths", self.delta[3]),
+            ("the Gated DeltaNet decays", self.delta[4]),
             ("the attention records", self.partials),
             ("the logits", self.logits),
             ("the logits readback", self.readback),
@@ -271,8 +341,8 @@ pub(crate) fn planned_weights(file: &GgufFile, config: &ModelConfig) -> Result<V
     for (role, block, info) in weights::tensors(file, config)? {
         if role == Role::AttentionNorm {
             planned.push(PlannedBuffer {
-                what: format!("the attention vectors of block {block}"),
-                bytes: AttentionVectors::bytes(config),
+                what: format!("the small vectors of block {block}"),
+                bytes: BlockVectors::bytes(config, block),
                 row_bytes: None,
             });
         }
@@ -281,7 +351,12 @@ pub(crate) fn planned_weights(file: &GgufFile, config: &ModelConfig) -> Result<V
         }
         let (format, as_stored) = upload_format(info)?;
         let (rows, cols) = info.matrix_shape();
-        if !format.fits_row(cols as u64) {
+        // `delta_conv` reads its taps as f32, whole (rows of `kernel` values).
+        let taps = role == Role::DeltaConv;
+        if taps && format != WeightFormat::F32 {
+            return Err(ModelError::Unsupported(format!("tensor '{}': convolution taps in {format}", info.name)));
+        }
+        if !taps && !format.fits_row(cols as u64) {
             return Err(ModelError::Unsupported(format!("tensor '{}': rows of {cols} {format} values", info.name)));
         }
         let row_bytes = if as_stored { format.row_bytes(cols as u64) } else { cols as u64 * 4 };
@@ -318,9 +393,9 @@ impl FusedModel {
                 upload(file, role, info, gpu, limit).map(Loaded::Gpu)
             }
         })?;
-        let vectors: Vec<AttentionVectors> = weights.blocks.iter().map(|b| AttentionVectors::upload(gpu, b)).collect();
+        let vectors: Vec<BlockVectors> = weights.blocks.iter().map(|b| BlockVectors::upload(gpu, b)).collect();
         let weight_bytes =
-            weights.all().map(Loaded::bytes).sum::<u64>() + vectors.iter().map(|v| v.buffer.size()).sum::<u64>();
+            weights.all().map(Loaded::bytes).sum::<u64>() + vectors.iter().map(BlockVectors::size).sum::<u64>();
 
         let c = config;
         let d = c.embedding_length;
@@ -350,6 +425,16 @@ impl FusedModel {
         let attention_out = gpu.storage("attention out", sizes.attention_out);
         let hidden = gpu.storage("hidden", sizes.hidden);
         let sublayer_out = spec.post_norms.then(|| gpu.storage("sub-layer out", sizes.sublayer_out));
+        let delta = c.delta_net.as_ref().map(|_| {
+            let [normed, mixed, z, beta, alpha] = sizes.delta;
+            DeltaActivations {
+                normed: gpu.storage("delta normed", normed),
+                mixed: gpu.storage("delta channels", mixed),
+                z: gpu.storage("delta z", z),
+                beta: gpu.storage("delta beta", beta),
+                alpha: gpu.storage("delta alpha", alpha),
+            }
+        });
         let partials = gpu.storage("attention partials", sizes.partials);
         let logits = gpu.storage("logits", sizes.logits);
         let readback = gpu.buffer("logits readback", sizes.readback, U::MAP_READ | U::COPY_DST);
@@ -397,28 +482,85 @@ impl FusedModel {
         let blocks_bound = weights
             .blocks
             .iter()
+            .zip(&vectors)
             .enumerate()
-            .map(|(index, b)| {
-                let attention = b.attention().expect("check_dims refuses models with blocks that do not attend");
-                let (attention_output, gate, up, down) =
-                    (attention.output.gpu(), b.gate.gpu(), b.up.gpu(), b.down.gpu());
+            .map(|(index, (b, vectors))| {
+                let mixer = match &b.mixer {
+                    MixerWeights::Attention(attention) => {
+                        let output = attention.output.gpu();
+                        MixerKernels::Attention {
+                            combine: layer::attention_combine(
+                                gpu,
+                                attention_params(c, index),
+                                &step_view,
+                                &partials.view(),
+                                &q.view(),
+                                &attention_out.view(),
+                            )?,
+                            output: layer::matvec_residual(
+                                gpu,
+                                output.format,
+                                MatvecParams { inputs: u(c.q_dim()), outputs: u(d), accumulate, ..Default::default() },
+                                &step_view,
+                                &attention_out.view(),
+                                output.view(),
+                                &projection_out,
+                            )?,
+                        }
+                    }
+                    MixerWeights::GatedDeltaNet(weights) => {
+                        let (shape, act) = c.delta_net.as_ref().zip(delta.as_ref()).expect("a Gated DeltaNet model");
+                        let params = NormResidualParams { dim: u(d), eps, replace: 1, ..Default::default() };
+                        let project = |weight: &Loaded, outputs: usize, into: &GpuBuffer| {
+                            let weight = weight.gpu();
+                            let params =
+                                MatvecParams { inputs: u(d), outputs: u(outputs), accumulate: 0, ..Default::default() };
+                            layer::matvec_residual(
+                                gpu,
+                                weight.format,
+                                params,
+                                &step_view,
+                                &act.normed.view(),
+                                weight.view(),
+                                &into.view(),
+                            )
+                        };
+                        let output = weights.output.gpu();
+                        MixerKernels::GatedDeltaNet {
+                            norm: layer::norm_residual(
+                                gpu,
+                                params,
+                                &step_view,
+                                &x.view(),
+                                &vectors.buffer.view(),
+                                &act.normed.view(),
+                            )?,
+                            projections: Box::new([
+                                project(&weights.qkv, shape.channels(), &act.mixed)?,
+                                project(&weights.gate, shape.value_dim(), &act.z)?,
+                                project(&weights.beta, shape.value_heads, &act.beta)?,
+                                project(&weights.alpha, shape.value_heads, &act.alpha)?,
+                            ]),
+                            output: layer::matvec_residual(
+                                gpu,
+                                output.format,
+                                MatvecParams {
+                                    inputs: u(shape.value_dim()),
+                                    outputs: u(d),
+                                    accumulate,
+                                    ..Default::default()
+                                },
+                                &step_view,
+                                &attention_out.view(),
+                                output.view(),
+                                &projection_out,
+                            )?,
+                        }
+                    }
+                };
+                let (gate, up, down) = (b.gate.gpu(), b.up.gpu(), b.down.gpu());
                 Ok(BlockKernels {
-                    combine: layer::attention_combine(
-                        gpu,
-                        attention_params(c, index),
-                        &step_view,
-                        &partials.view(),
-                        &attention_out.view(),
-                    )?,
-                    attention_output: layer::matvec_residual(
-                        gpu,
-                        attention_output.format,
-                        MatvecParams { inputs: u(c.q_dim()), outputs: u(d), accumulate, ..Default::default() },
-                        &step_view,
-                        &attention_out.view(),
-                        attention_output.view(),
-                        &projection_out,
-                    )?,
+                    mixer,
                     post_attention: post_norm(&b.post_attention_norm)?,
                     gate_up: layer::ffn_gate_up(
                         gpu,
@@ -487,9 +629,10 @@ impl FusedModel {
                 ids_offset,
                 x,
                 q,
-                _attention_out: attention_out,
+                attention_out,
                 _hidden: hidden,
                 _sublayer_out: sublayer_out,
+                delta,
                 partials,
                 logits,
                 embed,
@@ -508,7 +651,13 @@ impl FusedModel {
 
     /// A cache for up to `capacity` positions; its memory grows with the positions used.
     pub(crate) fn new_cache(&self, capacity: usize) -> Result<FusedCache, ModelError> {
-        let mut cache = FusedCache { shared: self.shared.clone(), capacity, allocated: 0, blocks: Vec::new() };
+        let recurrent = StateLayout::new(&self.shared.config).map(|layout| RecurrentStates {
+            live: self.shared.gpu.storage("recurrent state", layout.bytes()),
+            layout,
+            checkpoints: Checkpoints::default(),
+        });
+        let mut cache =
+            FusedCache { shared: self.shared.clone(), capacity, allocated: 0, blocks: Vec::new(), recurrent };
         cache.allocate(INITIAL_CACHE_POSITIONS.min(capacity), None)?;
         Ok(cache)
     }
@@ -612,6 +761,11 @@ impl FusedModel {
         }
         let mut recorder = Recorder::new(&shared.gpu);
         cache.reserve(start + tokens.len(), &mut recorder)?;
+        if tokens.len() > 1 {
+            // A pass of several tokens (a prompt's chunk, a draft's verification) may be gone back
+            // on: keep the state before it.
+            cache.record_rollback(start, &mut recorder);
+        }
         let chunks: Vec<&[u32]> = tokens.chunks(MAX_ROWS).collect();
         let mut rows = 0;
         for (index, chunk) in chunks.iter().enumerate() {
@@ -643,10 +797,21 @@ impl FusedModel {
             let last_row = (chunk.len() as u64 - 1) * row_bytes;
             let lens = lens.filter(|_| last);
             for (block, (kernels, cached)) in shared.blocks_bound.iter().zip(&cache.blocks).enumerate() {
-                cached.qkv.record(&mut recorder, &shape);
-                cached.attention.record(&mut recorder, &shape);
-                kernels.combine.record(&mut recorder, &shape);
-                kernels.attention_output.record(&mut recorder, &shape);
+                match (&kernels.mixer, cached) {
+                    (MixerKernels::Attention { combine, output }, CachedBlock::Attention { qkv, attention, .. }) => {
+                        for kernel in [qkv, attention, combine, output] {
+                            kernel.record(&mut recorder, &shape);
+                        }
+                    }
+                    (
+                        MixerKernels::GatedDeltaNet { norm, projections, output },
+                        CachedBlock::GatedDeltaNet { conv, rule },
+                    ) => {
+                        let kernels = std::iter::once(norm).chain(projections.iter()).chain([conv, rule, output]);
+                        kernels.for_each(|kernel| kernel.record(&mut recorder, &shape));
+                    }
+                    _ => unreachable!("a cache's blocks are the model's"),
+                }
                 if let Some(post) = &kernels.post_attention {
                     post.record(&mut recorder, &shape);
                 }
@@ -705,6 +870,15 @@ impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+
+    /// Submits the pending pass (if any), then `recorder`'s commands: a copy that must see the
+    /// pass's writes.
+    fn submit_after_pending(&self, recorder: Recorder) {
+        let mut state = self.state();
+        let mut commands: Vec<_> = state.pending.take().map(|(_, c)| c).into_iter().collect();
+        commands.push(recorder.finish());
+        self.gpu.submit(commands);
+    }
 }
 
 /// The attention's parameters in block `block` (its window, for a local block).
@@ -715,17 +889,31 @@ fn attention_params(c: &ModelConfig, block: usize) -> AttentionParams {
         head_dim: c.head_dim as u32,
         scale: (1.0 / (c.head_dim as f64).sqrt()) as f32,
         window: c.block_attention(block).window.map_or(0, |w| w as u32),
+        gate_at: gate_at(c),
         ..Default::default()
     }
 }
 
 /// Shapes the kernels read in whole units of 8 values.
 pub(crate) fn check_dims(c: &ModelConfig) -> Result<(), ModelError> {
-    if c.delta_net.is_some() || c.rope_dims != c.head_dim {
+    if c.rope_dims != c.head_dim && c.architecture().block.rope != Rope::Halves {
         return Err(ModelError::Unsupported(format!(
-            "the fused kernels do not compute {}'s Gated DeltaNet blocks and partial RoPE yet: it runs on the CPU engine",
-            c.architecture
+            "the fused kernels rotate part of a head ({} of {} dimensions) only with RoPE on halves",
+            c.rope_dims, c.head_dim
         )));
+    }
+    if let Some(delta) = &c.delta_net {
+        let ok = delta.head_dim as u32 <= nucleus_kernels::MAX_HEAD_DIM
+            && (2..=layer::MAX_CONV_KERNEL as usize).contains(&delta.conv_kernel);
+        if !ok {
+            return Err(ModelError::Unsupported(format!(
+                "the fused kernels need Gated DeltaNet heads of at most {} values and 2 to {} convolution taps (heads of {}, {} taps)",
+                nucleus_kernels::MAX_HEAD_DIM,
+                layer::MAX_CONV_KERNEL,
+                delta.head_dim,
+                delta.conv_kernel
+            )));
+        }
     }
     let ok = c.embedding_length.is_multiple_of(8)
         && c.feed_forward_length.is_multiple_of(8)
@@ -807,29 +995,150 @@ fn lens_record_words(candidates: usize) -> usize {
     nucleus_kernels::packed_words(candidates) + candidates
 }
 
-/// A KV cache of the fused path: per block `[positions, 2, kv_heads, head_dim]` f32 (keys, then
-/// values, of each position), and the block's kernels bound to it.
+/// A cache of the fused path: per attention block its KV buffer `[positions, 2, kv_heads,
+/// head_dim]` f32 (keys, then values, of each position), the Gated DeltaNet blocks' state, and
+/// the blocks' kernels bound to them.
 pub(crate) struct FusedCache {
     shared: Arc<Shared>,
     capacity: usize,
     allocated: usize,
     blocks: Vec<CachedBlock>,
+    /// The Gated DeltaNet blocks' state and its checkpoints (models that have such blocks).
+    recurrent: Option<RecurrentStates>,
 }
 
-struct CachedBlock {
-    kv: GpuBuffer,
-    qkv: Bound,
-    attention: Bound,
+enum CachedBlock {
+    Attention { kv: GpuBuffer, qkv: Bound, attention: Bound },
+    GatedDeltaNet { conv: Bound, rule: Bound },
+}
+
+/// Every Gated DeltaNet block's state in one buffer, so a snapshot is one buffer copy: the
+/// `r`-th recurrent block's at `r · stride`, its convolution's last inputs `[kernel − 1,
+/// channels]` first and its matrices `[value_heads, head_dim, head_dim]` (`S[i][c]` at
+/// `(h · head_dim + i) · head_dim + c`) at `conv_bytes`, f32, each part starting on a
+/// [`STATE_ALIGNMENT`] boundary. Zeros at a sequence's start (a new buffer is zeros).
+struct RecurrentStates {
+    live: GpuBuffer,
+    layout: StateLayout,
+    checkpoints: Checkpoints<GpuBuffer>,
+}
+
+/// The offset alignment of the state's bindings: WebGPU's largest `minStorageBufferOffsetAlignment`.
+const STATE_ALIGNMENT: u64 = 256;
+
+/// Where each recurrent block's state lies in [`RecurrentStates::live`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct StateLayout {
+    conv_bytes: u64,
+    stride: u64,
+    blocks: u64,
+}
+
+impl StateLayout {
+    pub(crate) fn new(config: &ModelConfig) -> Option<Self> {
+        let shape = config.delta_net.as_ref()?;
+        let conv_bytes = (shape.conv_state_len().max(1) as u64 * 4).next_multiple_of(STATE_ALIGNMENT);
+        let matrices = (shape.delta_state_len() as u64 * 4).next_multiple_of(STATE_ALIGNMENT);
+        let blocks = (config.block_count - config.attention_blocks()) as u64;
+        Some(Self { conv_bytes, stride: conv_bytes + matrices, blocks })
+    }
+
+    /// Bytes of one copy of every block's state.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.blocks * self.stride
+    }
+}
+
+impl Snapshot for GpuBuffer {
+    fn bytes(&self) -> u64 {
+        self.size()
+    }
 }
 
 impl FusedCache {
-    /// Bytes the cache holds on the GPU now.
+    /// Bytes the cache holds on the GPU now: the KV rows, the recurrent state and its checkpoints.
     pub(crate) fn bytes(&self) -> u64 {
-        self.blocks.iter().map(|b| b.kv.size()).sum()
+        let rows: u64 = self
+            .blocks
+            .iter()
+            .map(|b| match b {
+                CachedBlock::Attention { kv, .. } => kv.size(),
+                CachedBlock::GatedDeltaNet { .. } => 0,
+            })
+            .sum();
+        rows + self.recurrent.as_ref().map_or(0, |r| r.live.size() + r.checkpoints.bytes())
     }
 
     fn position_bytes(&self) -> u64 {
         self.shared.config.kv_position_bytes()
+    }
+
+    pub(crate) fn is_recurrent(&self) -> bool {
+        self.recurrent.is_some()
+    }
+
+    /// Bytes of the recurrent blocks' live state (without the alignment between its parts).
+    pub(crate) fn state_bytes(&self) -> u64 {
+        self.shared.config.recurrent_state_bytes()
+    }
+
+    /// The kept checkpoints' positions (oldest first, then the rollback one's) and their bytes.
+    pub(crate) fn checkpoints(&self) -> (Vec<usize>, u64) {
+        self.recurrent.as_ref().map_or((Vec::new(), 0), |r| (r.checkpoints.positions(), r.checkpoints.bytes()))
+    }
+
+    /// Records a copy of the state as it is before the pass being recorded into `recorder`, the
+    /// rollback checkpoint at `position`.
+    fn record_rollback(&mut self, position: usize, recorder: &mut Recorder) {
+        let gpu = &self.shared.gpu;
+        if let Some(states) = &mut self.recurrent {
+            let live = &states.live;
+            states.checkpoints.record_rollback(position, |old| snapshot(gpu, live, old, recorder));
+        }
+    }
+
+    /// Keeps a copy of the recurrent state as it is at `position` (after the pending pass).
+    pub(crate) fn checkpoint(&mut self, position: usize) {
+        let gpu = &self.shared.gpu;
+        if let Some(states) = &mut self.recurrent {
+            let mut recorder = Recorder::new(gpu);
+            let live = &states.live;
+            states.checkpoints.record(position, |old| snapshot(gpu, live, old, &mut recorder));
+            self.shared.submit_after_pending(recorder);
+        }
+    }
+
+    /// Goes back to `len` of the `filled` positions: a cache of rows forgets the rest; a
+    /// recurrent state is put back to its latest checkpoint at or before `len` (zeros if none),
+    /// whose position is returned (`state.rs`).
+    pub(crate) fn go_back(&mut self, len: usize, filled: usize) -> usize {
+        let Some(states) = self.recurrent.as_mut().filter(|_| len < filled) else {
+            return len.min(filled);
+        };
+        let mut recorder = Recorder::new(&self.shared.gpu);
+        let position = match states.checkpoints.restore(len) {
+            Some((position, saved)) => {
+                recorder.copy(saved.buffer(), 0, states.live.buffer(), 0, states.live.size());
+                position
+            }
+            None => {
+                recorder.clear(states.live.buffer());
+                0
+            }
+        };
+        self.shared.submit_after_pending(recorder);
+        position
+    }
+
+    /// Forgets everything: a zero state, no checkpoints (rows need nothing: positions are
+    /// written before they are read).
+    pub(crate) fn clear(&mut self) {
+        if let Some(states) = &mut self.recurrent {
+            states.checkpoints.clear();
+            let mut recorder = Recorder::new(&self.shared.gpu);
+            recorder.clear(states.live.buffer());
+            self.shared.submit_after_pending(recorder);
+        }
     }
 
     /// Makes room for `positions`, doubling the allocation (the filled positions are copied).
@@ -844,12 +1153,13 @@ impl FusedCache {
         self.allocate(size.min(self.capacity), Some(recorder))
     }
 
-    /// (Re)allocates every block's buffer for `positions` and binds its kernels; with a
-    /// recorder, the old buffers' contents are copied over first.
+    /// (Re)allocates every attention block's buffer for `positions` and binds every block's
+    /// kernels; with a recorder, the old buffers' contents are copied over first.
     fn allocate(&mut self, positions: usize, copy: Option<&mut Recorder>) -> Result<(), ModelError> {
         let shared = &self.shared;
         let c = &shared.config;
-        let limit = shared.gpu.limits().max_storage_buffer_binding_size;
+        let gpu = &shared.gpu;
+        let limit = gpu.limits().max_storage_buffer_binding_size;
         let bytes = positions as u64 * self.position_bytes();
         if bytes > limit {
             return Err(KernelError::TooLarge {
@@ -861,53 +1171,108 @@ impl FusedCache {
         }
         let step_bytes = std::mem::size_of::<layer::StepParams>() as u64;
         let step_view = shared.step.range(0, step_bytes);
+        let spec = c.architecture().block;
         let mut blocks = Vec::with_capacity(c.block_count);
+        let mut recurrent_blocks = 0;
         for (index, (weights, vectors)) in shared.weights.blocks.iter().zip(&shared.vectors).enumerate() {
-            let kv = shared.gpu.storage("kv cache", bytes);
-            let weights = weights.attention().expect("check_dims refuses models with blocks that do not attend");
-            let (wq, wk, wv) = (weights.query.gpu(), weights.key.gpu(), weights.value.gpu());
-            let params = AttnQkvParams {
-                qk_norm_at: vectors.qk_norm_at,
-                bias_at: vectors.bias_at,
-                ..AttnQkvParams::new(
-                    c.embedding_length as u32,
-                    c.q_dim() as u32,
-                    c.kv_dim() as u32,
-                    c.head_dim as u32,
-                    c.rms_norm_eps as f32,
-                    c.architecture().block.rope == Rope::Halves,
-                )
+            let block = match &weights.mixer {
+                MixerWeights::Attention(weights) => {
+                    let kv = gpu.storage("kv cache", bytes);
+                    let (wq, wk, wv) = (weights.query.gpu(), weights.key.gpu(), weights.value.gpu());
+                    let params = AttnQkvParams {
+                        qk_norm_at: vectors.qk_norm_at,
+                        bias_at: vectors.bias_at,
+                        rope_dims: c.rope_dims as u32,
+                        gate_at: gate_at(c),
+                        ..AttnQkvParams::new(
+                            c.embedding_length as u32,
+                            c.q_dim() as u32,
+                            c.kv_dim() as u32,
+                            c.head_dim as u32,
+                            c.rms_norm_eps as f32,
+                            spec.rope == Rope::Halves,
+                        )
+                    };
+                    let qkv = layer::attn_qkv(
+                        gpu,
+                        [wq.format, wk.format, wv.format],
+                        params,
+                        AttnQkvBuffers {
+                            step: &step_view,
+                            x: &shared.x.view(),
+                            norm: &vectors.buffer.view(),
+                            wq: wq.view(),
+                            wk: wk.view(),
+                            wv: wv.view(),
+                            rope: &shared.rope[shared.rope_of_block[index]].view(),
+                            q: &shared.q.view(),
+                            kv: &kv.view(),
+                        },
+                    )?;
+                    let attention = layer::attention(
+                        gpu,
+                        attention_params(c, index),
+                        &step_view,
+                        &shared.q.view(),
+                        &kv.view(),
+                        &shared.partials.view(),
+                    )?;
+                    CachedBlock::Attention { kv, qkv, attention }
+                }
+                MixerWeights::GatedDeltaNet(weights) => {
+                    let (shape, act) = c.delta_net.as_ref().zip(shared.delta.as_ref()).expect("a Gated DeltaNet model");
+                    let states = self.recurrent.as_ref().expect("a cache of a Gated DeltaNet model has its state");
+                    let base = recurrent_blocks * states.layout.stride;
+                    recurrent_blocks += 1;
+                    let conv_state = states.live.range(base, shape.conv_state_len().max(1) as u64 * 4);
+                    let matrices =
+                        states.live.range(base + states.layout.conv_bytes, shape.delta_state_len() as u64 * 4);
+                    let conv = layer::delta_conv(
+                        gpu,
+                        DeltaConvParams {
+                            channels: shape.channels() as u32,
+                            kernel: shape.conv_kernel as u32,
+                            ..Default::default()
+                        },
+                        &step_view,
+                        weights.conv.gpu().view(),
+                        &conv_state,
+                        &act.mixed.view(),
+                    )?;
+                    let params = DeltaRuleParams {
+                        key_heads: shape.key_heads as u32,
+                        value_heads: shape.value_heads as u32,
+                        head_dim: shape.head_dim as u32,
+                        eps: c.rms_norm_eps as f32,
+                        scale: (1.0 / (shape.head_dim as f64).sqrt()) as f32,
+                        ..Default::default()
+                    };
+                    let delta_vectors = vectors.delta.as_ref().expect("a Gated DeltaNet block has its vectors");
+                    let rule = layer::delta_rule(
+                        gpu,
+                        params,
+                        DeltaRuleBuffers {
+                            step: &step_view,
+                            mixed: &act.mixed.view(),
+                            z: &act.z.view(),
+                            beta: &act.beta.view(),
+                            alpha: &act.alpha.view(),
+                            vectors: &delta_vectors.view(),
+                            state: &matrices,
+                            out: &shared.attention_out.view(),
+                        },
+                    )?;
+                    CachedBlock::GatedDeltaNet { conv, rule }
+                }
             };
-            let qkv = layer::attn_qkv(
-                &shared.gpu,
-                [wq.format, wk.format, wv.format],
-                params,
-                AttnQkvBuffers {
-                    step: &step_view,
-                    x: &shared.x.view(),
-                    norm: &vectors.buffer.view(),
-                    wq: wq.view(),
-                    wk: wk.view(),
-                    wv: wv.view(),
-                    rope: &shared.rope[shared.rope_of_block[index]].view(),
-                    q: &shared.q.view(),
-                    kv: &kv.view(),
-                },
-            )?;
-            let attention = layer::attention(
-                &shared.gpu,
-                attention_params(c, index),
-                &step_view,
-                &shared.q.view(),
-                &kv.view(),
-                &shared.partials.view(),
-            )?;
-            blocks.push(CachedBlock { kv, qkv, attention });
+            blocks.push(block);
         }
         if let Some(recorder) = copy {
             let used = self.allocated as u64 * self.position_bytes();
             for (old, new) in self.blocks.iter().zip(&blocks) {
-                recorder.copy(old.kv.buffer(), 0, new.kv.buffer(), 0, used);
+                if let (CachedBlock::Attention { kv: old, .. }, CachedBlock::Attention { kv: new, .. }) = (old, new) {
+                    recorder.copy(old.buffer(), 0, new.buffer(), 0, used);
+                }
             }
         }
         self.blocks = blocks;
@@ -915,25 +1280,50 @@ impl FusedCache {
         Ok(())
     }
 
-    /// An independent copy holding the first `len` positions (beam search keeps one per beam).
+    /// An independent copy holding the first `len` positions and the live recurrent state, not
+    /// its checkpoints (beam search keeps one per beam; a copy goes on from here).
     pub(crate) fn duplicate(&self, len: usize) -> Result<FusedCache, ModelError> {
-        let mut copy =
-            FusedCache { shared: self.shared.clone(), capacity: self.capacity, allocated: 0, blocks: Vec::new() };
+        let mut copy = FusedCache {
+            shared: self.shared.clone(),
+            capacity: self.capacity,
+            allocated: 0,
+            blocks: Vec::new(),
+            recurrent: self.recurrent.as_ref().map(|states| RecurrentStates {
+                live: self.shared.gpu.storage("recurrent state", states.live.size()),
+                layout: states.layout,
+                checkpoints: Checkpoints::default(),
+            }),
+        };
         let mut recorder = Recorder::new(&self.shared.gpu);
         copy.allocate(self.allocated, None)?;
         let used = len as u64 * self.position_bytes();
-        if used > 0 {
-            for (from, to) in self.blocks.iter().zip(&copy.blocks) {
-                recorder.copy(from.kv.buffer(), 0, to.kv.buffer(), 0, used);
+        for (from, to) in self.blocks.iter().zip(&copy.blocks) {
+            if let (CachedBlock::Attention { kv: from, .. }, CachedBlock::Attention { kv: to, .. }) = (from, to)
+                && used > 0
+            {
+                recorder.copy(from.buffer(), 0, to.buffer(), 0, used);
             }
         }
-        // After the pending pass, whose keys and values may be among those copied.
-        let mut state = self.shared.state();
-        let mut commands: Vec<_> = state.pending.take().map(|(_, c)| c).into_iter().collect();
-        commands.push(recorder.finish());
-        self.shared.gpu.submit(commands);
+        if let (Some(from), Some(to)) = (&self.recurrent, &copy.recurrent) {
+            recorder.copy(from.live.buffer(), 0, to.live.buffer(), 0, from.live.size());
+        }
+        // After the pending pass, whose keys, values and state may be among those copied.
+        self.shared.submit_after_pending(recorder);
         Ok(copy)
     }
+}
+
+/// A copy of `live` recorded into `recorder`, into `reuse` when there is one.
+fn snapshot(gpu: &Gpu, live: &GpuBuffer, reuse: Option<GpuBuffer>, recorder: &mut Recorder) -> GpuBuffer {
+    let to = reuse.unwrap_or_else(|| gpu.storage("recurrent state checkpoint", live.size()));
+    recorder.copy(live.buffer(), 0, to.buffer(), 0, live.size());
+    to
+}
+
+/// Where `attn_qkv_norm` writes the output gate's values in `q` (after the queries of
+/// [`MAX_ROWS`] rows), or [`layer::NONE`] for a family without one.
+fn gate_at(c: &ModelConfig) -> u32 {
+    if c.architecture().block.output_gate { (MAX_ROWS * c.q_dim()) as u32 } else { layer::NONE }
 }
 
 /// The logits of a fused pass, still on the GPU: rows of the logits buffer, valid until the next

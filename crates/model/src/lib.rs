@@ -207,11 +207,14 @@ impl KvCache {
     }
 
     /// Forgets every position (the memory stays allocated; a recurrent state goes back to zeros).
-    #[allow(irrefutable_let_patterns)] // The CPU engine alone (the threaded browser build).
     pub fn clear(&mut self) {
         self.len = 0;
-        if let CacheKind::Cpu(cache) = &mut self.inner {
-            cache.clear();
+        match &mut self.inner {
+            CacheKind::Cpu(cache) => cache.clear(),
+            #[cfg(feature = "gpu")]
+            CacheKind::Fused(cache) => cache.clear(),
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
     }
 
@@ -224,6 +227,8 @@ impl KvCache {
     pub fn truncate(&mut self, len: usize) -> usize {
         self.len = match &mut self.inner {
             CacheKind::Cpu(cache) => cache.go_back(len, self.len),
+            #[cfg(feature = "gpu")]
+            CacheKind::Fused(cache) => cache.go_back(len, self.len),
             #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
             _ => self.len.min(len),
         };
@@ -233,13 +238,21 @@ impl KvCache {
     /// Whether the cache holds a recurrent state (Qwen3.5's Gated DeltaNet blocks): going back
     /// restores a checkpoint ([`KvCache::truncate`]).
     pub fn is_recurrent(&self) -> bool {
-        matches!(&self.inner, CacheKind::Cpu(cache) if cache.is_recurrent())
+        match &self.inner {
+            CacheKind::Cpu(cache) => cache.is_recurrent(),
+            #[cfg(feature = "gpu")]
+            CacheKind::Fused(cache) => cache.is_recurrent(),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
     }
 
     /// Bytes of the recurrent blocks' live state (fixed, whatever the context; 0 without such blocks).
     pub fn recurrent_state_bytes(&self) -> u64 {
         match &self.inner {
             CacheKind::Cpu(cache) => cache.state_bytes(),
+            #[cfg(feature = "gpu")]
+            CacheKind::Fused(cache) => cache.state_bytes(),
             #[allow(unreachable_patterns)]
             _ => 0,
         }
@@ -247,10 +260,13 @@ impl KvCache {
 
     /// Keeps a copy of the recurrent state as it is now, to come back to ([`KvCache::truncate`];
     /// nothing for a cache of rows alone). Passes of several tokens keep one before they run.
-    #[allow(irrefutable_let_patterns)] // The CPU engine alone (the threaded browser build).
     pub fn checkpoint(&mut self) {
-        if let CacheKind::Cpu(cache) = &mut self.inner {
-            cache.checkpoint(self.len);
+        match &mut self.inner {
+            CacheKind::Cpu(cache) => cache.checkpoint(self.len),
+            #[cfg(feature = "gpu")]
+            CacheKind::Fused(cache) => cache.checkpoint(self.len),
+            #[allow(unreachable_patterns)]
+            _ => {}
         }
     }
 
@@ -258,6 +274,8 @@ impl KvCache {
     pub fn checkpoints(&self) -> (Vec<usize>, u64) {
         match &self.inner {
             CacheKind::Cpu(cache) => (cache.checkpoints().positions(), cache.checkpoints().bytes()),
+            #[cfg(feature = "gpu")]
+            CacheKind::Fused(cache) => cache.checkpoints(),
             #[allow(unreachable_patterns)]
             _ => (Vec::new(), 0),
         }

@@ -43,8 +43,9 @@ impl MemoryLimits {
 pub struct PlannedBuffer {
     pub what: String,
     pub bytes: u64,
-    /// `Some(row bytes)`: a vocabulary-sized matrix, held in several buffers of whole rows when
-    /// it is larger than one (it then needs only a row to fit).
+    /// `Some(row bytes)`: held in several buffers of whole rows when larger than one (it then
+    /// needs only a row to fit): a vocabulary-sized matrix; the recurrent state's checkpoints,
+    /// a buffer per copy.
     pub row_bytes: Option<u64>,
 }
 
@@ -64,7 +65,7 @@ pub struct MemoryPlan {
     /// Weight tensors as uploaded (GGUF blocks, or f32 where a type is converted), and each
     /// block's attention vectors.
     pub weights: Vec<PlannedBuffer>,
-    /// Scratch: activations, attention records, logits, step parameters.
+    /// Scratch: activations, attention records, logits, step parameters, a recurrent state.
     pub scratch: Vec<PlannedBuffer>,
     /// Bytes of one position in one block's KV-cache buffer.
     pub position_bytes: u64,
@@ -72,7 +73,7 @@ pub struct MemoryPlan {
     pub rope_position_bytes: u64,
     /// RoPE tables (Gemma 3 has two: its local and global bases).
     pub rope_tables: usize,
-    /// Blocks, each with its own KV-cache buffer.
+    /// Attention blocks, each with its own KV-cache buffer (a recurrent block's state is scratch).
     pub blocks: usize,
     /// Positions the plan is for.
     pub context_length: usize,
@@ -84,17 +85,28 @@ impl MemoryPlan {
     /// kernels cannot read, missing or of the wrong shape: before anything is uploaded.
     pub fn fused(file: &GgufFile, config: &ModelConfig, context_length: usize) -> Result<Self, ModelError> {
         let weights = crate::fused::planned_weights(file, config)?;
-        let scratch = crate::fused::ScratchSizes::new(config)
+        let mut scratch: Vec<PlannedBuffer> = crate::fused::ScratchSizes::new(config)
             .named()
             .map(|(what, bytes)| PlannedBuffer { what: what.to_string(), bytes, row_bytes: None })
             .collect();
+        // The recurrent blocks' state: fixed, whatever the context; and its checkpoints, a buffer
+        // per copy (`state.rs`: at most MAX_CHECKPOINTS kept, and one rollback).
+        if let Some(layout) = crate::fused::StateLayout::new(config) {
+            let copies = crate::state::MAX_CHECKPOINTS as u64 + 1;
+            scratch.push(PlannedBuffer { what: "the recurrent state".into(), bytes: layout.bytes(), row_bytes: None });
+            scratch.push(PlannedBuffer {
+                what: format!("the recurrent state's checkpoints (at most {copies})"),
+                bytes: copies * layout.bytes(),
+                row_bytes: Some(layout.bytes()),
+            });
+        }
         Ok(Self {
             weights,
             scratch,
             position_bytes: config.kv_position_bytes(),
             rope_position_bytes: crate::rope::RopeTables::position_bytes(config),
             rope_tables: crate::rope::RopeTables::count(config),
-            blocks: config.block_count,
+            blocks: config.attention_blocks(),
             context_length,
         })
     }

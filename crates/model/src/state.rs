@@ -50,56 +50,62 @@ impl RecurrentState {
     }
 }
 
-/// Copies of a cache's recurrent states at some positions: the kept ones (newest last) and the
-/// rollback one.
-#[derive(Debug, Default)]
-pub struct Checkpoints {
-    kept: Vec<(usize, Vec<RecurrentState>)>,
-    rollback: Option<(usize, Vec<RecurrentState>)>,
+/// A copy of a cache's recurrent state, held where the state lives: host memory on the CPU
+/// engine, a GPU buffer on the fused path (which copies it there, in the queue's order).
+pub trait Snapshot {
+    /// Bytes it holds.
+    fn bytes(&self) -> u64;
 }
 
-impl Checkpoints {
-    /// Makes `states` at `position` the rollback checkpoint, in place of the last one.
-    pub fn record_rollback(&mut self, position: usize, states: &[RecurrentState]) {
-        match &mut self.rollback {
-            Some((at, saved)) => {
-                *at = position;
-                saved.clone_from_slice(states);
-            }
-            None => self.rollback = Some((position, states.to_vec())),
-        }
+impl Snapshot for Vec<RecurrentState> {
+    fn bytes(&self) -> u64 {
+        self.iter().map(RecurrentState::bytes).sum()
+    }
+}
+
+/// Copies of a cache's recurrent states at some positions: the kept ones (newest last) and the
+/// rollback one. Which positions, how many and in what order they are given back is decided
+/// here once for every engine; the copying is the caller's (`save` makes a snapshot of the
+/// state now, reusing a dropped one's memory when it is given one).
+#[derive(Debug)]
+pub struct Checkpoints<S> {
+    kept: Vec<(usize, S)>,
+    rollback: Option<(usize, S)>,
+}
+
+impl<S> Default for Checkpoints<S> {
+    fn default() -> Self {
+        Self { kept: Vec::new(), rollback: None }
+    }
+}
+
+impl<S: Snapshot> Checkpoints<S> {
+    /// Makes the state at `position` (a snapshot from `save`) the rollback checkpoint, in place of
+    /// the last one, whose memory `save` may reuse.
+    pub fn record_rollback(&mut self, position: usize, save: impl FnOnce(Option<S>) -> S) {
+        let old = self.rollback.take().map(|(_, snapshot)| snapshot);
+        self.rollback = Some((position, save(old)));
     }
 
-    /// Keeps a copy of `states` as they are at `position` (once per position), dropping the
-    /// oldest copy beyond [`MAX_CHECKPOINTS`]. Position 0 is the zero state: nothing to keep.
-    pub fn record(&mut self, position: usize, states: &[RecurrentState]) {
+    /// Keeps the state at `position` (a snapshot from `save`; once per position), dropping the
+    /// oldest beyond [`MAX_CHECKPOINTS`], whose memory `save` may reuse. Position 0 is the zero
+    /// state: nothing to keep.
+    pub fn record(&mut self, position: usize, save: impl FnOnce(Option<S>) -> S) {
         if position == 0 || self.kept.iter().any(|(p, _)| *p == position) {
             return;
         }
-        if self.kept.len() == MAX_CHECKPOINTS {
-            self.kept.remove(0);
-        }
-        self.kept.push((position, states.to_vec()));
+        let dropped = (self.kept.len() == MAX_CHECKPOINTS).then(|| self.kept.remove(0).1);
+        self.kept.push((position, save(dropped)));
     }
 
-    /// Puts `states` back to the latest checkpoint at or before `position` (the zero state if
-    /// none) and returns its position; checkpoints after it are dropped.
-    pub fn restore(&mut self, position: usize, states: &mut [RecurrentState]) -> usize {
+    /// The latest checkpoint at or before `position`, to put back (`None`: the zero state);
+    /// checkpoints after it are dropped.
+    pub fn restore(&mut self, position: usize) -> Option<(usize, &S)> {
         self.kept.retain(|(p, _)| *p <= position);
         if self.rollback.as_ref().is_some_and(|(p, _)| *p > position) {
             self.rollback = None;
         }
-        let latest = self.kept.last().into_iter().chain(&self.rollback).max_by_key(|(p, _)| *p);
-        match latest {
-            Some((p, saved)) => {
-                states.clone_from_slice(saved);
-                *p
-            }
-            None => {
-                states.iter_mut().for_each(RecurrentState::reset);
-                0
-            }
-        }
+        self.kept.last().into_iter().chain(&self.rollback).max_by_key(|(p, _)| *p).map(|(p, s)| (*p, s))
     }
 
     /// Forgets every checkpoint (the cache was cleared).
@@ -114,7 +120,46 @@ impl Checkpoints {
     }
 
     pub fn bytes(&self) -> u64 {
-        self.kept.iter().chain(&self.rollback).flat_map(|(_, states)| states).map(RecurrentState::bytes).sum()
+        self.kept.iter().chain(&self.rollback).map(|(_, snapshot)| snapshot.bytes()).sum()
+    }
+}
+
+/// The CPU engine's checkpoints: copies of its states in memory.
+impl Checkpoints<Vec<RecurrentState>> {
+    /// [`Checkpoints::record_rollback`] of a copy of `states`.
+    pub fn keep_rollback(&mut self, position: usize, states: &[RecurrentState]) {
+        self.record_rollback(position, |old| copy_of(states, old));
+    }
+
+    /// [`Checkpoints::record`] of a copy of `states`.
+    pub fn keep(&mut self, position: usize, states: &[RecurrentState]) {
+        self.record(position, |old| copy_of(states, old));
+    }
+
+    /// Puts `states` back to the latest checkpoint at or before `position` (zeros if none) and
+    /// returns its position.
+    pub fn restore_into(&mut self, position: usize, states: &mut [RecurrentState]) -> usize {
+        match self.restore(position) {
+            Some((at, saved)) => {
+                states.clone_from_slice(saved);
+                at
+            }
+            None => {
+                states.iter_mut().for_each(RecurrentState::reset);
+                0
+            }
+        }
+    }
+}
+
+/// A copy of `states`, in `reuse`'s memory when there is one.
+fn copy_of(states: &[RecurrentState], reuse: Option<Vec<RecurrentState>>) -> Vec<RecurrentState> {
+    match reuse {
+        Some(mut saved) => {
+            saved.clone_from_slice(states);
+            saved
+        }
+        None => states.to_vec(),
     }
 }
 
@@ -128,50 +173,50 @@ mod tests {
 
     #[test]
     fn going_back_restores_the_latest_checkpoint_at_or_before_the_position() {
-        let mut checkpoints = Checkpoints::default();
+        let mut checkpoints = Checkpoints::<Vec<RecurrentState>>::default();
         for position in [0, 10, 20, 30] {
-            checkpoints.record(position, &state(position as f32));
+            checkpoints.keep(position, &state(position as f32));
         }
         assert_eq!(checkpoints.positions(), [10, 20, 30]);
         let mut now = state(99.0);
-        assert_eq!(checkpoints.restore(25, &mut now), 20);
+        assert_eq!(checkpoints.restore_into(25, &mut now), 20);
         assert_eq!(now, state(20.0));
         // The one after the position is gone; the earlier ones stay.
         assert_eq!(checkpoints.positions(), [10, 20]);
-        assert_eq!(checkpoints.restore(9, &mut now), 0);
+        assert_eq!(checkpoints.restore_into(9, &mut now), 0);
         assert_eq!(now, state(0.0));
         assert!(checkpoints.positions().is_empty());
     }
 
     #[test]
     fn at_most_max_checkpoints_are_kept_the_oldest_dropped_first() {
-        let mut checkpoints = Checkpoints::default();
+        let mut checkpoints = Checkpoints::<Vec<RecurrentState>>::default();
         for position in 1..=MAX_CHECKPOINTS + 2 {
-            checkpoints.record(position, &state(1.0));
-            checkpoints.record(position, &state(2.0));
+            checkpoints.keep(position, &state(1.0));
+            checkpoints.keep(position, &state(2.0));
         }
         assert_eq!(checkpoints.positions(), (3..=MAX_CHECKPOINTS + 2).collect::<Vec<_>>());
         assert_eq!(checkpoints.bytes(), MAX_CHECKPOINTS as u64 * 24);
         let mut now = state(5.0);
-        assert_eq!(checkpoints.restore(MAX_CHECKPOINTS + 2, &mut now), MAX_CHECKPOINTS + 2);
+        assert_eq!(checkpoints.restore_into(MAX_CHECKPOINTS + 2, &mut now), MAX_CHECKPOINTS + 2);
         // Recorded once per position: the first copy is the one kept.
         assert_eq!(now, state(1.0));
     }
 
     #[test]
     fn the_one_rollback_checkpoint_is_replaced_and_the_kept_ones_stay() {
-        let mut checkpoints = Checkpoints::default();
-        checkpoints.record(5, &state(5.0));
+        let mut checkpoints = Checkpoints::<Vec<RecurrentState>>::default();
+        checkpoints.keep(5, &state(5.0));
         for position in [8, 12, 20] {
-            checkpoints.record_rollback(position, &state(position as f32));
+            checkpoints.keep_rollback(position, &state(position as f32));
         }
         assert_eq!(checkpoints.positions(), [5, 20]);
         let mut now = state(99.0);
         // Going back past the rollback checkpoint: the kept one.
-        assert_eq!(checkpoints.restore(19, &mut now), 5);
+        assert_eq!(checkpoints.restore_into(19, &mut now), 5);
         assert_eq!((&now, checkpoints.positions()), (&state(5.0), vec![5]));
-        checkpoints.record_rollback(30, &state(30.0));
-        assert_eq!(checkpoints.restore(31, &mut now), 30);
+        checkpoints.keep_rollback(30, &state(30.0));
+        assert_eq!(checkpoints.restore_into(31, &mut now), 30);
         assert_eq!(now, state(30.0));
     }
 }

@@ -11,8 +11,9 @@ pub fn embed(table: &[f32], dim: usize, ids: &[u32], scale: f32) -> Vec<f32> {
         .collect()
 }
 
-/// `x / sqrt(mean(x²) + eps) ∘ γ` of each row of `x` (`[rows, dim]`).
-fn rms_norm(x: &[f32], gamma: &[f32], eps: f64) -> Vec<f64> {
+/// `x / sqrt(mean(x²) + eps) ∘ γ` of each row of `x` (`[rows, dim]`): `norm_residual.wgsl`
+/// without the residual (`accumulate` 0).
+pub fn rms_norm(x: &[f32], gamma: &[f32], eps: f64) -> Vec<f64> {
     let dim = gamma.len();
     x.chunks_exact(dim)
         .flat_map(|row| {
@@ -38,11 +39,12 @@ pub fn matvec(a: &[f32], w: &[f32], inputs: usize) -> Vec<f64> {
     product(&a, w, inputs)
 }
 
-/// `(cos, sin)` of `position · base^(−2i/head_dim)` for `i < head_dim / 2`, in f64.
-pub fn rope_angles(position: usize, head_dim: usize, base: f64) -> Vec<(f64, f64)> {
-    (0..head_dim / 2)
+/// `(cos, sin)` of `position · base^(−2i/dims)` for `i < dims / 2` (`dims`: the rotated
+/// dimensions of a head), in f64.
+pub fn rope_angles(position: usize, dims: usize, base: f64) -> Vec<(f64, f64)> {
+    (0..dims / 2)
         .map(|i| {
-            let angle = position as f64 * base.powf(-2.0 * i as f64 / head_dim as f64);
+            let angle = position as f64 * base.powf(-2.0 * i as f64 / dims as f64);
             (angle.cos(), angle.sin())
         })
         .collect()
@@ -58,6 +60,8 @@ pub struct QkvRows {
     pub k: Vec<f64>,
     /// Values, `[rows, kv_heads·head_dim]`.
     pub v: Vec<f64>,
+    /// The output gate's values, `[rows, heads·head_dim]` (empty without a gate).
+    pub gate: Vec<f64>,
 }
 
 /// What [`attn_qkv`] computes besides the projections.
@@ -71,6 +75,11 @@ pub struct QkvSpec<'a> {
     pub rope_base: f64,
     /// RoPE on the halves of each head (else on adjacent pairs).
     pub rope_halves: bool,
+    /// Dimensions RoPE rotates, the first of each head (halves of those: `(i, i + rope_dims/2)`);
+    /// the rest pass through.
+    pub rope_dims: usize,
+    /// `wq` is `[2·q_dim, dim]`: each head's query rows, then its output gate's.
+    pub gated: bool,
     /// RMSNorm epsilon (the input's and the per-head norms').
     pub eps: f64,
     /// Biases of `[q | k | v]`.
@@ -81,11 +90,21 @@ pub struct QkvSpec<'a> {
 
 /// `attn_qkv.wgsl` and `attn_qkv_norm.wgsl`: RMSNorm of `x` (`[rows, dim]`), the three
 /// projections plus their biases, each query and key head normalised (with `qk_norm`), and RoPE
-/// on queries and keys, row `s` at position `pos + s`.
+/// on queries and keys, row `s` at position `pos + s`; with a gate, its rows of `wq` apart.
 pub fn attn_qkv(x: &[f32], gamma: &[f32], wq: &[f32], wk: &[f32], wv: &[f32], spec: QkvSpec) -> QkvRows {
     let dim = gamma.len();
     let hd = spec.head_dim;
     let h = rms_norm(x, gamma, spec.eps);
+    let (wq, wgate): (Vec<f32>, Vec<f32>) = if spec.gated {
+        let heads = wq.chunks_exact(2 * hd * dim);
+        (
+            heads.clone().flat_map(|h| &h[..hd * dim]).copied().collect(),
+            heads.flat_map(|h| &h[hd * dim..]).copied().collect(),
+        )
+    } else {
+        (wq.to_vec(), Vec::new())
+    };
+    let wq = wq.as_slice();
     let (q_dim, kv_dim) = (wq.len() / dim, wk.len() / dim);
     let bias = |offset: usize, width: usize| -> Vec<f64> {
         spec.bias.map_or(vec![0.0; width], |b| b[offset..offset + width].iter().map(|&v| f64::from(v)).collect())
@@ -102,7 +121,7 @@ pub fn attn_qkv(x: &[f32], gamma: &[f32], wq: &[f32], wk: &[f32], wv: &[f32], sp
         let mut out = values;
         let width = out.len() / (x.len() / dim);
         for (s, row) in out.chunks_exact_mut(width).enumerate() {
-            let angles = rope_angles(spec.pos + s, hd, spec.rope_base);
+            let angles = rope_angles(spec.pos + s, spec.rope_dims, spec.rope_base);
             for head in row.chunks_exact_mut(hd) {
                 if let Some(gamma) = norm {
                     let mean = head.iter().map(|v| v * v).sum::<f64>() / hd as f64;
@@ -110,7 +129,7 @@ pub fn attn_qkv(x: &[f32], gamma: &[f32], wq: &[f32], wk: &[f32], wv: &[f32], sp
                     head.iter_mut().zip(gamma).for_each(|(v, &g)| *v *= inv * f64::from(g));
                 }
                 for (i, &(cos, sin)) in angles.iter().enumerate() {
-                    let (ia, ib) = if spec.rope_halves { (i, i + hd / 2) } else { (2 * i, 2 * i + 1) };
+                    let (ia, ib) = if spec.rope_halves { (i, i + spec.rope_dims / 2) } else { (2 * i, 2 * i + 1) };
                     let (a, b) = (head[ia], head[ib]);
                     head[ia] = a * cos - b * sin;
                     head[ib] = a * sin + b * cos;
@@ -123,7 +142,101 @@ pub fn attn_qkv(x: &[f32], gamma: &[f32], wq: &[f32], wk: &[f32], wv: &[f32], sp
         q: finish(project(wq, bias(0, q_dim)), spec.qk_norm.map(|(q, _)| q)),
         k: finish(project(wk, bias(q_dim, kv_dim)), spec.qk_norm.map(|(_, k)| k)),
         v: project(wv, bias(q_dim + kv_dim, kv_dim)),
+        gate: product(&h, &wgate, dim),
     }
+}
+
+/// `attention_combine.wgsl`'s output gate: `out · sigmoid(gate)`.
+pub fn output_gate(out: &[f64], gate: &[f64]) -> Vec<f64> {
+    out.iter().zip(gate).map(|(&o, &g)| o / (1.0 + (-g).exp())).collect()
+}
+
+/// `delta_conv.wgsl`: the causal convolution and SiLU of `mixed` (`[rows, channels]`) after the
+/// inputs in `state` (`[kernel − 1, channels]`, oldest first); `weights`: `[channels, kernel]`.
+/// The outputs, and the state after (the last `kernel − 1` inputs).
+pub fn delta_conv(mixed: &[f32], weights: &[f32], kernel: usize, state: &[f32]) -> (Vec<f64>, Vec<f32>) {
+    let channels = weights.len() / kernel;
+    let history = kernel - 1;
+    let inputs: Vec<f32> = state.iter().chain(mixed).copied().collect();
+    let rows = mixed.len() / channels;
+    let out = (0..rows * channels)
+        .map(|at| {
+            let (t, c) = (at / channels, at % channels);
+            let sum: f64 = (0..kernel)
+                .map(|j| f64::from(weights[c * kernel + j]) * f64::from(inputs[(t + j) * channels + c]))
+                .sum();
+            sum / (1.0 + (-sum).exp())
+        })
+        .collect();
+    (out, inputs[rows * channels..][..history * channels].to_vec())
+}
+
+/// The shape of [`delta_rule`]'s heads and its epsilon.
+#[derive(Debug, Clone, Copy)]
+pub struct DeltaSpec {
+    /// Query and key heads.
+    pub key_heads: usize,
+    /// Value heads (a multiple of `key_heads`).
+    pub value_heads: usize,
+    /// Values per head.
+    pub head_dim: usize,
+    /// Epsilon of the L2 norms and the gated RMSNorm.
+    pub eps: f64,
+}
+
+/// `delta_rule.wgsl`, in f64: per row and value head `h` (key head `h mod key_heads`) the L2
+/// norms of q and k (q times 1/√head_dim), `β = sigmoid(beta)`, the decay
+/// `exp(a·softplus(alpha + dt_bias))`, the delta rule `S ← d·S; S ← S + k(β(v − Sᵀk))ᵀ; o = Sᵀq`
+/// over `state` (`[value_heads, head_dim, head_dim]`, `S[i][c]`, updated), and the gated RMSNorm
+/// `o / rms(o) ∘ γ ∘ silu(z)`. `mixed`: `[rows, q | k | v]`; `vectors`: `dt_bias | a | γ`.
+pub fn delta_rule(
+    mixed: &[f32],
+    z: &[f32],
+    beta: &[f32],
+    alpha: &[f32],
+    vectors: &[f32],
+    spec: DeltaSpec,
+    state: &mut [f64],
+) -> Vec<f64> {
+    let DeltaSpec { key_heads, value_heads, head_dim: hd, eps } = spec;
+    let (key_width, value_width) = (key_heads * hd, value_heads * hd);
+    let channels = 2 * key_width + value_width;
+    let rows = mixed.len() / channels;
+    let f = |x: f32| f64::from(x);
+    let mut out = vec![0.0; rows * value_width];
+    for t in 0..rows {
+        let row = &mixed[t * channels..(t + 1) * channels];
+        for h in 0..value_heads {
+            let i = h % key_heads;
+            let normalised = |x: &[f32], scale: f64| -> Vec<f64> {
+                let inv = 1.0 / (x.iter().map(|&v| f(v) * f(v)).sum::<f64>() + eps).sqrt();
+                x.iter().map(|&v| f(v) * inv * scale).collect()
+            };
+            let q = normalised(&row[i * hd..][..hd], 1.0 / (hd as f64).sqrt());
+            let k = normalised(&row[key_width + i * hd..][..hd], 1.0);
+            let v = &row[2 * key_width + h * hd..][..hd];
+            let gates = t * value_heads + h;
+            let x = f(alpha[gates]) + f(vectors[h]);
+            let softplus = if x > 20.0 { x } else { x.exp().ln_1p() };
+            let decay = (f(vectors[value_heads + h]) * softplus).exp();
+            let b = 1.0 / (1.0 + (-f(beta[gates])).exp());
+            let s = &mut state[h * hd * hd..(h + 1) * hd * hd];
+            s.iter_mut().for_each(|x| *x *= decay);
+            let o = &mut out[t * value_width + h * hd..][..hd];
+            for c in 0..hd {
+                let recalled: f64 = (0..hd).map(|i| s[i * hd + c] * k[i]).sum();
+                let delta = b * (f(v[c]) - recalled);
+                (0..hd).for_each(|i| s[i * hd + c] += k[i] * delta);
+                o[c] = (0..hd).map(|i| s[i * hd + c] * q[i]).sum();
+            }
+            let inv = 1.0 / (o.iter().map(|v| v * v).sum::<f64>() / hd as f64 + eps).sqrt();
+            for (c, o) in o.iter_mut().enumerate() {
+                let gate = f(z[t * value_width + h * hd + c]);
+                *o *= inv * f(vectors[2 * value_heads + c]) * gate / (1.0 + (-gate).exp());
+            }
+        }
+    }
+    out
 }
 
 /// `attention.wgsl` + `attention_combine.wgsl`: causal grouped-query attention of `q`

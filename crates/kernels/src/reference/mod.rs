@@ -170,5 +170,6 @@ pub fn linear(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: Wei
 
 mod layer;
 pub use layer::{
-    QkvRows, QkvSpec, attention, attn_qkv, embed, ffn_gate_up, gather, lm_head, matvec, norm_residual, rope_angles,
+    DeltaSpec, QkvRows, QkvSpec, attention, attn_qkv, delta_conv, delta_rule, embed, ffn_gate_up, gather, lm_head,
+    matvec, norm_residual, output_gate, rms_norm, rope_angles,
 };
