@@ -30,11 +30,11 @@ import { launch, open } from './browser.mjs';
 const MODELS = {
   default: { name: 'SmolLM2-135M', url: `/models/${MODEL_NAME}`, file: MODEL_PATH },
   gemma3: { name: 'Gemma 3 270M', url: `/models/${GEMMA_NAME}`, file: GEMMA_PATH },
-  // Its recurrent layers run on the CPU engine only: no Burn or GPU rows.
-  qwen35: { name: 'Qwen3.5 0.8B shape (random weights)', url: `/models/${QWEN35_NAME}`, file: QWEN35_PATH, cpuOnly: true },
+  // Burn's operations do not compute its recurrent layers: no Burn rows.
+  qwen35: { name: 'Qwen3.5 0.8B shape (random weights)', url: `/models/${QWEN35_NAME}`, file: QWEN35_PATH, noBurn: true },
 };
-/** Rows that run on the GPU paths or Burn's operations, which a `cpuOnly` model skips. */
-const GPU_ROWS = new Set(['webgpu', 'burn-cpu', 'wgpu']);
+/** Rows that run in Burn's operations, which a `noBurn` model skips. */
+const BURN_ROWS = new Set(['burn-cpu']);
 const BROWSER_ROWS = ['auto', 'cpu-1', 'webgpu'];
 const NATIVE_ROWS = {
   cpu: { label: 'Nucleus CPU engine', args: ['--backend', 'cpu'], env: {} },
@@ -234,7 +234,7 @@ let browserFacts = '';
 try {
   for (const model of chosen) {
     const prompt = await nucleusPrompt(context, isolated, model);
-    for (const backend of browserRows.filter((r) => !(model.cpuOnly && GPU_ROWS.has(r)))) {
+    for (const backend of browserRows.filter((r) => !(model.noBurn && BURN_ROWS.has(r)))) {
       console.error(`[bench] ${model.name}: Chromium, Nucleus ${backend}`);
       const measured = backend === 'cpu-1'
         ? await nucleusRow(context, plain, model, 'cpu', prompt)
@@ -270,7 +270,7 @@ try {
 }
 
 for (const model of chosen) {
-  for (const id of nativeRows.filter((r) => !(model.cpuOnly && GPU_ROWS.has(r)))) {
+  for (const id of nativeRows.filter((r) => !(model.noBurn && BURN_ROWS.has(r)))) {
     console.error(`[bench] ${model.name}: native, nucleus bench ${NATIVE_ROWS[id].args.join(' ')} ${JSON.stringify(NATIVE_ROWS[id].env)}`);
     const summary = nativeRow(model, id);
     const report = summary.reports[0];

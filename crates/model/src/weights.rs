@@ -74,8 +74,8 @@ pub struct BlockWeights<T> {
 }
 
 impl<T> BlockWeights<T> {
-    /// The attention's tensors, for an attention block (the GPU paths, which compute no other).
-    #[cfg(feature = "gpu")]
+    /// The attention's tensors, for an attention block (the Burn-op path, which computes no other).
+    #[cfg(feature = "burn-ops")]
     pub fn attention(&self) -> Option<&AttentionWeights<T>> {
         match &self.mixer {
             MixerWeights::Attention(attention) => Some(attention),
