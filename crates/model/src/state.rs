@@ -21,6 +21,10 @@
 //! and the position asked for, at prefill speed (a rejected draft: the accepted ones, at most a
 //! draft's length; a chat's next turn: the previous generation prompt and answer). The engine
 //! reports those tokens as prefilled, not as reused from the cache.
+//!
+//! The policy (which positions, how many, which comes back) is [`Checkpoints`]'s alone, for
+//! every engine; a copy is a [`Snapshot`] of wherever the state lives: memory on the CPU engine
+//! (`Vec<RecurrentState>`), one GPU buffer on the fused path (copied in the queue's order).
 
 /// Most kept checkpoints a cache holds (besides its one rollback checkpoint); the oldest is
 /// dropped first. A generation keeps two; four keep the last two generations' worth.
