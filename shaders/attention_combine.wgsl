@@ -9,15 +9,14 @@
 //   params    uniform AttentionParams
 //   partials  array<f32> [rows, heads, attn_chunks, head_dim + 2]: the records, read
 //   q         array<f32>: attn_qkv_norm's output, read for its gates [rows, heads · head_dim] at
-//             f32 offset params.gate_at (unread when NONE)
+//             f32 offset params.gate_at (unread when 0: no gate; the gates
+//             follow the queries, so never at 0)
 //   out       array<f32> [rows, heads · head_dim]: written
 //
 // Semantics: M = max_c m_c; out = Σ_c exp(m_c − M)·o_c / Σ_c exp(m_c − M)·l_c, chunks in order;
 // with an output gate g (Qwen3.5), out · sigmoid(g).
 // An empty chunk (m = LOWEST_SCORE, l = 0, o = 0) adds nothing; the chunk holding the query's own
 // position is never empty.
-
-const NONE: u32 = 0xffffffffu;
 
 @compute @workgroup_size(ATTENTION_LANES, 1, 1)
 fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {
@@ -41,7 +40,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         }
         let at = (row * params.heads + head) * hd + d;
         var gate = 1.0;
-        if params.gate_at != NONE {
+        if params.gate_at != 0u {
             gate = 1.0 / (1.0 + exp(-q[params.gate_at + at]));
         }
         out[at] = o / l * gate;

@@ -12,7 +12,7 @@
 //
 // Partial RoPE (Qwen3.5: params.rope_dims < head_dim, halves only): pairs j < rope_dims / 2
 // rotate (j, j + rope_dims / 2); the others pair the unrotated dimensions rope_dims .. head_dim
-// and pass them through. An output gate (Qwen3.5's attention: params.gate_at set) comes from
+// and pass them through. An output gate (Qwen3.5's attention: params.gate_at, 0 without one) comes from
 // the same projection as the queries, each query head's rows followed by its gate head's in wq;
 // its heads are numbered after the value heads and written, unrotated, into q at params.gate_at.
 
@@ -44,7 +44,7 @@ fn gates_from() -> u32 {
 // The row of wq that makes query output o (o < q_dim), or gate output o − gates_from(): with a
 // gate, each head's hd query rows are followed by its hd gate rows.
 fn wq_row(o: u32, gate: bool) -> u32 {
-    if params.gate_at == NONE {
+    if params.gate_at == 0u {
         return o;
     }
     let hd = params.head_dim;

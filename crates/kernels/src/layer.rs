@@ -270,8 +270,9 @@ wgsl_struct! {
         /// Dimensions of each head RoPE rotates (the first ones; `head_dim` but in Qwen3.5, whose
         /// RoPE turns a quarter of the head, on halves only).
         pub rope_dims: u32,
-        /// f32 offset in `q` of the output gate's values `[rows, q_dim]`, or [`NONE`] (a model
-        /// whose `wq` is `[2·q_dim, dim]`, each head's query rows then its gate's: Qwen3.5).
+        /// f32 offset in `q` of the output gate's values `[rows, q_dim]` (a model whose `wq` is
+        /// `[2·q_dim, dim]`, each head's query rows then its gate's: Qwen3.5), or 0 without a
+        /// gate (the gates follow the queries, so they are never at 0).
         pub gate_at: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad0: u32,
@@ -296,7 +297,6 @@ impl AttnQkvParams {
             bias_at: NONE,
             qk_norm_at: NONE,
             rope_dims: head_dim,
-            gate_at: NONE,
             ..Default::default()
         }
     }
@@ -384,10 +384,10 @@ pub fn attn_qkv(
             format!("RoPE over an even part of the head, on its halves, got {params:?}"),
         ));
     }
-    if params.gate_at != NONE && params.qk_norm_at == NONE {
+    if params.gate_at != 0 && params.qk_norm_at == NONE {
         return Err(KernelError::invalid("gate_at", "an output gate needs the per-head norms' kernel"));
     }
-    let gate_heads = if params.gate_at == NONE { 0 } else { params.q_dim / hd };
+    let gate_heads = if params.gate_at == 0 { 0 } else { params.q_dim / hd };
     let (spec, grid) = if params.qk_norm_at == NONE {
         (&ATTN_QKV, Grid::Matrix { outputs: (params.q_dim + 2 * params.kv_dim) / 2, logit_rows: false })
     } else {
@@ -413,7 +413,7 @@ wgsl_struct! {
         /// Keys a query sees (its own position and the `window − 1` before it); 0: all earlier.
         pub window: u32,
         /// f32 offset in `q` of the output gate's values (`attention_combine` multiplies each
-        /// output by their sigmoid), or [`NONE`].
+        /// output by their sigmoid), or 0 without a gate (as in [`AttnQkvParams::gate_at`]).
         pub gate_at: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad1: u32,

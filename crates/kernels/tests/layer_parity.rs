@@ -392,10 +392,8 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         let x_buf = f32s(&gpu, &x);
                         // Queries, then (with a gate) the gates.
                         let q = gpu.storage("q", (2 * rows * q_dim * 4) as u64);
-                        let params = AttnQkvParams {
-                            gate_at: if variant.gate { (rows * q_dim) as u32 } else { layer::NONE },
-                            ..params
-                        };
+                        let params =
+                            AttnQkvParams { gate_at: if variant.gate { (rows * q_dim) as u32 } else { 0 }, ..params };
                         let (wq, wq_buf) = if variant.gate { (&wq_gated, &wq_gated_buf) } else { (&wq, &wq_buf) };
                         let kv = f32s(&gpu, &vec![0.0; capacity * 2 * kv_dim]);
                         let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
@@ -466,23 +464,27 @@ fn attention_over_one_and_many_key_ranges() {
             })
             .collect();
         let kv = f32s(gpu, &cache);
-        // (pos, rows, record budget, window): one range; several; a prefill split into ranges;
-        // the end; then windows (Gemma 3's local blocks) that drop whole ranges, part of one, or
-        // nothing, for one row and for rows whose windows differ.
-        for (pos, rows, budget, window) in [
-            (0usize, 1usize, 4096u32, 0usize),
-            (1, 1, 4096, 0),
-            (150, 1, 4096, 0),
-            (130, 5, 60, 0),
-            (62, 3, 4096, 0),
-            (296, 4, 4096, 0),
-            (150, 1, 4096, 100),
-            (200, 6, 60, 70),
-            (296, 4, 4096, 64),
-            (5, 3, 4096, 100),
+        // (pos, rows, record budget, window, output gate): one range; several; a prefill split
+        // into ranges; the end; then windows (Gemma 3's local blocks) that drop whole ranges, part
+        // of one, or nothing, for one row and for rows whose windows differ; then Qwen3.5's
+        // output gate (each output times the sigmoid of its gate, read after the queries).
+        for (pos, rows, budget, window, gated) in [
+            (0usize, 1usize, 4096u32, 0usize, false),
+            (1, 1, 4096, 0, false),
+            (150, 1, 4096, 0, false),
+            (130, 5, 60, 0, false),
+            (62, 3, 4096, 0, false),
+            (296, 4, 4096, 0, false),
+            (150, 1, 4096, 100, false),
+            (200, 6, 60, 70, false),
+            (296, 4, 4096, 64, false),
+            (5, 3, 4096, 100, false),
+            (70, 3, 4096, 0, true),
+            (1, 1, 4096, 0, true),
         ] {
             let q = random_f32(&mut rng, rows * heads * head_dim, 1.0);
-            let q_buf = f32s(gpu, &q);
+            let gate = if gated { random_f32(&mut rng, q.len(), 3.0) } else { Vec::new() };
+            let q_buf = f32s(gpu, &[q.as_slice(), &gate].concat());
             let shape = StepShape::new(pos as u32, rows as u32, 1, heads as u32, budget);
             let records = (rows * heads) as u32 * shape.attn_chunks;
             let partials =
@@ -495,6 +497,7 @@ fn attention_over_one_and_many_key_ranges() {
                 head_dim: head_dim as u32,
                 scale: (1.0 / (head_dim as f64).sqrt()) as f32,
                 window: window as u32,
+                gate_at: if gated { q.len() as u32 } else { 0 },
                 ..Default::default()
             };
             let split =
@@ -513,55 +516,18 @@ fn attention_over_one_and_many_key_ranges() {
                 head_dim,
                 (window > 0).then_some(window),
             );
+            let expected = if gated {
+                reference::output_gate(&expected, &gate.iter().map(|&g| f64::from(g)).collect::<Vec<_>>())
+            } else {
+                expected
+            };
             let what = format!(
-                "{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, window {window}, {} ranges",
+                "{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, window {window}, gate {gated}, {} ranges",
                 shape.attn_chunks
             );
             assert_close(&got, &expected, &what);
         }
     }
-}
-
-/// `attention_combine.wgsl` with Qwen3.5's output gate: each output times the sigmoid of its
-/// gate, read from the queries' buffer after the queries.
-#[test]
-fn attention_combine_applies_the_output_gate() {
-    let mut rng = Rng::new(12);
-    let gpu = gpu();
-    let (heads, kv_heads, head_dim, pos, rows) = (4usize, 2usize, 64usize, 70usize, 3usize);
-    let kv_width = kv_heads * head_dim;
-    let positions = pos + rows;
-    let keys = random_f32(&mut rng, positions * kv_width, 1.0);
-    let values = random_f32(&mut rng, positions * kv_width, 1.0);
-    let cache: Vec<f32> = (0..positions)
-        .flat_map(|p| keys[p * kv_width..(p + 1) * kv_width].iter().chain(&values[p * kv_width..(p + 1) * kv_width]))
-        .copied()
-        .collect();
-    let kv = f32s(gpu, &cache);
-    let q_dim = heads * head_dim;
-    let q = random_f32(&mut rng, rows * q_dim, 1.0);
-    let gate = random_f32(&mut rng, rows * q_dim, 3.0);
-    let q_buf = f32s(gpu, &q.iter().chain(&gate).copied().collect::<Vec<_>>());
-    let shape = StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096);
-    let records = (rows * heads) as u32 * shape.attn_chunks;
-    let partials = gpu.storage("partials", u64::from(records * layer::attention_record_len(head_dim as u32)) * 4);
-    let out = gpu.storage("out", (rows * q_dim * 4) as u64);
-    let step = Step::new(gpu, shape, &[]);
-    let params = AttentionParams {
-        heads: heads as u32,
-        kv_heads: kv_heads as u32,
-        head_dim: head_dim as u32,
-        scale: (1.0 / (head_dim as f64).sqrt()) as f32,
-        gate_at: (rows * q_dim) as u32,
-        ..Default::default()
-    };
-    let split = layer::attention(gpu, params, &step.view(), &q_buf.view(), &kv.view(), &partials.view()).unwrap();
-    let combine =
-        layer::attention_combine(gpu, params, &step.view(), &partials.view(), &q_buf.view(), &out.view()).unwrap();
-    let got = run(gpu, &[&split, &combine], &shape, &out);
-    let plain = reference::attention(&q, &keys, &values, pos, heads, kv_heads, head_dim, None);
-    let gate: Vec<f64> = gate.iter().map(|&g| f64::from(g)).collect();
-    assert_close(&got, &reference::output_gate(&plain, &gate), "gated attention");
 }
 
 /// `delta_conv.wgsl` and `delta_rule.wgsl` (a Qwen3.5 Gated DeltaNet block between its

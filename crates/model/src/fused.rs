@@ -1321,9 +1321,9 @@ fn snapshot(gpu: &Gpu, live: &GpuBuffer, reuse: Option<GpuBuffer>, recorder: &mu
 }
 
 /// Where `attn_qkv_norm` writes the output gate's values in `q` (after the queries of
-/// [`MAX_ROWS`] rows), or [`layer::NONE`] for a family without one.
+/// [`MAX_ROWS`] rows), or 0 for a family without one.
 fn gate_at(c: &ModelConfig) -> u32 {
-    if c.architecture().block.output_gate { (MAX_ROWS * c.q_dim()) as u32 } else { layer::NONE }
+    if c.architecture().block.output_gate { (MAX_ROWS * c.q_dim()) as u32 } else { 0 }
 }
 
 /// The logits of a fused pass, still on the GPU: rows of the logits buffer, valid until the next
