@@ -12,7 +12,8 @@
 //! A second table weighs the two ways of running a prefill pass (128 rows) on quantized weights:
 //! the fused kernels (`R` = 4 rows per lane group, dequantizing in the inner loop) against
 //! dequantizing each weight into a scratch f32 buffer (the `embed` kernel over every row of the
-//! matrix) followed by Burn's matmul.
+//! matrix) followed by Burn's matmul. A third times a Gated DeltaNet block's own kernels at
+//! Qwen3.5-0.8B's shapes, for one row and a prefill pass (alone: `-- delta`).
 
 use burn::backend::wgpu::wgpu;
 use burn::tensor::{DType, Distribution, Tensor};
@@ -37,6 +38,9 @@ fn main() {
         gpu.adapter_info().name,
         gpu.tuning()
     );
+    if std::env::args().any(|arg| arg == "delta") {
+        return delta_net(&gpu);
+    }
     let mut seed = 7u64;
     let mut bytes = |n: usize| -> Vec<u8> {
         (0..n)
@@ -320,6 +324,66 @@ fn main() {
             "{name:<40} {fused_ms:>14.3} {dequantize_ms:>14.3} {matmul_ms:>14.3} {:>14.3}",
             dequantize_ms + matmul_ms
         );
+    }
+
+    delta_net(&gpu);
+}
+
+/// The third table: a Gated DeltaNet block's own kernels at Qwen3.5-0.8B's shapes (16 key and 16
+/// value heads of 128, 4 taps), for a decode step and a prefill pass.
+fn delta_net(gpu: &Gpu) {
+    use wgpu::BufferUsages as U;
+    let (heads, hd, kernel) = (16usize, 128usize, 4usize);
+    let channels = 3 * heads * hd;
+    let values = |n: usize, v: f32| filled(gpu, bytemuck::cast_slice(&vec![v; n]));
+    let mixed = values(PREFILL_ROWS * channels, 0.1);
+    let (z, beta, alpha) =
+        (values(PREFILL_ROWS * heads * hd, 0.5), values(PREFILL_ROWS * heads, 0.5), values(PREFILL_ROWS * heads, -1.0));
+    let vectors = values(2 * heads + hd, -0.5);
+    let (taps, conv_state, state) =
+        (values(channels * kernel, 0.2), values(3 * channels, 0.0), values(heads * hd * hd, 0.0));
+    let out = gpu.storage("out", (PREFILL_ROWS * heads * hd * 4) as u64);
+    let step = gpu.buffer("step", 256, U::UNIFORM | U::COPY_DST);
+    let step_view = step.range(0, 32);
+    let conv = layer::delta_conv(
+        gpu,
+        layer::DeltaConvParams { channels: channels as u32, kernel: kernel as u32, ..Default::default() },
+        &step_view,
+        &taps.view(),
+        &conv_state.view(),
+        &mixed.view(),
+    )
+    .unwrap();
+    let params = layer::DeltaRuleParams {
+        key_heads: heads as u32,
+        value_heads: heads as u32,
+        head_dim: hd as u32,
+        eps: 1e-6,
+        scale: (1.0 / (hd as f64).sqrt()) as f32,
+        ..Default::default()
+    };
+    let buffers = layer::DeltaRuleBuffers {
+        step: &step_view,
+        mixed: &mixed.view(),
+        z: &z.view(),
+        beta: &beta.view(),
+        alpha: &alpha.view(),
+        vectors: &vectors.view(),
+        state: &state.view(),
+        out: &out.view(),
+    };
+    let rule = layer::delta_rule(gpu, params, buffers).unwrap();
+    println!();
+    println!("Qwen3.5-0.8B's Gated DeltaNet kernels (16/16 heads of 128): ms per dispatch (median of 7)");
+    println!("{:<40} {:>14} {:>14}", "kernel", "1 row", format!("{PREFILL_ROWS} rows"));
+    for (name, kernel) in [("delta_conv (6144 channels, 4 taps)", &conv), ("delta_rule", &rule)] {
+        print!("{name:<40}");
+        for rows in [1, PREFILL_ROWS as u32] {
+            let shape = StepShape::new(0, rows, 1, heads as u32, 4096);
+            gpu.write(step.buffer(), 0, shape.params().bytes());
+            print!(" {:>14.3}", time(gpu, kernel, &shape));
+        }
+        println!();
     }
 }
 

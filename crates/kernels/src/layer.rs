@@ -117,7 +117,8 @@ enum Grid {
     Rows,
     /// `(⌈count / WG⌉, 1, 1)`: one lane per entry.
     Entries { count: u32 },
-    /// `(count, 1, 1)`: one workgroup per head.
+    /// `(count, 1, 1)`: one workgroup per head, whatever the rows; the many-row pipeline for a
+    /// pass of several rows (`delta_rule`'s chunked form), the one-row pipeline for one.
     Workgroups { count: u32 },
 }
 
@@ -154,7 +155,7 @@ impl Bound {
             Grid::Combine { heads } => (&self.single, [heads, shape.rows, 1]),
             Grid::Rows => (&self.single, [shape.rows, 1, 1]),
             Grid::Entries { count } => (&self.single, [count.div_ceil(tuning.workgroup), 1, 1]),
-            Grid::Workgroups { count } => (&self.single, [count, 1, 1]),
+            Grid::Workgroups { count } => (many_rows(shape.rows).0, [count, 1, 1]),
         };
         recorder.dispatch(pipeline, &self.group, grid);
     }
@@ -188,7 +189,7 @@ fn bind<P: WgslStruct>(
         }
     }
     let group = kernel.bind(&views)?;
-    let many = matches!(grid, Grid::Matrix { .. } | Grid::Heads { .. })
+    let many = matches!(grid, Grid::Matrix { .. } | Grid::Heads { .. } | Grid::Workgroups { .. })
         .then(|| kernel.pipeline(PREFILL_ROWS_PER_GROUP, input_cols));
     Ok(Bound { gpu: gpu.clone(), group, single: kernel.pipeline(1, input_cols), many, grid, _params: uniform })
 }
@@ -811,14 +812,28 @@ wgsl_struct! {
     }
 }
 
+/// The one owner of `delta_rule.wgsl`'s chunk length (a macro, so the WGSL constant is made
+/// from the same literal).
+macro_rules! delta_rule_chunk {
+    () => {
+        16
+    };
+}
+
+/// Rows `delta_rule.wgsl` takes through the state at once (the chunked form's chunk: the state is
+/// read and written once per chunk). 16 keeps its per-lane arrays (four of `CHUNK` values) and
+/// its workgroup memory small on every adapter.
+pub const DELTA_RULE_CHUNK: u32 = delta_rule_chunk!();
+
 static DELTA_RULE: KernelSpec = KernelSpec {
     name: "delta_rule",
     source: include_str!("../../../shaders/delta_rule.wgsl"),
     structs: &[StepParams::WGSL, DeltaRuleParams::WGSL],
     rms: false,
-    lib: &[],
-    // `query_key` and `factors`.
-    workgroup_bytes: 8 * MAX_HEAD_DIM + 16,
+    lib: &[concat!("const CHUNK: u32 = ", delta_rule_chunk!(), "u;\n")],
+    // The chunked form's four arrays of CHUNK, two of CHUNK² and a vec4; the row form's query and
+    // key and a vec4.
+    workgroup_bytes: 4 * (4 * DELTA_RULE_CHUNK + 2 * DELTA_RULE_CHUNK * DELTA_RULE_CHUNK) + 16 + 8 * MAX_HEAD_DIM + 16,
     declared: false,
     slots: &[
         STEP,
@@ -849,8 +864,10 @@ pub struct DeltaRuleBuffers<'a> {
     pub out: &'a BufferView,
 }
 
-/// `delta_rule.wgsl`: the L2 norms, the gates, the gated delta rule over `state` (updated) row
-/// by row, and the gated RMSNorm, into `out` `[rows, value_heads · head_dim]`.
+/// `delta_rule.wgsl`: the L2 norms, the gates, the gated delta rule over `state` (updated), and
+/// the gated RMSNorm, into `out` `[rows, value_heads · head_dim]`; a pass of several rows in
+/// chunks of [`DELTA_RULE_CHUNK`] rows (the chunked form, its many-row pipeline), a decode step
+/// in the row form (its one-row pipeline).
 pub fn delta_rule(gpu: &Gpu, params: DeltaRuleParams, b: DeltaRuleBuffers) -> Result<Bound, KernelError> {
     let DeltaRuleParams { key_heads, value_heads, head_dim, .. } = params;
     let state_bytes = u64::from(value_heads) * u64::from(head_dim) * u64::from(head_dim) * 4;
@@ -858,7 +875,9 @@ pub fn delta_rule(gpu: &Gpu, params: DeltaRuleParams, b: DeltaRuleBuffers) -> Re
         && value_heads.is_multiple_of(key_heads)
         && (1..=MAX_HEAD_DIM).contains(&head_dim)
         && b.state.size >= state_bytes
-        && b.vectors.size >= u64::from(2 * value_heads + head_dim) * 4;
+        && b.vectors.size >= u64::from(2 * value_heads + head_dim) * 4
+        // A lane per row for each of the three per-row tasks.
+        && gpu.tuning().workgroup >= 3 * DELTA_RULE_CHUNK;
     if !ok {
         return Err(KernelError::invalid(
             "delta_rule",

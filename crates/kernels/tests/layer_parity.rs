@@ -554,7 +554,8 @@ fn delta_conv_and_delta_rule_carry_their_state_over_passes() {
             let conv_buf = f32s(&gpu, &conv_state);
             let state_buf = f32s(&gpu, &matrices);
             let spec = reference::DeltaSpec { key_heads, value_heads, head_dim, eps: 1e-6 };
-            for rows in [1usize, 5, 1] {
+            // One row (a decode step), rows within a chunk, rows over several chunks (16 rows each).
+            for rows in [1usize, 5, 37, 1] {
                 let mixed = random_f32(&mut rng, rows * channels, 1.0);
                 let z = random_f32(&mut rng, rows * value_width, 1.0);
                 let beta = random_f32(&mut rng, rows * value_heads, 1.0);
