@@ -24,6 +24,15 @@ pub(crate) trait Dot {
             Self::add(lanes, a, b);
         }
     }
+    /// [`Dot::add4`] for two rows `a` at once against the same four `b`: `lanes[4i + j] +=
+    /// a[i]·b[j]`. Each vector of the eight inputs is loaded once for the products it is in (six
+    /// loads for eight multiply-adds).
+    #[inline(always)]
+    fn add8(lanes: &mut [Self::Lanes; 8], a: [&[f32]; 2], b: [&[f32]; 4]) {
+        for (lanes, a) in lanes.chunks_exact_mut(4).zip(a) {
+            Self::add4(lanes.try_into().expect("four"), a, b);
+        }
+    }
     /// The lanes added pairwise.
     fn total(lanes: Self::Lanes) -> f32;
     /// `lanes[i] += (q[i]·d)·x[i]` for one Q8_0 block (`q` its 32 signed bytes, `d` its scale):
@@ -105,6 +114,11 @@ impl Dot for Avx2 {
     #[inline(always)]
     fn add4(lanes: &mut [Self::Lanes; 4], a: &[f32], b: [&[f32]; 4]) {
         unsafe { add4_avx2(lanes, a, b) }
+    }
+
+    #[inline(always)]
+    fn add8(lanes: &mut [Self::Lanes; 8], a: [&[f32]; 2], b: [&[f32]; 4]) {
+        unsafe { add8_avx2(lanes, a, b) }
     }
 
     #[inline(always)]
@@ -216,6 +230,38 @@ unsafe fn add4_avx2(lanes: &mut [[std::arch::x86_64::__m256; 4]; 4], a: &[f32], 
     }
 }
 
+/// Two rows against four: per 8 values, two loads of `a`, four of `b` and eight FMAs into eight
+/// accumulators (eleven registers), added into the lanes at the end.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+#[inline]
+unsafe fn add8_avx2(lanes: &mut [[std::arch::x86_64::__m256; 4]; 8], a: [&[f32]; 2], b: [&[f32]; 4]) {
+    use std::arch::x86_64::*;
+    let len = a.iter().chain(&b).fold(usize::MAX, |len, v| len.min(v.len())) / 32 * 32;
+    let [a0, a1] = a.map(<[f32]>::as_ptr);
+    let [b0, b1, b2, b3] = b.map(<[f32]>::as_ptr);
+    let zero = _mm256_setzero_ps();
+    let (mut s00, mut s01, mut s02, mut s03, mut s10, mut s11, mut s12, mut s13) =
+        (zero, zero, zero, zero, zero, zero, zero, zero);
+    let mut i = 0;
+    // SAFETY (every load): i + 8 <= len: in bounds of every row.
+    while i < len {
+        let (x0, x1) = unsafe { (_mm256_loadu_ps(a0.add(i)), _mm256_loadu_ps(a1.add(i))) };
+        let w = unsafe { _mm256_loadu_ps(b0.add(i)) };
+        (s00, s10) = (_mm256_fmadd_ps(x0, w, s00), _mm256_fmadd_ps(x1, w, s10));
+        let w = unsafe { _mm256_loadu_ps(b1.add(i)) };
+        (s01, s11) = (_mm256_fmadd_ps(x0, w, s01), _mm256_fmadd_ps(x1, w, s11));
+        let w = unsafe { _mm256_loadu_ps(b2.add(i)) };
+        (s02, s12) = (_mm256_fmadd_ps(x0, w, s02), _mm256_fmadd_ps(x1, w, s12));
+        let w = unsafe { _mm256_loadu_ps(b3.add(i)) };
+        (s03, s13) = (_mm256_fmadd_ps(x0, w, s03), _mm256_fmadd_ps(x1, w, s13));
+        i += 8;
+    }
+    for (lanes, sum) in lanes.iter_mut().zip([s00, s01, s02, s03, s10, s11, s12, s13]) {
+        lanes[0] = _mm256_add_ps(lanes[0], sum);
+    }
+}
+
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
 #[inline]
@@ -251,6 +297,12 @@ impl Dot for Simd128 {
     fn add4(lanes: &mut [Self::Lanes; 4], a: &[f32], b: [&[f32]; 4]) {
         // SAFETY: as `add`.
         unsafe { add4_simd128(lanes, a, b) }
+    }
+
+    #[inline(always)]
+    fn add8(lanes: &mut [Self::Lanes; 8], a: [&[f32]; 2], b: [&[f32]; 4]) {
+        // SAFETY: as `add`.
+        unsafe { add8_simd128(lanes, a, b) }
     }
 
     #[inline(always)]
@@ -319,6 +371,33 @@ unsafe fn add4_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 4], a: &[f32],
     for (lanes, sums) in lanes.iter_mut().zip(sums) {
         lanes[0] = f32x4_add(lanes[0], sums[0]);
         lanes[1] = f32x4_add(lanes[1], sums[1]);
+    }
+}
+
+/// Two rows against four: per 4 values, two loads of `a`, four of `b` and eight multiply-adds
+/// into eight accumulators, added into the lanes at the end.
+#[cfg(target_arch = "wasm32")]
+#[target_feature(enable = "simd128")]
+#[inline]
+unsafe fn add8_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 8], a: [&[f32]; 2], b: [&[f32]; 4]) {
+    use std::arch::wasm32::*;
+    let len = a.iter().chain(&b).fold(usize::MAX, |len, v| len.min(v.len())) / 32 * 32;
+    let [a0, a1] = a.map(<[f32]>::as_ptr);
+    let pb = b.map(<[f32]>::as_ptr);
+    let mut sums = [[f32x4_splat(0.0); 4]; 2];
+    let mut i = 0;
+    while i < len {
+        // SAFETY: i + 4 <= len: in bounds of every row.
+        let (x0, x1) = unsafe { (v128_load(a0.add(i).cast()), v128_load(a1.add(i).cast())) };
+        for (j, pb) in pb.iter().enumerate() {
+            let w = unsafe { v128_load(pb.add(i).cast()) };
+            sums[0][j] = f32x4_add(sums[0][j], f32x4_mul(x0, w));
+            sums[1][j] = f32x4_add(sums[1][j], f32x4_mul(x1, w));
+        }
+        i += 4;
+    }
+    for (lanes, sum) in lanes.iter_mut().zip(sums.into_iter().flatten()) {
+        lanes[0] = f32x4_add(lanes[0], sum);
     }
 }
 

@@ -337,11 +337,12 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], 
     }
 }
 
-/// [`rows`] for several x rows: four weight rows at a time, each tile of them dequantized once;
-/// every x row's values are then loaded once for the four (`Dot::add4`), so x (a prefill's rows,
-/// beyond L1) is read a quarter as often: 1.1-1.35x the GMAC/s on 32 rows (`matmul_speed -- 3584
-/// 1024`). One x row (a decode step) stays a weight row at a time: grouped, it fell from 18 GMAC/s
-/// to 12 on Q8_0. `lanes[r · 4 + j]`: x row r against weight row j of the four.
+/// [`rows`] for several x rows: four weight rows at a time, each tile of them dequantized once,
+/// met by the x rows two at a time in registers (`Dot::add8`: six loads for eight multiply-adds;
+/// an odd last row by `Dot::add4`), so x (a prefill's rows, beyond L1) is read an eighth as
+/// often: 1.5-1.7x the GMAC/s on 32 rows (`matmul_speed -- 3584 1024`; ARCHITECTURE.md). One x
+/// row (a decode step) stays a weight row at a time: grouped, it fell from 18 GMAC/s to 12 on
+/// Q8_0. `lanes[r · 4 + j]`: x row r against weight row j of the four.
 #[inline(always)]
 fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
     let cols = w.cols;
@@ -365,10 +366,19 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mu
             }
             // Whole 32s in the lanes, the row's last few (a width not a multiple of 32) in order.
             let vector = whole.saturating_sub(start).min(len);
+            let x_at = |r: usize| &x[r * cols + start..r * cols + start + len];
+            let pairs = if count == 4 { n / 2 * 2 } else { 0 };
+            for r in (0..pairs).step_by(2) {
+                let rows = [0, 1, 2, 3].map(|j| &tiles[j][..vector]);
+                let lanes = (&mut lanes[4 * r..4 * r + 8]).try_into().expect("two x rows by four weight rows");
+                D::add8(lanes, [&x_at(r)[..vector], &x_at(r + 1)[..vector]], rows);
+            }
             for r in 0..n {
-                let x = &x[r * cols + start..r * cols + start + len];
+                let x = x_at(r);
                 let lanes = &mut lanes[4 * r..4 * r + 4];
-                if count == 4 {
+                if r < pairs {
+                    // Done in pairs above.
+                } else if count == 4 {
                     let rows = [0, 1, 2, 3].map(|j| &tiles[j][..vector]);
                     D::add4(lanes.try_into().expect("four weight rows"), &x[..vector], rows);
                 } else {
