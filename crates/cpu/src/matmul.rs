@@ -399,3 +399,48 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mu
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The portable build of the by-block formats and of the blocks of x rows by four weight rows
+    /// (what a CPU without AVX2 runs) against the matrix dequantized whole, for one x row and for
+    /// three and five (pairs, an odd row, and a last group of one weight row): the SIMD builds are
+    /// checked by `tests/parity.rs` and in Chromium.
+    #[test]
+    fn the_portable_kernel_reads_blocks_as_the_dequantizer_does() {
+        let (height, cols) = (5, 96);
+        for ggml_type in [GgmlType::Q8_0, GgmlType::Q4_1, GgmlType::Q4_0] {
+            let (block, block_bytes) = ggml_type.block_layout();
+            let mut bytes: Vec<u8> =
+                (0..height * cols / block as usize * block_bytes as usize).map(|i| (i * 37 % 251) as u8).collect();
+            // Scales (and Q4_1's minimum) of about 0.008, finite.
+            for b in bytes.chunks_exact_mut(block_bytes as usize) {
+                b[..2].copy_from_slice(&0x2000u16.to_le_bytes());
+                if ggml_type == GgmlType::Q4_1 {
+                    b[2..4].copy_from_slice(&0xa000u16.to_le_bytes());
+                }
+            }
+            let w = Matrix::new(ggml_type, &bytes, height, cols).unwrap();
+            let mut dense = vec![0.0; height * cols];
+            assert!(dequantize_into(ggml_type, &bytes, &mut dense));
+            for n in [1, 3, 5] {
+                let x: Vec<f32> = (0..n * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+                // `rows` writes `[weight row, n]`.
+                let mut y = vec![0.0; height * n];
+                rows::<dot::Portable>(&w, &x, n, 0, &mut y, false);
+                for (at, &got) in y.iter().enumerate() {
+                    let (o, r) = (at / n, at % n);
+                    let weights = &dense[o * cols..(o + 1) * cols];
+                    let want: f64 =
+                        weights.iter().zip(&x[r * cols..(r + 1) * cols]).map(|(&a, &b)| f64::from(a * b)).sum();
+                    assert!(
+                        (f64::from(got) - want).abs() < 1e-4,
+                        "{ggml_type} weight row {o}, x row {r} of {n}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
