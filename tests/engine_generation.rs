@@ -309,6 +309,51 @@ fn the_logit_lens_of_a_step_ends_on_its_distribution_and_reuses_the_cache() {
     assert_eq!(pollster::block_on(engine.logit_lens(&bad)).unwrap_err().code(), "bad-options");
 }
 
+/// Scoring a greedy generation's prompt and output (as text, tokenized again to the same ids)
+/// ranks every generated token first with the log-probability the generation reported, on the
+/// CPU engine and the fused path; the prompt's own tokens are rated too, the first one not; the
+/// total and the perplexity follow from them; a generation after it reuses the scored text.
+#[test]
+fn scoring_a_greedy_generation_ranks_each_token_first_with_the_generations_logprobs() {
+    use nucleus_engine::ScoreRequest;
+    let case = &reference().logit_cases["capital"];
+    let options = LoadOptions { context_length: Some(512), ..LoadOptions::default() };
+    for device in [cpu_device(), wgpu_device()] {
+        let mut engine = Engine::load(model_bytes(), &device, options).unwrap();
+        let path = engine.info().path;
+        let (steps, result) = run(&mut engine, greedy_request(&case.text, 12));
+        let text = format!("{}{}", case.text, result.text);
+        let report = pollster::block_on(engine.score(&ScoreRequest::new(Prompt::Text(text.clone())))).unwrap();
+        let ids: Vec<u32> = report.tokens.iter().map(|t| t.id).collect();
+        assert_eq!(ids, [case.ids.as_slice(), &steps.iter().map(|s| s.id).collect::<Vec<_>>()].concat(), "{path}");
+        assert!(report.tokens[0].prob.is_none() && report.tokens[0].top.is_empty(), "{path}: nothing predicts it");
+        for (step, scored) in steps.iter().zip(&report.tokens[case.ids.len()..]) {
+            assert_eq!(scored.rank, Some(1), "{path}: step {}", step.index);
+            let logprob = scored.logprob.unwrap();
+            assert!(
+                (logprob - step.logprob).abs() < 1e-4,
+                "{path}: step {}: {logprob} vs {}",
+                step.index,
+                step.logprob
+            );
+            assert_eq!(scored.top.len(), 5);
+            assert_eq!(scored.top[0].id, step.id);
+        }
+        let total: f64 = report.tokens.iter().filter_map(|t| t.logprob).sum();
+        assert_eq!(report.predicted_tokens, ids.len() - 1);
+        assert!((report.total_logprob - total).abs() < 1e-9);
+        let perplexity = (-total / (ids.len() - 1) as f64).exp();
+        assert!((report.perplexity.unwrap() - perplexity).abs() < 1e-9 * perplexity);
+        // A prompt token the model did not expect is ranked below the first.
+        assert!(report.tokens[1..case.ids.len()].iter().any(|t| t.rank > Some(1)), "{path}");
+        // The scored text stays in the cache: the same greedy run gives the same tokens.
+        let (again, _) = run(&mut engine, greedy_request(&case.text, 12));
+        assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), steps.iter().map(|s| s.id).collect::<Vec<_>>());
+        let bad = ScoreRequest { prompt: Prompt::Text(text), top_k: 21 };
+        assert_eq!(pollster::block_on(engine.score(&bad)).unwrap_err().code(), "bad-options");
+    }
+}
+
 /// A prompt whose continuation repeats what it holds: prompt lookup drafts well on it.
 const REPETITIVE: &str = "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn sub(a: i32, b: i32) -> i32 {\n    a - b\n}\n\n\
                           fn mul(a: i32, b: i32) -> i32 {\n";

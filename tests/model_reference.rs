@@ -245,6 +245,72 @@ fn tiny_qwen35_matches_transformers_on_the_cpu_engine_and_the_fused_path() {
     }
 }
 
+/// Scoring a reference prompt followed by its greedy tokens rates the reference's distribution
+/// at the prompt's last position (log-sum-exp, the first greedy token's log-probability and the
+/// top list's, within 1e-3 of the reference's log-softmax) and ranks every greedy token first
+/// (second only behind a near-tie, within 1e-4, that a pass of several rows may order
+/// differently from a decode step). Every path, the tiny families, Qwen3.5 (its state carried
+/// from pass to pass), SmolLM2 and Gemma 3 (a 262k vocabulary, the fused path's records only).
+#[test]
+fn scoring_a_text_rates_each_position_like_the_reference_on_every_path() {
+    let check = |name: &str, model: &Model, case: &LogitCase| {
+        let text = [case.ids.as_slice(), case.greedy.as_slice()].concat();
+        let mut cache = model.new_cache(text.len()).unwrap();
+        let scores = pollster::block_on(model.score(&text, &mut cache, 5)).unwrap();
+        assert_eq!((scores.rows.len(), cache.len()), (text.len(), text.len()), "{name}");
+        let expected = case.last_logits();
+        let max = expected.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let lse = f64::from(max) + expected.iter().map(|&x| (f64::from(x) - f64::from(max)).exp()).sum::<f64>().ln();
+        let log_p = |id: u32| f64::from(expected[id as usize]) - lse;
+        let row = &scores.rows[case.ids.len() - 1];
+        let next = row.target.expect("a token follows");
+        assert_eq!(next.id, case.greedy[0], "{name}");
+        assert!((row.log_prob(next.logit) - log_p(next.id)).abs() < 1e-3, "{name}: {row:?}");
+        for &(id, logit) in &row.top {
+            assert!((row.log_prob(logit) - log_p(id)).abs() < 1e-3, "{name}: top {id} {logit}, {row:?}");
+        }
+        assert_eq!(row.top.len(), 5, "{name}");
+        for (offset, row) in scores.rows[case.ids.len() - 1..].iter().enumerate() {
+            let Some(next) = row.target else {
+                assert_eq!(offset, case.greedy.len(), "{name}: only the last position rates nothing");
+                continue;
+            };
+            let near_tie = next.rank == 2 && row.top[0].1 - next.logit <= 1e-4;
+            assert!(next.rank == 1 || near_tie, "{name}: greedy token {offset} ranked {}: {row:?}", next.rank);
+            assert_eq!(next.logit, if next.rank == 1 { row.top[0].1 } else { row.top[1].1 }, "{name}");
+        }
+        println!("[{name}] scored {} tokens, {} bytes read", text.len(), scores.bytes_read);
+        scores.bytes_read
+    };
+    for family in TINY_FAMILIES.into_iter().chain([TINY_QWEN35]) {
+        let (bytes, reference) = tiny_family(family);
+        let file = GgufFile::parse(&bytes).unwrap();
+        // The longest case: Qwen3.5's runs over two passes, its state carried between them.
+        let case = reference.logit_cases.values().max_by_key(|case| case.ids.len()).unwrap();
+        let mut paths = vec![("cpu engine", cpu_device(), Path::Cpu), ("fused", wgpu_device(), Path::Fused)];
+        if family != TINY_QWEN35 {
+            paths.push(("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)));
+        }
+        for (name, device, path) in paths {
+            check(&format!("{family}, {name}"), &Model::load(&file, &device, path).unwrap(), case);
+        }
+    }
+    for (model_file, bytes, case) in [(SMOLLM2, model_bytes(), "capital"), (GEMMA3, gemma_bytes(), "capital")] {
+        let file = GgufFile::parse(bytes).unwrap();
+        let case = &model_file.reference().logit_cases[case];
+        let text = case.ids.len() + case.greedy.len();
+        let cpu = check(
+            &format!("{}, cpu engine", model_file.file_name),
+            &Model::load(&file, &cpu_device(), Path::Cpu).unwrap(),
+            case,
+        );
+        assert_eq!(cpu, 0, "the CPU engine's rows are in memory");
+        let fused = Model::load(&file, &wgpu_device(), Path::Fused).unwrap();
+        let read = check(&format!("{}, fused", model_file.file_name), &fused, case);
+        assert_eq!(read, (text * nucleus_kernels::score_words(5) * 4) as u64, "only the records are read");
+    }
+}
+
 /// Gemma 3 in Burn's operations on lavapipe, whose 128 MiB bindings hold its f32 embedding in five
 /// parts.
 #[test]

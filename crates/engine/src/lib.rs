@@ -12,7 +12,7 @@
 //! `generation::step`, the verification of a draft in `generation::verify`), `speculative`
 //! (prompt-lookup drafting and what it reports), `constraint` (constrained decoding with
 //! llguidance), `beam` (beam search), `lens` (the logit lens of
-//! one step), `error` (typed errors and their codes).
+//! one step), `score` (a text rated token by token), `error` (typed errors and their codes).
 //!
 //! Consecutive generations reuse the cache: when a new prompt starts with tokens already in the
 //! cache (a chat that goes on, the same prompt sampled again), only the new suffix is prefilled.
@@ -24,6 +24,7 @@ mod generation;
 mod lens;
 mod report;
 mod request;
+mod score;
 mod speculative;
 mod timing;
 mod wire;
@@ -54,6 +55,7 @@ pub use report::{
 pub use request::{
     DECODE_TAIL_CANDIDATES, DEFAULT_MAX_TOKENS, DEFAULT_TOP_LOGPROBS, GenerateRequest, MAX_TOP_LOGPROBS, Prompt,
 };
+pub use score::{DEFAULT_SCORE_TOP_K, MAX_SCORE_TOP_K, ScoreReport, ScoreRequest, ScoredToken};
 pub use speculative::{
     DEFAULT_LOOKUP_NGRAM, DEFAULT_MAX_DRAFT, DraftReport, DraftedToken, MAX_DRAFT, MAX_LOOKUP_NGRAM, PromptLookup,
     SpeculationStats,

@@ -16,8 +16,9 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use crate::beam::{DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS};
 use crate::constraint::ResponseFormat;
 use crate::lens::DEFAULT_LENS_CANDIDATES;
+use crate::score::DEFAULT_SCORE_TOP_K;
 use crate::speculative::PromptLookup;
-use crate::{BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt};
+use crate::{BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt, ScoreRequest};
 
 /// The request's options other than sampling, as JSON spells them; defaults from
 /// [`GenerateRequest::new`].
@@ -132,6 +133,31 @@ impl LensRequest {
             candidates: fields.candidates,
         };
         request.validate(vocab_size).map_err(js_option_error)?;
+        Ok(request)
+    }
+}
+
+/// `lm.score(text, options)`'s options, with the text as `prompt` (or a chat as `messages`).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+struct ScoreOptions {
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    top_k: usize,
+}
+
+impl Default for ScoreOptions {
+    fn default() -> Self {
+        Self { prompt: None, messages: None, top_k: DEFAULT_SCORE_TOP_K }
+    }
+}
+
+impl ScoreRequest {
+    /// Reads and checks a scoring request from its JSON form.
+    pub fn from_json(json: &str) -> Result<Self, OptionError> {
+        let fields: ScoreOptions = read_only_options(json)?;
+        let request = ScoreRequest { prompt: prompt_of(fields.prompt, fields.messages)?, top_k: fields.top_k };
+        request.validate().map_err(js_option_error)?;
         Ok(request)
     }
 }
@@ -415,6 +441,12 @@ mod tests {
         assert_eq!((lens.prompt, lens.generated, lens.candidates), (Prompt::Text("Hi".into()), vec![5, 7], 3));
         let default = LensRequest::from_json(r#"{"messages":[{"role":"user","content":"Hi"}]}"#, VOCAB).unwrap();
         assert_eq!(default.candidates, DEFAULT_LENS_CANDIDATES);
+        let score = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":3}"#).unwrap();
+        assert_eq!((score.prompt, score.top_k), (Prompt::Text("Hi".into()), 3));
+        assert_eq!(ScoreRequest::from_json("{\"prompt\":\"Hi\"}").unwrap().top_k, DEFAULT_SCORE_TOP_K);
+        let error = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":21}"#).err().expect("refused");
+        assert!(error.to_string().contains("topK"), "{error}");
+        assert!(ScoreRequest::from_json(r#"{"prompt":"Hi","candidates":3}"#).is_err(), "unknown option");
         let beam = BeamRequest::from_json(r#"{"prompt":"Hi","beams":2,"lengthPenalty":0.5,"ignoreEos":true}"#).unwrap();
         assert_eq!(
             (beam.beams, beam.length_penalty, beam.max_tokens, beam.ignore_eos),

@@ -1,6 +1,7 @@
 //! The layer kernels of the fused forward pass (`shaders/embed.wgsl`, `attn_qkv.wgsl`,
 //! `attn_qkv_norm.wgsl`, `attention.wgsl`, `attention_combine.wgsl`, `matvec_residual.wgsl`,
-//! `norm_residual.wgsl`, `ffn_gate_up.wgsl`, `lm_head.wgsl`, `delta_conv.wgsl`, `delta_rule.wgsl`):
+//! `norm_residual.wgsl`, `ffn_gate_up.wgsl`, `lm_head.wgsl`, `delta_conv.wgsl`, `delta_rule.wgsl`,
+//! and after them `gather.wgsl` (the logit lens) and `score.wgsl` (scoring a text)):
 //! one typed constructor per kernel, each with its parameter struct and its buffers by name. A
 //! constructor compiles the kernel's pipelines (cached per GPU); `bind` builds its bind group and
 //! parameter buffer once; [`Bound::record`] adds one dispatch to a [`Recorder`], its grid computed
@@ -115,6 +116,8 @@ enum Grid {
     Combine { heads: u32 },
     /// `(rows, 1, 1)`.
     Rows,
+    /// `(logit_rows, 1, 1)`: one workgroup per row of logits.
+    LogitRows,
     /// `(⌈count / WG⌉, 1, 1)`: one lane per entry.
     Entries { count: u32 },
     /// `(count, 1, 1)`: one workgroup per head, whatever the rows; the many-row pipeline for a
@@ -154,6 +157,7 @@ impl Bound {
             Grid::Attention { heads } => (&self.single, [shape.attn_chunks, heads, shape.rows]),
             Grid::Combine { heads } => (&self.single, [heads, shape.rows, 1]),
             Grid::Rows => (&self.single, [shape.rows, 1, 1]),
+            Grid::LogitRows => (&self.single, [shape.logit_rows, 1, 1]),
             Grid::Entries { count } => (&self.single, [count.div_ceil(tuning.workgroup), 1, 1]),
             Grid::Workgroups { count } => (many_rows(shape.rows).0, [count, 1, 1]),
         };
@@ -939,6 +943,66 @@ pub fn gather(
     bind(gpu, &GATHER, &[], params, &[step, ids, row, out], Grid::Entries { count: params.count }, 0)
 }
 
+// ---------------------------------------------------------------------------------------------
+// score.wgsl
+
+wgsl_struct! {
+    /// `score.wgsl`'s parameters.
+    pub struct ScoreParams {
+        /// Entries per logit row.
+        pub vocab: u32,
+        /// The text position of the first record (and of the first word of `targets`).
+        pub first: u32,
+        /// Top entries per record (`0..=`[`crate::MAX_SCORE_TOP_K`]).
+        pub k: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+    }
+}
+
+static SCORE: KernelSpec = KernelSpec {
+    name: "score",
+    source: include_str!("../../../shaders/score.wgsl"),
+    structs: &[StepParams::WGSL, ScoreParams::WGSL],
+    rms: false,
+    lib: &[concat!("const MAX_K: u32 = ", crate::score::max_score_top_k!(), "u;\n")],
+    // Two reduction arrays of WG words (at most 256 lanes).
+    workgroup_bytes: 2 * 4 * 256,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", ScoreParams::NAME),
+        Slot::Read("targets", "array<u32>"),
+        Slot::Read("logits", "array<f32>"),
+        Slot::ReadWrite("out", "array<u32>"),
+    ],
+};
+
+/// `score.wgsl`: per logit row of the pass (text position `p`), the record of
+/// [`crate::score`] at `out[(p − first) · score_words(k)]`, for the token `targets[p − first]`.
+/// `targets` and `out` cover the text's positions from `first`.
+pub fn score(
+    gpu: &Gpu,
+    params: ScoreParams,
+    step: &BufferView,
+    targets: &BufferView,
+    logits: &BufferView,
+    out: &BufferView,
+) -> Result<Bound, KernelError> {
+    crate::validate_score_k(params.k as usize)?;
+    let positions = targets.size / 4;
+    let ok = params.vocab >= params.k.max(1)
+        && logits.size >= u64::from(params.vocab) * 4
+        && out.size >= positions * crate::score_words(params.k as usize) as u64 * 4
+        && gpu.tuning().workgroup.is_power_of_two()
+        && gpu.tuning().workgroup <= 256;
+    if !ok {
+        let reason = format!("{params:?} with {positions} targets, a whole row and record per position");
+        return Err(KernelError::invalid("score", reason));
+    }
+    bind(gpu, &SCORE, &[], params, &[step, targets, logits, out], Grid::LogitRows, 0)
+}
+
 /// Every layer kernel's module for every weight format (each weight binding in each format,
 /// the kernel's other bindings in the first), one-row and many-row variants, for `tuning`, with
 /// and without a staged input: `(label, WGSL)`. For validating every variant on a driver
@@ -955,6 +1019,7 @@ pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
         &FFN_GATE_UP,
         &LM_HEAD,
         &GATHER,
+        &SCORE,
         &DELTA_CONV,
         &DELTA_RULE,
     ];

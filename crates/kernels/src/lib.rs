@@ -87,6 +87,7 @@ mod kernel;
 pub mod layer;
 mod linear;
 pub mod reference;
+pub mod score;
 pub mod tail;
 #[cfg(feature = "gpu")]
 mod wgsl;
@@ -99,6 +100,7 @@ pub use kernel::Recorder;
 #[cfg(feature = "burn-ops")]
 pub use linear::linear;
 pub use linear::{LinearKernel, WeightLayout};
+pub use score::{MAX_SCORE_TOP_K, RowScore, TargetScore, score_words, validate_score_k};
 pub use tail::adjust::{LogitAdjustment, LogitAdjustments};
 pub use tail::{
     BLOCK_LEN, CHUNK_LEN, FLAG_NAN, FLAG_NO_FINITE, FLAG_POSITIVE_INFINITY, HEADER_WORDS, MAX_K, MAX_VOCAB, RawRow,

@@ -14,7 +14,7 @@ use nucleus_gguf::{GgmlType, dequantize};
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, DeltaConvParams,
     DeltaRuleBuffers, DeltaRuleParams, EmbedParams, FfnBuffers, FfnParams, GatherParams, LmHeadParams, MatvecParams,
-    NormResidualParams, StepShape,
+    NormResidualParams, ScoreParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
 
@@ -697,6 +697,49 @@ fn gather_reads_the_chosen_entries() {
                 layer::gather(&gpu, params, &step.view(), &ids_buf.view(), &row_buf.view(), &out.view()).unwrap();
             let got = run(&gpu, &[&bound], &step.shape, &out);
             assert_eq!(got, reference::gather(&row, &ids), "{count} entries, {:?}", gpu.tuning());
+        }
+    }
+}
+
+/// `score.wgsl` (scoring a text) against `reference::score_row`: rows with many ties (values on
+/// a grid of quarters, and a top that one lane holds), vocabularies that are not multiples of the workgroup, top lists of 0, 1,
+/// 5 and 20, a pass that starts after the text's first scored position, and a last position
+/// no token follows. Ranks, the following token's logit and the top lists exact; the
+/// log-sum-exp within 1e-5 (f32 sums against f64).
+#[test]
+fn score_rates_each_row_like_the_reference() {
+    let mut rng = Rng::new(9);
+    for gpu in tunings() {
+        for (vocab, rows, k) in [(1000usize, 3usize, 5usize), (5003, 2, 10), (3001, 1, 20), (777, 1, 1), (64, 2, 0)] {
+            // The pass covers text positions 7..7 + rows; records start at position 5.
+            let (pos, first) = (7u32, 5u32);
+            let mut logits: Vec<f32> = (0..rows * vocab).map(|_| (rng.normal() * 8.0).round() as f32 / 4.0).collect();
+            // Row 0: the top is a tie held by one lane (ids ≡ 0 mod 256), which must give its
+            // lowest ids first.
+            for id in (0..vocab).step_by(256) {
+                logits[id] = 99.0;
+            }
+            let positions = (pos - first) as usize + rows;
+            let mut targets: Vec<u32> = (0..positions).map(|_| rng.below(vocab as u64) as u32).collect();
+            *targets.last_mut().unwrap() = nucleus_kernels::score::NO_TARGET;
+            let words = nucleus_kernels::score_words(k);
+            let out = gpu.storage("records", (positions * words * 4) as u64);
+            let (targets_buf, logits_buf) = (storage(&gpu, bytemuck::cast_slice(&targets)), f32s(&gpu, &logits));
+            let step = Step::new(&gpu, StepShape::new(pos, rows as u32, rows as u32, 1, 4096), &[]);
+            let params = ScoreParams { vocab: vocab as u32, first, k: k as u32, ..Default::default() };
+            let bound =
+                layer::score(&gpu, params, &step.view(), &targets_buf.view(), &logits_buf.view(), &out.view()).unwrap();
+            let got: Vec<u32> = run(&gpu, &[&bound], &step.shape, &out).into_iter().map(f32::to_bits).collect();
+            for r in 0..rows {
+                let at = (pos - first) as usize + r;
+                let target = Some(targets[at]).filter(|&t| t != nucleus_kernels::score::NO_TARGET);
+                let record = &got[at * words..(at + 1) * words];
+                let got = nucleus_kernels::RowScore::from_words(record, target, k).unwrap();
+                let expected = reference::score_row(&logits[r * vocab..(r + 1) * vocab], target, k);
+                let context = format!("vocab {vocab}, row {r}, k {k}, {:?}", gpu.tuning());
+                assert!((got.log_sum_exp - expected.log_sum_exp).abs() < 1e-5, "{context}: {got:?} {expected:?}");
+                assert_eq!((got.target, &got.top), (expected.target, &expected.top), "{context}");
+            }
         }
     }
 }

@@ -22,11 +22,11 @@ use nucleus_kernels::TailRequest;
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound,
     DeltaConvParams, DeltaRuleBuffers, DeltaRuleParams, EmbedParams, FfnBuffers, FfnParams, GatherParams,
-    LmHeadBuffers, LmHeadParams, MatvecParams, NormResidualParams, StepShape,
+    LmHeadBuffers, LmHeadParams, MatvecParams, NormResidualParams, ScoreParams, StepShape,
 };
 use nucleus_kernels::tail::fused::{TailKernels, TailSizes};
 use nucleus_kernels::{
-    BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, TailOutput, WeightFormat, WgslStruct,
+    BufferView, Gpu, GpuBuffer, KernelError, RawRow, Recorder, RowScore, TailOutput, WeightFormat, WgslStruct,
 };
 
 use crate::architecture::{FeedForward, Mixer, Norm, Role, Rope};
@@ -739,6 +739,60 @@ impl FusedModel {
             layers,
             bytes_read: hidden_bytes + records_bytes,
         })
+    }
+
+    /// Runs `tokens` after the `start` positions `cache` holds, in passes of [`MAX_LOGIT_ROWS`]
+    /// rows with every row's logits, and rates each row with `score.wgsl` in the pass's
+    /// submission: row `i` rates `tokens[i + 1]` (the last rates none), with a top list of
+    /// `top_k`. The records of every pass land in one buffer, read once at the end: `n ·
+    /// (16 + 8·top_k)` bytes, never a row. Returns the rows' scores and the bytes read.
+    pub(crate) async fn score(
+        &self,
+        tokens: &[u32],
+        cache: &mut FusedCache,
+        start: usize,
+        top_k: usize,
+    ) -> Result<(Vec<RowScore>, u64), ModelError> {
+        use nucleus_kernels::score::{NO_TARGET, score_words};
+        use wgpu::BufferUsages as U;
+        let (shared, gpu) = (&self.shared, &self.shared.gpu);
+        let words = score_words(top_k);
+        let next: Vec<u32> = tokens[1..].iter().copied().chain([NO_TARGET]).collect();
+        let targets = gpu.storage("score targets", next.len() as u64 * 4);
+        gpu.write(targets.buffer(), 0, bytemuck::cast_slice(&next));
+        let records_bytes = (tokens.len() * words * 4) as u64;
+        let records = gpu.storage("score records", records_bytes);
+        let read = gpu.buffer("score readback", records_bytes, U::MAP_READ | U::COPY_DST);
+        let params = ScoreParams {
+            vocab: shared.config.vocab_size as u32,
+            first: start as u32,
+            k: top_k as u32,
+            ..Default::default()
+        };
+        let step = shared.step.range(0, std::mem::size_of::<layer::StepParams>() as u64);
+        let kernel = layer::score(gpu, params, &step, &targets.view(), &shared.logits.view(), &records.view())?;
+        let passes = tokens.len().div_ceil(MAX_LOGIT_ROWS);
+        for (index, chunk) in tokens.chunks(MAX_LOGIT_ROWS).enumerate() {
+            let pos = start + index * MAX_LOGIT_ROWS;
+            let logits = self.record(chunk, cache, pos, Logits::All, None)?;
+            let rows = chunk.len() as u32;
+            // The grid reads the logit rows only; the kernel reads the pass's step parameters.
+            let shape = StepShape::new(pos as u32, rows, rows, 1, rows);
+            let mut recorder = Recorder::new(gpu);
+            kernel.record(&mut recorder, &shape);
+            if index + 1 == passes {
+                recorder.copy(records.buffer(), 0, read.buffer(), 0, records_bytes);
+            }
+            shared.submit_after_pending(recorder);
+            drop(logits);
+        }
+        let words_read: Vec<u32> = bytemuck::cast_slice(&gpu.read(read.buffer(), records_bytes).await?).to_vec();
+        let scores = words_read
+            .chunks_exact(words)
+            .zip(&next)
+            .map(|(record, &next)| RowScore::from_words(record, Some(next).filter(|&t| t != NO_TARGET), top_k))
+            .collect::<Result<Vec<_>, KernelError>>()?;
+        Ok((scores, records_bytes))
     }
 
     /// [`Self::forward`], with the logit lens's copies and dispatches when `lens` is given.

@@ -51,7 +51,7 @@ pub use device::ModelDevice;
 pub use fused::{FusedLogits, MAX_ROWS};
 #[cfg(feature = "gpu")]
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
-pub use nucleus_kernels::LinearKernel;
+pub use nucleus_kernels::{LinearKernel, MAX_SCORE_TOP_K, RowScore, TargetScore};
 pub use state::MAX_CHECKPOINTS;
 pub use weights::{parameter_count, vocabulary_parts};
 
@@ -633,6 +633,42 @@ impl Model {
         Ok((start, end))
     }
 
+    /// Runs `tokens` after what `cache` holds, as [`Model::forward`] does, and rates every
+    /// position: row `i` (the distribution after `tokens[..=i]`) with its log-sum-exp, the logit
+    /// and rank of `tokens[i + 1]` (none after the last), and its top `top_k` (0..=20)
+    /// ([`RowScore`]). Passes of [`MAX_LOGIT_ROWS`] rows on every path. The fused path rates the
+    /// rows on the GPU (`score.wgsl`) and reads back only the records; the CPU engine rates the
+    /// rows it has in memory; the Burn path reads whole rows (it is the reference).
+    pub async fn score(&self, tokens: &[u32], cache: &mut KvCache, top_k: usize) -> Result<TextScores, ModelError> {
+        nucleus_kernels::validate_score_k(top_k)?;
+        if top_k > self.config.vocab_size {
+            return Err(ModelError::Invalid(format!(
+                "a top list of {top_k} in a vocabulary of {}",
+                self.config.vocab_size
+            )));
+        }
+        let (start, end) = self.check_pass(tokens, cache)?;
+        #[cfg(feature = "gpu")]
+        if let (Route::Fused(model), CacheKind::Fused(inner)) = (&self.route, &mut cache.inner) {
+            let (rows, bytes_read) = model.score(tokens, inner, start, top_k).await?;
+            cache.len = end;
+            return Ok(TextScores { rows, bytes_read });
+        }
+        let mut scores = TextScores { rows: Vec::with_capacity(tokens.len()), bytes_read: 0 };
+        for (index, chunk) in tokens.chunks(MAX_LOGIT_ROWS).enumerate() {
+            let logits = self.forward(chunk, cache, Logits::All)?;
+            if !logits.in_memory() {
+                scores.bytes_read += (chunk.len() * self.config.vocab_size * 4) as u64;
+            }
+            let first = index * MAX_LOGIT_ROWS;
+            for (offset, row) in logits.into_rows().await?.iter().enumerate() {
+                let next = tokens.get(first + offset + 1).copied();
+                scores.rows.push(nucleus_kernels::reference::score_row(row, next, top_k));
+            }
+        }
+        Ok(scores)
+    }
+
     /// Runs `tokens` as [`Model::forward`] does and returns the logit lens of the last one:
     /// the residual stream after every block, and what the final norm and output layer make of
     /// each (what the model would predict if it stopped there): its statistics, its own top
@@ -666,6 +702,15 @@ impl Model {
         cache.len = end;
         Ok(lens)
     }
+}
+
+/// Every position of a text rated by its row of logits ([`Model::score`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TextScores {
+    /// One per token of the pass, in order.
+    pub rows: Vec<RowScore>,
+    /// Bytes read back from the device (0 on the CPU engine, whose rows are in memory).
+    pub bytes_read: u64,
 }
 
 /// The logit lens of one position ([`Model::logit_lens`]).

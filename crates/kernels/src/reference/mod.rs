@@ -7,6 +7,7 @@
 //! - [`softmax_stats`] / [`softmax`] compute the same quantities in f64 from the same f32
 //!   arguments `(x - m) * (1/T)`: the GPU differs only by its `exp` and its f32 summation.
 
+use crate::score::{RowScore, TargetScore};
 use crate::{KernelError, LogitAdjustments, TopK, WeightLayout};
 
 /// The statistics of [`crate::softmax_stats`], computed in f64.
@@ -129,6 +130,27 @@ pub fn top_k(logits: &[f32], k: usize) -> Result<TopK, KernelError> {
         .map(|&id| logits[id as usize] + 0.0) // -0.0 + 0.0 = +0.0
         .collect();
     Ok(TopK { ids: order, logits: values, bytes_read: 0 })
+}
+
+/// `score.wgsl` on one row (see [`crate::score`]): its log-sum-exp in f64, the logit and rank of
+/// `target`, the top `k` (0..=20) as [`top_k`] orders them. The row holds no NaN (a model's
+/// logits).
+pub fn score_row(row: &[f32], target: Option<u32>, k: usize) -> RowScore {
+    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f64 = row.iter().map(|&x| (f64::from(x) - f64::from(max)).exp()).sum();
+    let target = target.map(|id| {
+        let logit = row[id as usize];
+        let above = row.iter().enumerate().filter(|&(j, &x)| x > logit || (x == logit && (j as u32) < id)).count();
+        TargetScore { id, logit, rank: above as u32 + 1 }
+    });
+    let top = match k {
+        0 => Vec::new(),
+        k => {
+            let top = top_k(row, k).expect("k in 1..=20 and a row without NaN");
+            top.ids.into_iter().zip(top.logits).collect()
+        }
+    };
+    RowScore { log_sum_exp: f64::from(max) + sum.ln(), target, top }
 }
 
 /// The decode tail on the CPU: adjust a copy of `logits`, check it, take the softmax statistics
