@@ -23,7 +23,9 @@ export interface NucleusPlaygroundAttributes {
   seed?: string;
   /** 1..=256 (default 16). */
   'max-tokens'?: string;
-  mode?: 'inspector' | 'full' | 'compare';
+  mode?: 'inspector' | 'full' | 'compare' | 'score';
+  /** Score mode's text (default: the element's own text). */
+  text?: string;
   /** Compare mode's temperatures, space- or comma-separated (default "0 0.7 1.5"). */
   temperatures?: string;
   /** Present: generate once the model is loaded. */
@@ -33,12 +35,16 @@ export interface NucleusPlaygroundAttributes {
 }
 
 export class NucleusPlaygroundElement extends HTMLElement {
-  /** `inspector`, `full` or `compare` (the `mode` attribute; anything else is `inspector`). */
-  readonly mode: 'inspector' | 'full' | 'compare';
+  /** `inspector`, `full`, `compare` or `score` (the `mode` attribute; anything else is `inspector`). */
+  readonly mode: 'inspector' | 'full' | 'compare' | 'score';
+  /** The text score mode rates: the `text` attribute, else the element's own text. */
+  readonly text: string;
   /** The sampling settings the attributes give, each clamped to its range. */
   settings(): { temperature: number; topK: number; topP: number; minP: number; typicalP: number };
   /** Generates (each column in compare mode), in turn with the page's other elements. */
   generate(): Promise<void>;
+  /** Score mode: rates the text and draws it (done once the model loads). */
+  score(): Promise<void>;
   setAttribute<K extends keyof NucleusPlaygroundAttributes>(name: K, value: string): void;
   setAttribute(name: string, value: string): void;
 }

@@ -14,7 +14,9 @@
 // `inspector` (the prompt fixed, its tokens as chips,
 // the chart of the step picked, what-if sliders), `full` (the prompt and the settings editable) or
 // `compare` (the same prompt and seed at three temperatures, `temperatures="0 0.7 1.5"`, side by
-// side, each with its chips and chart); `autoplay` (generate once loaded); `trace` (the URL of a
+// side, each with its chips and chart) or `score` (a paragraph scored in place once the model is
+// loaded: the `text` attribute, else the element's own text; each token coloured by the rank the
+// model gave it, with a legend, and what the model expected at the token picked); `autoplay` (generate once loaded); `trace` (the URL of a
 // recorded run: replayed at once, before any model loads).
 //
 // Its DOM is a shadow root with its own styles (constructed style sheets: a page's CSP needs no
@@ -27,6 +29,7 @@ import { Nucleus, assetsBase, registerOffline } from './nucleus.js';
 import { DEFAULTS, KNOBS, WHAT_IF_KEYS, loadSampler } from './what-if.js';
 import { runOfTrace } from './trace.js';
 import { RunColumn } from './run-column.js';
+import { drawScoreLegend, drawScoredTokens, scoreSummary } from './score-view.js';
 
 /** `topP` -> `top-p`: a setting's attribute. */
 const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
@@ -34,7 +37,9 @@ const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
 const settingKnobs = () => KNOBS.filter((knob) => WHAT_IF_KEYS.includes(knob.key));
 /** The what-if sliders an element shows (not in compare mode). */
 const SLIDERS = ['temperature', 'topP'];
-const MODES = ['inspector', 'full', 'compare'];
+const MODES = ['inspector', 'full', 'compare', 'score'];
+/** Alternatives shown per token in score mode. */
+const SCORE_TOP_K = 5;
 const DEFAULT_TEMPERATURES = [0, 0.7, 1.5];
 /** Bars in an element's chart, and candidates asked of each step. */
 const BARS = 12;
@@ -107,6 +112,9 @@ button:disabled { opacity: 0.55; cursor: default; }
 .knobs { display: flex; flex-wrap: wrap; gap: 0.3rem 1rem; font-size: 0.85rem; }
 .knobs label { display: flex; gap: 0.4rem; align-items: center; }
 .rest, .whatif { font-size: 0.8rem; color: var(--muted, #66666e); margin: 0.2rem 0; }
+.legend { display: flex; flex-wrap: wrap; gap: 0.2rem 0.9rem; list-style: none; padding: 0; margin: 0.4rem 0; font-size: 0.8rem; }
+.legend li { display: inline-flex; align-items: center; gap: 0.3rem; }
+.score-detail p { font-size: 0.85rem; margin: 0.3rem 0; }
 `;
 
 /** The element's own styles, one constructed sheet for every element. */
@@ -135,7 +143,7 @@ const registered = new Set();
 
 export class NucleusPlaygroundElement extends HTMLElement {
   /** What changes the element's layout; the settings are read when a generation starts. */
-  static observedAttributes = ['prompt', 'mode', 'temperatures'];
+  static observedAttributes = ['prompt', 'mode', 'temperatures', 'text'];
 
   #root;
   /** The runs shown: one RunColumn, or one per temperature in compare mode (its `temperature`). */
@@ -164,7 +172,9 @@ export class NucleusPlaygroundElement extends HTMLElement {
   }
 
   attributeChangedCallback() {
-    if (this.#drawn && !this.#busy) this.#render();
+    if (!this.#drawn || this.#busy) return;
+    this.#render();
+    if (this.mode === 'score' && this.#loaded) this.score();
   }
 
   get mode() {
@@ -189,7 +199,22 @@ export class NucleusPlaygroundElement extends HTMLElement {
     return given.length && given.every((t) => Number.isFinite(t) && t >= 0) ? given : DEFAULT_TEMPERATURES;
   }
 
+  /** The text score mode rates: the `text` attribute, else the element's own text. */
+  get text() {
+    return this.getAttribute('text') ?? this.textContent.trim();
+  }
+
   #render() {
+    if (this.mode === 'score') {
+      this.#columns = [];
+      this.#root.innerHTML = `
+        <div class="top"><span class="status" role="status" aria-live="polite">Loading the model…</span></div>
+        <ul class="legend score-legend" aria-label="Rank the model gave each token, with counts"></ul>
+        <p class="scored-text" role="group" aria-label="The scored text, a button per token"></p>
+        <div class="score-detail" aria-live="polite"></div>`;
+      this.#root.querySelector('.scored-text').textContent = this.text;
+      return;
+    }
     const compare = this.mode === 'compare';
     const prompt = this.getAttribute('prompt') ?? 'The capital of France is';
     this.#root.innerHTML = `
@@ -291,6 +316,10 @@ export class NucleusPlaygroundElement extends HTMLElement {
       this.dataset.state = 'ready';
       this.#loaded = true;
       if (!trace) this.#status(`${lm.info.title} is loaded (on ${lm.info.backend.kind === 'cpu' ? 'the CPU' : 'the GPU'}).`);
+      if (this.mode === 'score') {
+        await this.score();
+        return;
+      }
       this.#root.querySelector('.go').disabled = false;
       if (this.hasAttribute('autoplay') && !trace) await this.generate();
     } catch (error) {
@@ -334,6 +363,26 @@ export class NucleusPlaygroundElement extends HTMLElement {
     } finally {
       this.#busy = false;
       button.disabled = false;
+      delete this.dataset.queue;
+    }
+  }
+
+  /** Score mode: rates the text, in turn with the page's other elements, and draws it. */
+  async score() {
+    if (this.#busy || this.mode !== 'score') return;
+    this.#busy = true;
+    try {
+      const lm = await this.#engine();
+      this.#status('Reading the text…');
+      const report = await inTurn(this, () => lm.score(this.text, { topK: SCORE_TOP_K }));
+      drawScoreLegend(this.#root.querySelector('.score-legend'), report);
+      drawScoredTokens(this.#root.querySelector('.scored-text'), this.#root.querySelector('.score-detail'), report);
+      this.dataset.state = 'scored';
+      this.#status(`${scoreSummary(report)} Pick a token for what the model expected there.`);
+    } catch (error) {
+      this.#status(`${error.code ? `${error.code}: ` : ''}${error.message}`, true);
+    } finally {
+      this.#busy = false;
       delete this.dataset.queue;
     }
   }

@@ -20,7 +20,7 @@ let wasmMemory = null;
 /** Once the GPU device is lost, the error every later request that needs it gets. */
 let deviceLost = null;
 /** The requests that need the GPU. */
-const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next, REQUEST.logitLens, REQUEST.beamSearch]);
+const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next, REQUEST.logitLens, REQUEST.score, REQUEST.beamSearch]);
 
 /**
  * The GPU calls this worker has made: every GPUComputePassEncoder.dispatchWorkgroups,
@@ -254,6 +254,13 @@ const handlers = {
       throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
     }
     return JSON.parse(await engine.logitLens(options));
+  },
+
+  async [REQUEST.score]({ options }) {
+    if (generation && !generation.done) {
+      throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
+    }
+    return JSON.parse(await engine.score(options));
   },
 
   async [REQUEST.beamSearch]({ options }) {

@@ -263,6 +263,43 @@ export interface LogitLensReport {
   bytesRead: number;
 }
 
+export interface ScoreOptions {
+  /** Alternatives reported per token, 0..=20 (default 5). */
+  topK?: number;
+  /** Score a chat rendered with the model's template instead (pass `null` as the text). */
+  messages?: ChatMessage[];
+}
+
+export interface ScoredToken {
+  id: number;
+  /** The token's own text (U+FFFD where it holds part of a character). */
+  text: string;
+  /** A control token (chat-template markers, BOS), not text. */
+  special: boolean;
+  /** Absent for the first token, which nothing predicts. */
+  prob?: number;
+  logprob?: number;
+  /** 1 for the model's most likely token there (ties to the lower id). */
+  rank?: number;
+  /** The model's best tokens at this position, best first (empty for the first token). */
+  top: TopCandidate[];
+}
+
+export interface ScoreReport {
+  tokens: ScoredToken[];
+  /** Tokens predicted: all but the first. */
+  predictedTokens: number;
+  /** Σ log p of the predicted tokens (natural log). */
+  totalLogprob: number;
+  /** exp(−totalLogprob / predictedTokens); absent when nothing was predicted. */
+  perplexity?: number;
+  /** What the model expects after the text. */
+  next: TopCandidate[];
+  /** Bytes read back from the GPU (0 on the CPU engine). */
+  bytesRead: number;
+  elapsedMs: number;
+}
+
 export interface BeamSearchOptions {
   prompt?: string;
   messages?: ChatMessage[];
@@ -413,6 +450,8 @@ export class Nucleus {
   readonly chat: { readonly completions: ChatCompletions };
   generate(options: GenerateOptions): Generation;
   logitLens(options: LogitLensOptions): Promise<LogitLensReport>;
+  /** How surprising `text` is to the model, token by token (`null` with `options.messages`: a chat). */
+  score(text: string | null, options?: ScoreOptions): Promise<ScoreReport>;
   beamSearch(options: BeamSearchOptions): Promise<BeamSearchResult>;
   tokenize(text: string): Promise<number[]>;
   diagnostics(): Promise<Diagnostics>;

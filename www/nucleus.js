@@ -547,6 +547,28 @@ export class Nucleus {
   }
 
   /**
+   * How surprising `text` is to the model, token by token. `options`: `topK` (alternatives per
+   * token, 0..=20, default 5); `messages` instead of `text` (pass `null`) scores a chat rendered
+   * with the model's template. Resolves to `{ tokens: [{ id, text, special, prob, logprob, rank,
+   * top: [{ id, text, logit, logprob }] }], predictedTokens, totalLogprob, perplexity, next,
+   * bytesRead, elapsedMs }`: every token of the text in order; for every token but the first
+   * (which nothing predicts) its probability after the tokens before it, its rank among the
+   * whole vocabulary (1: the most likely) and the best alternatives there; the text's total
+   * log-likelihood (natural log) and perplexity; `next`, what the model expects after it. One
+   * pass over the text; on WebGPU only these figures are read back, never whole rows. The text
+   * then fills the KV cache, so a generation that continues it prefills only what follows.
+   * Refused with `busy` while a generation runs.
+   */
+  async score(text, options = {}) {
+    checkOptionsObject(options, 'score');
+    if (text !== null && typeof text !== 'string') {
+      throw badOption('text', `score takes a string (or null with messages), got ${typeof text}`);
+    }
+    const request = text === null ? options : { ...options, prompt: text };
+    return this.#client.call(REQUEST.score, { options: encodeOptions(request) });
+  }
+
+  /**
    * Beam search (deterministic). `options`: `prompt` or `messages`, `beams` (1..=8, default 3),
    * `lengthPenalty` (α, default 1: hypotheses ranked by logprob / length^α), `maxTokens` (1..=64,
    * default 8), `ignoreEos`. Resolves to `{ hypotheses: [{ tokens, text, logprob, score,

@@ -11,6 +11,7 @@ import { addFork, drawBranches, forkOptions, forkPrefix } from './branches.js';
 import { drawTimeline } from './timeline.js';
 import { drawLens } from './lens.js';
 import { drawBeams } from './beams.js';
+import { drawScoreLegend, drawScoredTokens, scoreSummary } from './score-view.js';
 import { RunColumn, chipKeys } from './run-column.js';
 import { drawLedger } from './ledger.js';
 import {
@@ -63,6 +64,8 @@ const state = {
   modelChoice: null,
   /** The backend the loaded model was asked for (Nucleus.load's `backend`). */
   loadedBackend: null,
+  /** The text scored last: { report, selected } (selected: the token picked, or null). */
+  score: null,
   /** A model replaced while a run used it: disposed of when the run ends. */
   retired: null,
 };
@@ -433,6 +436,9 @@ function updateButtons() {
     || !ofLoadedModel(state.shownRun);
   $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps
     || !ofLoadedModel(state.shownRun);
+  $('score-run').disabled = state.busy || !state.lm || $('score-text').value.trim() === '';
+  $('score-use-run').disabled = state.busy || !state.shownRun?.request?.prompt || !state.shownRun.result;
+  $('score-continue').disabled = state.busy || !state.lm || (state.score?.selected ?? null) === null;
   $('stop').disabled = !state.busy;
   $('export-trace').disabled = state.busy || !state.shownRun;
   $('trace-file').disabled = state.busy;
@@ -953,6 +959,51 @@ function clearLens() {
   $('lens-summary').textContent = '';
 }
 
+/** Alternatives reported per scored token. */
+const SCORE_TOP_K = 8;
+
+/** Scores the text in the score panel's box (as a chat message when asked) and draws it. */
+async function scoreText() {
+  const text = $('score-text').value;
+  if (!state.lm || state.busy || text.trim() === '') return;
+  await panelJob({ status: 'score-status', error: 'score-error' }, 'Reading the text…', 'The text could not be scored',
+    async () => {
+      const report = $('score-chat').checked
+        ? await state.lm.score(null, { messages: [{ role: 'user', content: text }], topK: SCORE_TOP_K })
+        : await state.lm.score(text, { topK: SCORE_TOP_K });
+      state.score = { report, selected: null };
+      drawScoreLegend($('score-legend'), report);
+      drawScoredTokens($('score-tokens'), $('score-detail'), report, {
+        onSelect: (position) => {
+          state.score.selected = position;
+          updateButtons();
+        },
+      });
+      return scoreSummary(report);
+    });
+}
+
+/** The shown run's prompt and output, into the score panel's box. */
+function useRunText() {
+  const run = state.shownRun;
+  if (!run?.request?.prompt || !run.result) return;
+  $('score-text').value = run.request.prompt + run.result.text;
+  $('score-chat').checked = false;
+  updateButtons();
+}
+
+/**
+ * A generation that continues the scored text from the token picked, with the page's settings:
+ * the text up to it is the prompt (the KV cache holds it already, so only the generation runs).
+ */
+async function continueFromScored() {
+  const picked = state.score?.selected;
+  if (!state.lm || state.busy || picked === null || picked === undefined) return;
+  const prefix = state.score.report.tokens.slice(0, picked + 1).map((t) => t.text).join('');
+  const { messages: _, ...options } = generateOptions();
+  await stream({ ...options, prompt: prefix });
+}
+
 /**
  * The speculative ledger of `steps` (the run shown; `result` once it has ended), its panel shown
  * when the run has a pass, or has ended having `asked` for speculation.
@@ -1121,6 +1172,10 @@ async function start() {
   $('form').addEventListener('submit', generate);
   $('lens-run').addEventListener('click', lookInside);
   $('beam-run').addEventListener('click', searchBeams);
+  $('score-run').addEventListener('click', scoreText);
+  $('score-text').addEventListener('input', updateButtons);
+  $('score-use-run').addEventListener('click', useRunText);
+  $('score-continue').addEventListener('click', continueFromScored);
   $('compare-run').addEventListener('click', compareTemperatures);
   $('ledger-compare').addEventListener('click', compareWithoutSpeculation);
   $('speculative').addEventListener('change', checkForm);

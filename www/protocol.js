@@ -26,6 +26,9 @@
  * @typedef {{ id: number, type: 'logitLens', options: string }} LogitLensRequest
  *   The logit lens of one step (`options`: `lm.logitLens`'s, as JSON). Replies with the report.
  *   Uses the KV cache: refused with `busy` while a generation runs.
+ * @typedef {{ id: number, type: 'score', options: string }} ScoreRequest
+ *   A text rated token by token (`options`: `lm.score`'s, the text as `prompt`, as JSON). Replies
+ *   with the report. Replaces the KV cache's contents: refused with `busy` while a generation runs.
  * @typedef {{ id: number, type: 'beamSearch', options: string }} BeamSearchRequest
  *   A beam search (`options`: `lm.beamSearch`'s, as JSON). Replies with its hypotheses and tree.
  * @typedef {{ id: number, type: 'abort', gen: number }} AbortRequest
@@ -38,7 +41,8 @@
  *   Replies with what the engine holds: { liveBuffers, liveBytes, kvCacheBytes, wasmMemoryBytes }.
  * @typedef {{ id: number, type: 'panicForTesting' }} PanicRequest
  *   Panics inside the engine, as a bug would. Replies with an `internal` error marked `crashed`.
- * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | BeamSearchRequest | AbortRequest
+ * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | ScoreRequest | BeamSearchRequest
+ *   | AbortRequest
  *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest} Request
  *
  * @typedef {{ id: number, type: 'progress', phase: 'download' | 'read' | 'parse' | 'upload', loaded: number,
@@ -103,6 +107,7 @@ export const REQUEST = Object.freeze({
   generate: 'generate',
   next: 'next',
   logitLens: 'logitLens',
+  score: 'score',
   beamSearch: 'beamSearch',
   abort: 'abort',
   result: 'result',

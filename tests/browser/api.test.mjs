@@ -258,6 +258,30 @@ test('invalid options are rejected with bad-options naming the option, and the e
   assert.equal(overflow?.code, 'context-overflow', overflow?.message);
 });
 
+test('score on WebGPU: a greedy run\'s prompt and output rank each generated token first with its logprob; only records come back', async () => {
+  const capital = reference.logit_cases.capital;
+  const { steps, text } = await inPage(async (lm, prompt) => {
+    const gen = lm.generate({ prompt, maxTokens: 6, temperature: 0 });
+    const steps = [];
+    for await (const step of gen) steps.push({ id: step.id, logprob: step.logprob });
+    return { steps, text: prompt + (await gen.result).text };
+  }, capital.text);
+  const report = await inPage((lm, t) => lm.score(t, { topK: 3 }), text);
+  assert.deepEqual(report.tokens.map((t) => t.id), [...capital.ids, ...steps.map((s) => s.id)]);
+  steps.forEach((step, i) => {
+    const scored = report.tokens[capital.ids.length + i];
+    assert.equal(scored.rank, 1, `generated token ${i}`);
+    assert.ok(Math.abs(scored.logprob - step.logprob) < 1e-4, `generated token ${i}: ${scored.logprob} vs ${step.logprob}`);
+  });
+  // Per position a record of 16 bytes and 3 candidates, never a row of 49,152 logits.
+  assert.equal(report.bytesRead, report.tokens.length * (16 + 8 * 3));
+  console.log(`  scored ${report.tokens.length} tokens on WebGPU in ${report.elapsedMs.toFixed(0)} ms, ${report.bytesRead} bytes read back`);
+  const tooMany = await pageError((lm) => lm.score('x', { topK: 21 }));
+  assert.deepEqual([tooMany?.code, tooMany?.option], ['bad-options', 'topK'], tooMany?.message);
+  const notText = await pageError((lm) => lm.score(42));
+  assert.deepEqual([notText?.code, notText?.option], ['bad-options', 'text'], notText?.message);
+});
+
 test('the OpenAI facade takes every engine option in snake_case and names a bad one as OpenAI spells it', async () => {
   const messages = [{ role: 'user', content: 'Hi' }];
   const cases = [

@@ -8,15 +8,13 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { startServer, REPO, MODEL_PATH, GEMMA_NAME, BLANK_PAGE } from './server.mjs';
+import { startServer, MODEL_PATH, GEMMA_NAME, BLANK_PAGE } from './server.mjs';
 import { launch, open } from './browser.mjs';
+import { FIXTURES, assertScoreMatchesReference, lastLogits } from './reference.mjs';
 
-const FIXTURES = path.join(REPO, 'tests/fixtures');
 const smollm = JSON.parse(readFileSync(path.join(FIXTURES, 'smollm2-135m-instruct-q4_1.json'), 'utf8'));
 const gemma = JSON.parse(readFileSync(path.join(FIXTURES, 'gemma-3-270m-q4_k_m.json'), 'utf8'));
 const modelBytes = readFileSync(MODEL_PATH).length;
-/** A reference case's last logits row (float64 reference, stored as f32). */
-const lastLogits = (caseData) => new Float32Array(readFileSync(path.join(FIXTURES, caseData.last_logits_file)).buffer.slice(0));
 
 let server;
 let context;
@@ -119,6 +117,18 @@ test('Gemma 3 on the CPU engine: logits, top 20 and greedy tokens equal the refe
     const caseData = gemma.logit_cases[name];
     const run = await greedyRun(caseData.text, caseData.greedy.length);
     assertMatchesReference(run, caseData, caseData.greedy, `Gemma 3 "${name}"`);
+  }
+});
+
+test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the reference does, nothing read back', async () => {
+  for (const [model, reference] of [[GEMMA_NAME, gemma], [null, smollm]]) {
+    if (model === null) await loadInPage();
+    const caseData = reference.logit_cases.capital;
+    const report = await page.evaluate((text) => window.lm.score(text, { topK: 20 }), caseData.text);
+    const worst = assertScoreMatchesReference(report, caseData, `${model ?? 'SmolLM2'} on the CPU engine`);
+    assert.equal(report.bytesRead, 0);
+    console.log(`  ${model ?? 'SmolLM2'}: ${report.tokens.length} tokens scored in ${report.elapsedMs.toFixed(0)} ms, `
+      + `perplexity ${report.perplexity.toFixed(2)}, last position off by ${worst.toExponential(2)}`);
   }
 });
 

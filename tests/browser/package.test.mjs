@@ -155,11 +155,18 @@ test('the static page: one script tag from the CDN, the element generates the gr
   assert.deepEqual([...await violations(page), ...page.violations], []);
 });
 
-test('the docs generator\'s page: the element as raw HTML in Markdown generates the same', async () => {
+test('the docs generator\'s page: the element as raw HTML in Markdown generates the same, and scores a paragraph in place', async () => {
   const docs = await openChecked(`${site.url}docs/guide.html`);
-  assert.equal(await docs.$$eval('nucleus-playground', (nodes) => nodes.length), 2);
+  assert.equal(await docs.$$eval('nucleus-playground', (nodes) => nodes.length), 3);
   assert.deepEqual(await generateIn(docs, 0), capital.greedy32.slice(0, 8));
   await docs.waitForFunction(() => document.querySelectorAll('nucleus-playground')[1].dataset.state === 'ready');
+  // mode="score": the element's own paragraph, each token rated (" Paris" the model's first guess).
+  await docs.waitForFunction(() => document.querySelectorAll('nucleus-playground')[2].dataset.state === 'scored', null, { timeout: 180_000 });
+  const scored = docs.locator('nucleus-playground').nth(2).locator('.token');
+  const tokens = await scored.evaluateAll((nodes) => nodes.map((n) => [n.textContent, n.dataset.rank ?? null]));
+  assert.equal(tokens.map(([text]) => text).join(''), 'The capital of France is Paris. The capital of Germany is Berlin.');
+  assert.deepEqual(tokens.find(([text]) => text === ' Paris'), [' Paris', '1']);
+  assert.equal(await docs.locator('nucleus-playground').nth(2).locator('.score-legend li').count(), 5);
   assert.deepEqual([...await violations(docs), ...docs.violations], []);
   await docs.close();
 });

@@ -339,6 +339,45 @@ test('beam search on the prompt: its tree of kept, finished and pruned sequences
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core with the lens and the beam tree');
 });
 
+test('score a text: its tokens coloured by rank with a legend, a token\'s alternatives from the keyboard, a run continued from it', async () => {
+  const text = 'The capital of France is Paris. The capital of Germany is Berlin.';
+  await page.click('#score-panel summary');
+  await page.fill('#score-text', text);
+  await page.click('#score-run');
+  await page.waitForSelector('#score-tokens .token', { timeout: 120_000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'ready');
+  const tokens = await page.$$eval('#score-tokens .token', (nodes) => nodes.map((n) => ({ text: n.textContent,
+    rank: n.dataset.rank === undefined ? null : Number(n.dataset.rank), classes: [...n.classList] })));
+  assert.equal(tokens.map((t) => t.text).join(''), text);
+  assert.equal(tokens[0].rank, null, 'nothing predicts the first token');
+  assert.ok(tokens[0].classes.includes('rank-none'));
+  // What SmolLM2 makes of it (as `nucleus score` says natively): the answers are its first guesses.
+  const rankOf = (piece) => tokens.find((t) => t.text === piece).rank;
+  assert.deepEqual([rankOf(' Paris'), rankOf(' Berlin'), rankOf(' Germany')], [1, 1, 6]);
+  const bucket = (rank) => ['rank-1', 'rank-10', 'rank-100', 'rank-1000'][[1, 10, 100, 1000].findIndex((b) => rank <= b)] ?? 'rank-beyond';
+  for (const token of tokens.slice(1)) assert.ok(token.classes.includes(bucket(token.rank)), `${token.text}: ${token.classes}`);
+  const legend = await page.$$eval('#score-legend li', (items) => items.map((li) => li.textContent));
+  assert.deepEqual(legend.map((item) => item.split(':')[0]), ['top 1', 'top 10', 'top 100', 'top 1000', 'beyond']);
+  assert.equal(legend.reduce((sum, item) => sum + Number(item.split(': ')[1]), 0), tokens.length - 1);
+  assert.match(await page.textContent('#score-status'), /^14 tokens: log-likelihood -\d+\.\d\d nats, perplexity \d+\.\d\d \(\d+ ms\)\.$/);
+  // From the keyboard: a token's alternatives, then the next one's.
+  await page.focus('#score-tokens .token >> nth=10');
+  assert.match(await page.textContent('#score-detail p'), /^“␣Germany”, token 11: rank 6, p \d+\.\d %/);
+  assert.equal(await page.$$eval('#score-detail .chart svg text.label', (labels) => labels.length), 8, 'its 8 alternatives, itself among them');
+  await page.keyboard.press('ArrowRight');
+  assert.match(await page.textContent('#score-detail p'), /^“␣is”, token 12: rank 1/);
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-score.png'), fullPage: true });
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core with a scored text');
+  // Continue from " Germany": the text up to it is the prompt, its first 10 tokens from the cache.
+  await page.click('#score-tokens .token >> nth=10');
+  await page.click('#score-continue');
+  await page.waitForFunction(() => document.body.dataset.state === 'ready' && window.playground.shownRun?.result, null, { timeout: 120_000 });
+  const run = await page.evaluate(() => ({ prompt: window.playground.shownRun.request.prompt,
+    cached: window.playground.shownRun.result.usage.cachedPromptTokens }));
+  assert.deepEqual(run, { prompt: 'The capital of France is Paris. The capital of Germany', cached: 10 });
+  assert.ok(await page.$$eval('#tokens .token', (chips) => chips.length) > 0);
+});
+
 test('compare: the prompt at T = 0, 0.7 and 1.5 side by side, the T = 0 column the greedy reference', async () => {
   // The capital prompt, greedy settings and 3 tokens, from the tests before.
   await page.click('#compare-panel summary');

@@ -11,11 +11,10 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { startServer, REPO, QWEN35_NAME, BLANK_PAGE } from './server.mjs';
 import { launch, open } from './browser.mjs';
+import { FIXTURES, assertScoreMatchesReference, lastLogits } from './reference.mjs';
 
 const OUTPUT = path.join(REPO, 'test-output');
-const FIXTURES = path.join(REPO, 'tests/fixtures');
 const tiny = JSON.parse(readFileSync(path.join(FIXTURES, 'tiny/qwen35.json'), 'utf8'));
-const lastLogits = (caseData) => new Float32Array(readFileSync(path.join(FIXTURES, caseData.last_logits_file)).buffer.slice(0));
 const extra = { ...BLANK_PAGE, '/test-models/qwen35.gguf': readFileSync(path.join(FIXTURES, 'tiny/qwen35.gguf')) };
 
 let server;
@@ -32,7 +31,7 @@ after(async () => {
   await server?.close();
 });
 
-test('the tiny Qwen3.5 on the CPU engine and on WebGPU: every logit, the top 20 and the greedy tokens equal the reference', async () => {
+test('the tiny Qwen3.5 on the CPU engine and on WebGPU: every logit, the top 20, the greedy tokens and the scored prompt equal the reference', async () => {
   const page = await open(context, `${server.url}blank.html`);
   for (const backend of ['auto', 'webgpu']) {
     const runs = await page.evaluate(async ({ cases, backend }) => {
@@ -44,7 +43,8 @@ test('the tiny Qwen3.5 on the CPU engine and on WebGPU: every logit, the top 20 
           returnLogits: true, ignoreEos: true });
         const steps = [];
         for await (const step of gen) steps.push(step);
-        out.cases[name] = { ids: steps.map((s) => s.id), top: steps[0].top.map((t) => t.id), row: [...steps[0].logits] };
+        out.cases[name] = { ids: steps.map((s) => s.id), top: steps[0].top.map((t) => t.id), row: [...steps[0].logits],
+          score: await lm.score(c.text, { topK: 20 }) };
       }
       lm.dispose();
       return out;
@@ -67,6 +67,10 @@ test('the tiny Qwen3.5 on the CPU engine and on WebGPU: every logit, the top 20 
         }
       });
       assert.deepEqual(run.ids, caseData.greedy, `${backend}, ${name}: the greedy tokens`);
+      // Scored, the prompt ends on the same distribution; on WebGPU only the records come back.
+      assertScoreMatchesReference(run.score, caseData, `${backend}, ${name}, scored`);
+      const recordBytes = caseData.ids.length * (16 + 8 * 20);
+      assert.equal(run.score.bytesRead, backend === 'webgpu' ? recordBytes : 0, `${backend}, ${name}: bytes read back`);
       console.log(`  tiny Qwen3.5 on ${runs.info.backend.kind}, "${name}" (${caseData.ids.length} tokens): max |Δlogit| ${worst.toExponential(2)}`);
     }
   }

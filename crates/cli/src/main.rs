@@ -5,6 +5,7 @@
 mod bench;
 mod gpu_calls;
 mod inspect;
+mod score;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -35,6 +36,9 @@ enum Command {
     Generate(Box<GenerateArgs>),
     /// Measure prefill and decode speed.
     Bench(bench::BenchArgs),
+    /// Score a text token by token: each token's rank and probability after the ones before it,
+    /// the text's log-likelihood and perplexity.
+    Score(Box<score::ScoreArgs>),
     /// Describe a GGUF file: architecture, tensors, tokenizer.
     Inspect {
         #[command(flatten)]
@@ -331,6 +335,7 @@ fn main() -> ExitCode {
     let outcome = match cli.command {
         Command::Generate(args) => generate(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Score(args) => score::run(&args),
         Command::Inspect { model } => model.read().and_then(|bytes| inspect::run(&model.path(), &bytes)),
         Command::Tokenize { model, text } => tokenize(&model, &text),
     };

@@ -94,3 +94,31 @@ impl RowScore {
         Ok(Self { log_sum_exp: f64::from(f(words[0])), target, top })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::reference::{score_row, top_k};
+
+    /// The reference's one-walk top list against `top_k`'s sort of the whole row, on rows full
+    /// of ties (and of both zeros), and its rank against a count by that order.
+    #[test]
+    fn the_reference_walk_orders_like_a_sort_of_the_whole_row() {
+        let mut seed = 7u64;
+        let mut next = || {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (seed >> 33) as u32
+        };
+        for (len, k) in [(50usize, 20usize), (1000, 5), (7, 7), (300, 1)] {
+            let row: Vec<f32> =
+                (0..len).map(|_| [-0.0, 0.0, 1.5, -2.0, 3.0][next() as usize % 5] + (next() % 3) as f32).collect();
+            let target = next() % len as u32;
+            let score = score_row(&row, Some(target), k);
+            let sorted = top_k(&row, k).unwrap();
+            let expected: Vec<(u32, f32)> = sorted.ids.iter().copied().zip(sorted.logits.iter().copied()).collect();
+            assert_eq!(score.top, expected, "{len} values, k {k}");
+            let key = |id: u32| (std::cmp::Reverse(crate::reference::order_key(row[id as usize])), id);
+            let rank = (0..len as u32).filter(|&id| key(id) < key(target)).count() as u32 + 1;
+            assert_eq!(score.target.unwrap().rank, rank, "{len} values");
+        }
+    }
+}

@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
-    BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice,
+    BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice, ScoreRequest,
     OptionError, PrefillProgress, js_name, js_option_error,
 };
 use nucleus_model::LoadProgress;
@@ -278,6 +278,24 @@ impl WasmEngine {
             let request = LensRequest::from_json(&options_json, engine.info().vocab_size).map_err(option_error)?;
             let report = engine.logit_lens(&request).await.map_err(engine_error)?;
             Ok(shapes::lens(&report).to_string().into())
+        })
+    }
+
+    /// A text rated token by token (`lm.score`'s options as JSON, the text as `prompt` or the chat
+    /// as `messages`): resolves to the report as JSON. Replaces the KV cache's contents with the
+    /// text: fails with `busy` while a generation has not finished.
+    #[wasm_bindgen(js_name = score)]
+    #[allow(clippy::await_holding_refcell_ref)] // the borrow is the lock, as in next_step
+    pub fn score(&self, options_json: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let mut inner = inner.try_borrow_mut().map_err(|_| busy())?;
+            if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
+                return Err(busy());
+            }
+            let request = ScoreRequest::from_json(&options_json).map_err(option_error)?;
+            let report = inner.engine.score(&request).await.map_err(engine_error)?;
+            Ok(shapes::score(&report).to_string().into())
         })
     }
 

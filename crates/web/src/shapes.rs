@@ -1,6 +1,6 @@
 //! The JSON the JS API hands out: the engine's values with camelCase keys, as JS expects them.
 
-use nucleus_engine::{BeamOutput, GenerationResult, LensReport, ModelInfo, Step};
+use nucleus_engine::{BeamOutput, GenerationResult, LensReport, ModelInfo, ScoreReport, Step};
 use nucleus_sampler::{FinishReason, camel_keys};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -42,6 +42,12 @@ pub fn info(info: &ModelInfo, file_name: Option<&str>) -> Value {
 /// A logit lens: `{ candidates: [{ id, text, prob }], layers: [{ layer, probs, top }],
 /// contextTokens, cachedTokens, bytesRead }`.
 pub fn lens(report: &LensReport) -> Value {
+    camel_keys(to_value(report))
+}
+
+/// A scored text: `{ tokens: [{ id, text, special, prob?, logprob?, rank?, top: [{ id, text,
+/// logit, logprob }] }], predictedTokens, totalLogprob, perplexity?, next, bytesRead, elapsedMs }`.
+pub fn score(report: &ScoreReport) -> Value {
     camel_keys(to_value(report))
 }
 

@@ -143,13 +143,17 @@ pub fn score_row(row: &[f32], target: Option<u32>, k: usize) -> RowScore {
         let above = row.iter().enumerate().filter(|&(j, &x)| x > logit || (x == logit && (j as u32) < id)).count();
         TargetScore { id, logit, rank: above as u32 + 1 }
     });
-    let top = match k {
-        0 => Vec::new(),
-        k => {
-            let top = top_k(row, k).expect("k in 1..=20 and a row without NaN");
-            top.ids.into_iter().zip(top.logits).collect()
+    // One walk keeping the best k so far, sorted: a value enters only when it is above the k-th
+    // (the walk's ids ascend, so an equal value never displaces an earlier one), as `top_k`
+    // orders the whole row (a test checks they agree) without sorting it.
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(k + 1);
+    for (id, &x) in row.iter().enumerate() {
+        if top.len() < k || top.last().is_some_and(|&(_, last)| x > last) {
+            let at = top.partition_point(|&(_, kept)| kept >= x);
+            top.insert(at, (id as u32, x + 0.0)); // -0.0 is reported as +0.0, as `top_k` does
+            top.truncate(k);
         }
-    };
+    }
     RowScore { log_sum_exp: f64::from(max) + sum.ln(), target, top }
 }
 
