@@ -6,8 +6,8 @@
 // Work: workgroup r takes logit row r (text position step.pos + step.logit_row + r). Lane l
 // reads the entries j ≡ l (mod WG) twice: first for the row's maximum and its own top k (a
 // sorted list in private memory, ids ascending along its walk, so an equal value never
-// displaces an earlier one), then for Σ exp(x − max) and the count of entries ranked above the
-// following token. Workgroup reductions make the totals; k rounds of an arg-max over the lanes'
+// displaces an earlier one), then for Σ exp(x − max), Σ exp(x − max)·(x − max) (the entropy's)
+// and the count of entries ranked above the following token. Workgroup reductions make the totals; k rounds of an arg-max over the lanes'
 // list heads merge the lists (each round's winner moves its lane's head on). Lane 0 writes.
 // Dispatch (logit_rows, 1, 1). WG is a power of two.
 //
@@ -18,11 +18,13 @@
 //   logits   array<f32> [logit_rows, vocab]: read
 //   out      array<u32> [positions, 4 + 2k]: per position from `first`, written:
 //            [log_sum_exp (f32 bits), the following token's logit (f32 bits), its rank (0: no
-//            following token), 0], then k pairs (id, logit bits), best first
+//            following token), the row's entropy (f32 bits)], then k pairs (id, logit bits),
+//            best first
 //
 // Semantics (reference.rs, `score_row`): log_sum_exp = m + ln Σ exp(x − m); the rank of token t
 // is 1 + #{j : x_j > x_t or (x_j = x_t and j < t)}; the top list is the k largest, ties to the
-// lower id.
+// lower id; the entropy (nats) of the softmax is ln S − (Σ e·(x − m)) / S with e = exp(x − m),
+// S = Σ e (a -inf logit adds nothing).
 
 const NO_ID: u32 = 0xffffffffu;
 
@@ -30,6 +32,7 @@ const NO_ID: u32 = 0xffffffffu;
 var<private> neg_inf_bits: u32 = 0xff800000u;
 
 var<workgroup> reduce_values: array<f32, WG>;
+var<workgroup> reduce_more: array<f32, WG>;
 var<workgroup> reduce_ids: array<u32, WG>;
 
 // Whether (a, a_id) comes before (b, b_id): the larger value, ties to the lower id.
@@ -85,20 +88,27 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         next_logit = logits[base + next];
     }
     var sum = 0.0;
+    var weighted = 0.0;
     var above = 0u;
     for (var j = lid; j < params.vocab; j += WG) {
         let x = logits[base + j];
-        sum += exp(x - m);
+        let e = exp(x - m);
+        sum += e;
+        if e > 0.0 {
+            weighted += e * (x - m);
+        }
         if next != NO_ID && (x > next_logit || (x == next_logit && j < next)) {
             above += 1u;
         }
     }
     reduce_values[lid] = sum;
+    reduce_more[lid] = weighted;
     reduce_ids[lid] = above;
     workgroupBarrier();
     for (var s = WG / 2u; s > 0u; s >>= 1u) {
         if lid < s {
             reduce_values[lid] += reduce_values[lid + s];
+            reduce_more[lid] += reduce_more[lid + s];
             reduce_ids[lid] += reduce_ids[lid + s];
         }
         workgroupBarrier();
@@ -108,7 +118,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         out[record] = bitcast<u32>(m + log(reduce_values[0]));
         out[record + 1u] = bitcast<u32>(next_logit);
         out[record + 2u] = select(0u, reduce_ids[0] + 1u, next != NO_ID);
-        out[record + 3u] = 0u;
+        out[record + 3u] = bitcast<u32>(log(reduce_values[0]) - reduce_more[0] / reduce_values[0]);
     }
     workgroupBarrier();
 

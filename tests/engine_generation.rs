@@ -311,8 +311,9 @@ fn the_logit_lens_of_a_step_ends_on_its_distribution_and_reuses_the_cache() {
 
 /// Scoring a greedy generation's prompt and output (as text, tokenized again to the same ids)
 /// ranks every generated token first with the log-probability the generation reported, on the
-/// CPU engine and the fused path; the prompt's own tokens are rated too, the first one not; the
-/// total and the perplexity follow from them; a generation after it reuses the scored text.
+/// CPU engine and the fused path, and the same given as the prompt and the generated ids; the
+/// prompt's own tokens are rated too, the first one not; the total and the perplexity follow from
+/// them; a generation after it reuses the scored text.
 #[test]
 fn scoring_a_greedy_generation_ranks_each_token_first_with_the_generations_logprobs() {
     use nucleus_engine::ScoreRequest;
@@ -344,12 +345,21 @@ fn scoring_a_greedy_generation_ranks_each_token_first_with_the_generations_logpr
         assert!((report.total_logprob - total).abs() < 1e-9);
         let perplexity = (-total / (ids.len() - 1) as f64).exp();
         assert!((report.perplexity.unwrap() - perplexity).abs() < 1e-9 * perplexity);
+        // The same run given as the prompt and the generated ids (no tokenization of the output)
+        // scores the same; every distribution has an entropy, 0 only where the model is certain.
+        let generated = ScoreRequest {
+            generated: steps.iter().map(|s| s.id).collect(),
+            ..ScoreRequest::new(Prompt::Text(case.text.clone()))
+        };
+        let by_ids = pollster::block_on(engine.score(&generated)).unwrap();
+        assert_eq!(by_ids.tokens, report.tokens, "{path}");
+        assert!(report.tokens[1..].iter().all(|t| t.entropy.is_some_and(|h| h >= 0.0)), "{path}");
         // A prompt token the model did not expect is ranked below the first.
         assert!(report.tokens[1..case.ids.len()].iter().any(|t| t.rank > Some(1)), "{path}");
         // The scored text stays in the cache: the same greedy run gives the same tokens.
         let (again, _) = run(&mut engine, greedy_request(&case.text, 12));
         assert_eq!(again.iter().map(|s| s.id).collect::<Vec<_>>(), steps.iter().map(|s| s.id).collect::<Vec<_>>());
-        let bad = ScoreRequest { prompt: Prompt::Text(text), top_k: 21 };
+        let bad = ScoreRequest { top_k: 21, ..ScoreRequest::new(Prompt::Text(text.clone())) };
         assert_eq!(pollster::block_on(engine.score(&bad)).unwrap_err().code(), "bad-options");
     }
 }

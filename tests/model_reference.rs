@@ -247,7 +247,7 @@ fn tiny_qwen35_matches_transformers_on_the_cpu_engine_and_the_fused_path() {
 
 /// Scoring a reference prompt followed by its greedy tokens rates the reference's distribution
 /// at the prompt's last position (log-sum-exp, the first greedy token's log-probability and the
-/// top list's, within 1e-3 of the reference's log-softmax) and ranks every greedy token first
+/// top list's, within 1e-3 of the reference's log-softmax, and its entropy) and ranks every greedy token first
 /// (second only behind a near-tie, within 1e-4, that a pass of several rows may order
 /// differently from a decode step). Every path, the tiny families, Qwen3.5 (its state carried
 /// from pass to pass), SmolLM2 and Gemma 3 (a 262k vocabulary, the fused path's records only).
@@ -266,6 +266,8 @@ fn scoring_a_text_rates_each_position_like_the_reference_on_every_path() {
         let next = row.target.expect("a token follows");
         assert_eq!(next.id, case.greedy[0], "{name}");
         assert!((row.log_prob(next.logit) - log_p(next.id)).abs() < 1e-3, "{name}: {row:?}");
+        let entropy: f64 = -(0..expected.len() as u32).map(|id| log_p(id).exp() * log_p(id)).sum::<f64>();
+        assert!((row.entropy - entropy).abs() < 1e-3, "{name}: entropy {} vs the reference's {entropy}", row.entropy);
         for &(id, logit) in &row.top {
             assert!((row.log_prob(logit) - log_p(id)).abs() < 1e-3, "{name}: top {id} {logit}, {row:?}");
         }

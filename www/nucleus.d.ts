@@ -268,6 +268,8 @@ export interface ScoreOptions {
   topK?: number;
   /** Score a chat rendered with the model's template instead (pass `null` as the text). */
   messages?: ChatMessage[];
+  /** Token ids after the text's (a run's generated ids, as sampled), scored with it. */
+  generated?: number[];
 }
 
 export interface ScoredToken {
@@ -281,6 +283,8 @@ export interface ScoredToken {
   logprob?: number;
   /** 1 for the model's most likely token there (ties to the lower id). */
   rank?: number;
+  /** The entropy (nats) of the distribution the token was read from: how unsure the model was. */
+  entropy?: number;
   /** The model's best tokens at this position, best first (empty for the first token). */
   top: TopCandidate[];
 }
@@ -293,8 +297,9 @@ export interface ScoreReport {
   totalLogprob: number;
   /** exp(−totalLogprob / predictedTokens); absent when nothing was predicted. */
   perplexity?: number;
-  /** What the model expects after the text. */
+  /** What the model expects after the text, and that distribution's entropy (nats). */
   next: TopCandidate[];
+  nextEntropy: number;
   /** Bytes read back from the GPU (0 on the CPU engine). */
   bytesRead: number;
   elapsedMs: number;

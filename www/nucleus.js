@@ -549,12 +549,14 @@ export class Nucleus {
   /**
    * How surprising `text` is to the model, token by token. `options`: `topK` (alternatives per
    * token, 0..=20, default 5); `messages` instead of `text` (pass `null`) scores a chat rendered
-   * with the model's template. Resolves to `{ tokens: [{ id, text, special, prob, logprob, rank,
+   * with the model's template; `generated` (token ids) is scored after the text, as a run
+   * sampled them. Resolves to `{ tokens: [{ id, text, special, prob, logprob, rank, entropy,
    * top: [{ id, text, logit, logprob }] }], predictedTokens, totalLogprob, perplexity, next,
-   * bytesRead, elapsedMs }`: every token of the text in order; for every token but the first
-   * (which nothing predicts) its probability after the tokens before it, its rank among the
-   * whole vocabulary (1: the most likely) and the best alternatives there; the text's total
-   * log-likelihood (natural log) and perplexity; `next`, what the model expects after it. One
+   * nextEntropy, bytesRead, elapsedMs }`: every token of the text in order; for every token but
+   * the first (which nothing predicts) its probability after the tokens before it, its rank
+   * among the whole vocabulary (1: the most likely), that distribution's entropy (nats) and its
+   * best alternatives; the text's total log-likelihood (natural log) and perplexity; `next`,
+   * what the model expects after it. One
    * pass over the text; on WebGPU only these figures are read back, never whole rows. The text
    * then fills the KV cache, so a generation that continues it prefills only what follows.
    * Refused with `busy` while a generation runs.

@@ -8,7 +8,7 @@ import { DEFAULTS, KNOBS, WHAT_IF_KEYS, explainStep, loadSampler } from './what-
 import { drawChart, shownToken } from './chart.js';
 import { runOfTrace, traceOf } from './trace.js';
 import { addFork, drawBranches, forkOptions, forkPrefix } from './branches.js';
-import { drawTimeline } from './timeline.js';
+import { drawEntropyTrack, drawTimeline, entropyTrackOf } from './timeline.js';
 import { drawLens } from './lens.js';
 import { drawBeams } from './beams.js';
 import { drawScoreLegend, drawScoredTokens, scoreSummary } from './score-view.js';
@@ -432,6 +432,9 @@ function updateButtons() {
   $('generate').disabled = state.busy || !state.lm || state.formProblems.size > 0 || noMessage;
   $('beam-run').disabled = state.busy || !state.lm || noMessage;
   $('compare-run').disabled = $('generate').disabled;
+  $('step-one').disabled = $('generate').disabled;
+  $('entropy-run').disabled = state.busy || !state.lm || !state.shownRun?.options || !state.shownRun.result
+    || !ofLoadedModel(state.shownRun);
   $('ledger-compare').disabled = state.busy || !state.lm || !state.shownRun?.options?.speculative
     || !ofLoadedModel(state.shownRun);
   $('lens-run').disabled = state.busy || !state.lm || !state.shownRun?.options || state.shownRun.steps !== state.steps
@@ -529,6 +532,41 @@ async function generate(event) {
 }
 
 /**
+ * One token at a time: the run shown grows by one step when it was stepped and nothing ended it
+ * (its tokens are given as forced, which the KV cache holds, so one pass runs); otherwise a new
+ * run of one token starts from the prompt and settings on the page. Then the entropy track.
+ */
+async function stepOnce() {
+  if (!state.lm || state.generation || state.busy || checkForm().size) return;
+  const base = state.shownRun;
+  const grows = Boolean(base?.stepped && base.result?.finishReason === 'length' && ofLoadedModel(base));
+  const options = grows
+    ? { ...base.options, forcedTokens: base.steps.map((step) => step.id), maxTokens: base.steps.length + 1 }
+    : { ...generateOptions(), maxTokens: 1 };
+  if (!grows) saveSettings();
+  const run = await stream(options, grows ? base.steps : []);
+  if (!run) return;
+  run.stepped = true;
+  // The new step is inspected, so what-if and fork work on it at once.
+  select(run.steps.length - 1);
+  await showEntropy(run);
+}
+
+/**
+ * The entropy track of `run` (the shown run by default): its prompt and generated ids scored in
+ * one pass (lm.score), each step's entropy and top-1 probability drawn on the time line.
+ */
+async function showEntropy(run = state.shownRun) {
+  if (!state.lm || state.busy || !run?.options || !run.steps.length) return;
+  await panelJob({ status: 'entropy-summary', error: 'entropy-error' }, 'Scoring the run…', 'The entropy track could not be made',
+    async () => {
+      const report = await state.lm.score(null, { ...run.request, generated: run.steps.map((step) => step.id), topK: 1 });
+      run.entropy = entropyTrackOf(report, run.steps);
+      if (run === state.shownRun) drawEntropyTrack($('entropy-track'), $('entropy-summary'), run.entropy);
+    });
+}
+
+/**
  * Forks the run shown at step `at`: the same request with that step's `candidate` in place of its
  * choice; the engine keeps what its KV cache holds of the tokens before it. The fork joins the
  * run's tree of branches and is shown.
@@ -557,6 +595,7 @@ async function stream(options, prefix = []) {
   $('tokens').replaceChildren();
   for (const step of prefix) appendChip(step);
   $('stats').replaceChildren();
+  drawEntropyTrack($('entropy-track'), $('entropy-summary'), []);
   const speculating = Boolean(options.speculative);
   showLedger(prefix, null, speculating);
   renderInspector();
@@ -659,6 +698,7 @@ function showRun(run) {
   showStats({ result: run.result });
   if (run.timing) drawTimeline($('timeline'), $('timeline-summary'), run.timing);
   else drawTimeline($('timeline'), $('timeline-summary'), { times: [] });
+  drawEntropyTrack($('entropy-track'), $('entropy-summary'), run.entropy ?? []);
   showLedger(run.steps, run.result, Boolean(run.options?.speculative));
   renderConversation();
   drawBranches($('branches'), run, showRun);
@@ -1173,6 +1213,8 @@ async function start() {
   $('lens-run').addEventListener('click', lookInside);
   $('beam-run').addEventListener('click', searchBeams);
   $('score-run').addEventListener('click', scoreText);
+  $('step-one').addEventListener('click', stepOnce);
+  $('entropy-run').addEventListener('click', () => showEntropy());
   $('score-text').addEventListener('input', updateButtons);
   $('score-use-run').addEventListener('click', useRunText);
   $('score-continue').addEventListener('click', continueFromScored);

@@ -91,3 +91,56 @@ export function drawTimeline(chart, summary, run) {
     + 'Each pass reads every weight once, whatever its number of tokens: on a GPU that makes a prompt token far cheaper '
     + 'than a decoded one, which has a pass to itself.';
 }
+
+/**
+ * The entropy track of a run's `steps` from `report` (lm.score of the run's prompt and its
+ * generated ids): per step, the entropy (nats) of the distribution the step was drawn from and
+ * its top token's probability, both at T = 1.
+ */
+export function entropyTrackOf(report, steps) {
+  const first = report.tokens.length - steps.length;
+  return steps.map((step, i) => {
+    const scored = report.tokens[first + i];
+    return { step: i, token: step.token, entropy: scored.entropy, top1: Math.exp(scored.top[0].logprob) };
+  });
+}
+
+/**
+ * Draws `points` (entropyTrackOf) into `chart`: a column per step, its entropy as a bar and its
+ * top-1 probability as a dot on a 0..1 scale, so a reader sees where the model hesitated; the
+ * most and least certain steps in `summary`.
+ */
+export function drawEntropyTrack(chart, summary, points) {
+  if (!points.length) {
+    chart.replaceChildren();
+    summary.textContent = '';
+    return;
+  }
+  const width = Math.max(300, Math.min(720, chart.clientWidth || 520));
+  const left = 64;
+  const height = 70;
+  const column = (width - left - 4) / points.length;
+  const maxEntropy = Math.max(1, ...points.map((p) => p.entropy));
+  const y = (fraction) => 8 + (1 - fraction) * (height - 16);
+  const hardest = points.reduce((a, b) => (b.entropy > a.entropy ? b : a));
+  const root = svg('svg', { viewBox: `0 0 ${width} ${height}`, role: 'img',
+    'aria-label': `Entropy and top-1 probability of ${points.length} steps: the model hesitated most at step ${hardest.step + 1}` });
+  root.append(svg('text', { x: 0, y: 20, class: 'value' }, 'entropy'), svg('text', { x: 0, y: 34, class: 'value top1-label' }, '● top-1 p'));
+  root.append(svg('text', { x: left - 4, y: 12, class: 'value', 'text-anchor': 'end' }, `${maxEntropy.toFixed(1)}`));
+  for (const point of points) {
+    const x = left + point.step * column;
+    const group = svg('g', { class: 'entropy-step', 'data-step': point.step, 'data-entropy': point.entropy.toFixed(4),
+      'data-top1': point.top1.toFixed(4) });
+    group.append(svg('rect', { x: x + 1, y: y(point.entropy / maxEntropy), width: Math.max(1, column - 2),
+      height: (point.entropy / maxEntropy) * (height - 16), class: 'bar entropy' }));
+    group.append(svg('circle', { cx: x + column / 2, cy: y(point.top1), r: Math.min(4, Math.max(2, column / 4)), class: 'top1' }));
+    group.append(svg('title', {}, `step ${point.step + 1} “${point.token}”: entropy ${point.entropy.toFixed(2)} nats, `
+      + `top-1 p ${(point.top1 * 100).toFixed(1)} %`));
+    root.append(group);
+  }
+  chart.replaceChildren(root);
+  const surest = points.reduce((a, b) => (b.entropy < a.entropy ? b : a));
+  const describe = (p) => `step ${p.step + 1} (“${p.token}”: ${p.entropy.toFixed(2)} nats, top-1 p ${(p.top1 * 100).toFixed(1)} %)`;
+  summary.textContent = `The model hesitated most at ${describe(hardest)} and was surest at ${describe(surest)}. `
+    + 'Entropy is 0 where one token has all the probability; the dot is that top token\u2019s probability.';
+}

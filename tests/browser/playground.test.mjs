@@ -378,6 +378,38 @@ test('score a text: its tokens coloured by rank with a legend, a token\'s altern
   assert.ok(await page.$$eval('#tokens .token', (chips) => chips.length) > 0);
 });
 
+test('Step: five single tokens, each inspected as it comes, the run growing by one; the entropy track of every step', async () => {
+  await page.check('input[name="mode"][value="raw"]');
+  await page.fill('#prompt', capital.text);
+  await page.click('[data-preset="greedy"]');
+  for (let n = 1; n <= 5; n += 1) {
+    await page.click('#step-one');
+    await page.waitForFunction((count) => document.body.dataset.state === 'ready'
+      && window.playground.shownRun?.steps.length === count && window.playground.shownRun.entropy?.length === count, n, { timeout: 120_000 });
+    assert.equal(await page.$$eval('#tokens .token', (chips) => chips.length), n, `step ${n}: the chips grow by one`);
+    assert.equal(await page.$eval('#tokens .token.selected', (chip) => Number(chip.dataset.index)), n - 1, 'the new step is inspected');
+    assert.match(await page.textContent('#inspector-step'), new RegExp(`step ${n}\\b`));
+  }
+  const run = await page.evaluate(() => ({ ids: window.playground.shownRun.steps.map((s) => s.id),
+    prefill: window.playground.shownRun.timing.prefill }));
+  assert.deepEqual(run.ids, capital.greedy32.slice(0, 5), 'stepping greedily gives the greedy tokens');
+  // The fifth step's context: the prompt and four steps, all but the last token in the KV cache.
+  assert.deepEqual([run.prefill.total, run.prefill.cached], [capital.ids.length + 4, capital.ids.length + 3]);
+  // The entropy track: one column per step; a greedy step's top-1 p is the chosen token's p.
+  const columns = await page.$$eval('#entropy-track .entropy-step', (gs) => gs.map((g) => ({
+    step: Number(g.dataset.step), entropy: Number(g.dataset.entropy), top1: Number(g.dataset.top1) })));
+  assert.deepEqual(columns.map((c) => c.step), [0, 1, 2, 3, 4]);
+  const steps = await page.evaluate(() => window.playground.shownRun.steps.map((s) => s.logprob));
+  columns.forEach((column, i) => {
+    assert.ok(column.entropy >= 0, `step ${i + 1}: entropy ${column.entropy}`);
+    assert.ok(Math.abs(column.top1 - Math.exp(steps[i])) < 1e-3, `step ${i + 1}: top-1 p ${column.top1} vs ${Math.exp(steps[i])}`);
+  });
+  assert.match(await page.textContent('#entropy-summary'), /^The model hesitated most at step \d \(“.*”: \d+\.\d\d nats, top-1 p \d+\.\d %\)/);
+  // What-if works on the new step at once: the chart is the fifth step's.
+  assert.ok(await page.$('#chart svg'), 'the chart of the new step');
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-steps.png'), fullPage: true });
+});
+
 test('compare: the prompt at T = 0, 0.7 and 1.5 side by side, the T = 0 column the greedy reference', async () => {
   // The capital prompt, greedy settings and 3 tokens, from the tests before.
   await page.click('#compare-panel summary');

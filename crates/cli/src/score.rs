@@ -57,7 +57,7 @@ impl ScoreArgs {
 }
 
 pub(crate) fn run(args: &ScoreArgs) -> Result<(), String> {
-    let request = ScoreRequest { prompt: args.prompt()?, top_k: args.top_k };
+    let request = ScoreRequest { prompt: args.prompt()?, generated: Vec::new(), top_k: args.top_k };
     let (mut engine, _) = load_engine(&args.model, &args.device, args.context, None)?;
     let report = pollster::block_on(engine.score(&request)).map_err(|e| e.to_string())?;
     if args.json {

@@ -23,18 +23,24 @@ pub struct ScoreRequest {
     /// The text, or a chat rendered with the model's template (its tokens then include the
     /// template's, marked `special`).
     pub prompt: Prompt,
+    /// Token ids after the prompt's (a run's generated tokens, as they were sampled: no
+    /// tokenization in between), scored with it.
+    pub generated: Vec<u32>,
     /// Alternatives per token, 0..=20.
     pub top_k: usize,
 }
 
 impl ScoreRequest {
     pub fn new(prompt: Prompt) -> Self {
-        Self { prompt, top_k: DEFAULT_SCORE_TOP_K }
+        Self { prompt, generated: Vec::new(), top_k: DEFAULT_SCORE_TOP_K }
     }
 
-    pub fn validate(&self) -> Result<(), EngineError> {
+    pub fn validate(&self, vocab_size: usize) -> Result<(), EngineError> {
         if self.top_k > MAX_SCORE_TOP_K {
             return Err(EngineError::bad_option("top_k", format!("0..={MAX_SCORE_TOP_K}"), self.top_k));
+        }
+        if let Some(&id) = self.generated.iter().find(|&&id| id as usize >= vocab_size) {
+            return Err(EngineError::bad_option("generated", format!("token ids below {vocab_size}"), id));
         }
         Ok(())
     }
@@ -56,6 +62,9 @@ pub struct ScoredToken {
     /// Its rank in that distribution: 1 for the most likely token, ties to the lower id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
+    /// The entropy (nats) of that distribution: how unsure the model was here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entropy: Option<f64>,
     /// The distribution's best tokens at this position, best first (empty for the first token).
     pub top: Vec<TopCandidate>,
 }
@@ -74,6 +83,8 @@ pub struct ScoreReport {
     pub perplexity: Option<f64>,
     /// What the model expects after the text: the last position's best tokens.
     pub next: Vec<TopCandidate>,
+    /// The entropy (nats) of the distribution after the text.
+    pub next_entropy: f64,
     /// Bytes read back from the device (0 on the CPU engine, whose rows are in memory).
     pub bytes_read: u64,
     /// Wall time of the pass and the reading, in milliseconds.
@@ -84,8 +95,8 @@ impl Engine {
     /// Rates every token of `request.prompt` (see the module). Uses the engine's KV cache: its
     /// previous contents are replaced by the text.
     pub async fn score(&mut self, request: &ScoreRequest) -> Result<ScoreReport, EngineError> {
-        request.validate()?;
-        let tokens = self.prompt_tokens(&request.prompt)?;
+        request.validate(self.info.vocab_size)?;
+        let tokens = [self.prompt_tokens(&request.prompt)?, request.generated.clone()].concat();
         if tokens.is_empty() {
             return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
         }
@@ -120,15 +131,17 @@ impl Engine {
         let mut total_logprob = 0.0;
         let mut scored = Vec::with_capacity(tokens.len());
         for (index, &id) in tokens.iter().enumerate() {
-            let (mut prob, mut logprob, mut rank, mut top) = (None, None, None, Vec::new());
+            let (mut prob, mut logprob, mut rank, mut entropy, mut top) = (None, None, None, None, Vec::new());
             if let Some(row) = index.checked_sub(1).map(|before| &scores.rows[before]) {
                 let next = row.target.expect("every row but the last rates the token after it");
                 let log_p = row.log_prob(next.logit);
                 total_logprob += log_p;
-                (prob, logprob, rank, top) = (Some(log_p.exp()), Some(log_p), Some(next.rank), candidates(row));
+                (prob, logprob, rank, entropy) = (Some(log_p.exp()), Some(log_p), Some(next.rank), Some(row.entropy));
+                top = candidates(row);
             }
             let special = self.tokenizer.is_control(id);
-            scored.push(ScoredToken { id, text: self.tokenizer.token_text(id), special, prob, logprob, rank, top });
+            let text = self.tokenizer.token_text(id);
+            scored.push(ScoredToken { id, text, special, prob, logprob, rank, entropy, top });
         }
         let predicted_tokens = tokens.len() - 1;
         Ok(ScoreReport {
@@ -137,6 +150,7 @@ impl Engine {
             total_logprob,
             perplexity: (predicted_tokens > 0).then(|| (-total_logprob / predicted_tokens as f64).exp()),
             next: scores.rows.last().map(candidates).unwrap_or_default(),
+            next_entropy: scores.rows.last().map_or(0.0, |row| row.entropy),
             bytes_read: scores.bytes_read,
             elapsed_ms: clock.elapsed_ms(),
         })

@@ -143,21 +143,23 @@ impl LensRequest {
 struct ScoreOptions {
     prompt: Option<String>,
     messages: Option<Vec<ChatMessage>>,
+    generated: Vec<u32>,
     top_k: usize,
 }
 
 impl Default for ScoreOptions {
     fn default() -> Self {
-        Self { prompt: None, messages: None, top_k: DEFAULT_SCORE_TOP_K }
+        Self { prompt: None, messages: None, generated: Vec::new(), top_k: DEFAULT_SCORE_TOP_K }
     }
 }
 
 impl ScoreRequest {
     /// Reads and checks a scoring request from its JSON form.
-    pub fn from_json(json: &str) -> Result<Self, OptionError> {
+    pub fn from_json(json: &str, vocab_size: usize) -> Result<Self, OptionError> {
         let fields: ScoreOptions = read_only_options(json)?;
-        let request = ScoreRequest { prompt: prompt_of(fields.prompt, fields.messages)?, top_k: fields.top_k };
-        request.validate().map_err(js_option_error)?;
+        let prompt = prompt_of(fields.prompt, fields.messages)?;
+        let request = ScoreRequest { prompt, generated: fields.generated, top_k: fields.top_k };
+        request.validate(vocab_size).map_err(js_option_error)?;
         Ok(request)
     }
 }
@@ -441,12 +443,12 @@ mod tests {
         assert_eq!((lens.prompt, lens.generated, lens.candidates), (Prompt::Text("Hi".into()), vec![5, 7], 3));
         let default = LensRequest::from_json(r#"{"messages":[{"role":"user","content":"Hi"}]}"#, VOCAB).unwrap();
         assert_eq!(default.candidates, DEFAULT_LENS_CANDIDATES);
-        let score = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":3}"#).unwrap();
-        assert_eq!((score.prompt, score.top_k), (Prompt::Text("Hi".into()), 3));
-        assert_eq!(ScoreRequest::from_json("{\"prompt\":\"Hi\"}").unwrap().top_k, DEFAULT_SCORE_TOP_K);
-        let error = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":21}"#).err().expect("refused");
+        let score = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":3,"generated":[5]}"#, VOCAB).unwrap();
+        assert_eq!((score.prompt, score.generated, score.top_k), (Prompt::Text("Hi".into()), vec![5], 3));
+        assert_eq!(ScoreRequest::from_json("{\"prompt\":\"Hi\"}", VOCAB).unwrap().top_k, DEFAULT_SCORE_TOP_K);
+        let error = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":21}"#, VOCAB).err().expect("refused");
         assert!(error.to_string().contains("topK"), "{error}");
-        assert!(ScoreRequest::from_json(r#"{"prompt":"Hi","candidates":3}"#).is_err(), "unknown option");
+        assert!(ScoreRequest::from_json(r#"{"prompt":"Hi","candidates":3}"#, VOCAB).is_err(), "unknown option");
         let beam = BeamRequest::from_json(r#"{"prompt":"Hi","beams":2,"lengthPenalty":0.5,"ignoreEos":true}"#).unwrap();
         assert_eq!(
             (beam.beams, beam.length_penalty, beam.max_tokens, beam.ignore_eos),

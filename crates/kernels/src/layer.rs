@@ -966,8 +966,8 @@ static SCORE: KernelSpec = KernelSpec {
     structs: &[StepParams::WGSL, ScoreParams::WGSL],
     rms: false,
     lib: &[concat!("const MAX_K: u32 = ", crate::score::max_score_top_k!(), "u;\n")],
-    // Two reduction arrays of WG words (at most 256 lanes).
-    workgroup_bytes: 2 * 4 * 256,
+    // Three reduction arrays of WG words (at most 256 lanes).
+    workgroup_bytes: 3 * 4 * 256,
     declared: false,
     slots: &[
         STEP,

@@ -8,10 +8,12 @@
 //! - `log_sum_exp = m + ln Σ exp(x − m)` over the row, `m` its largest value;
 //! - the rank of the following token `t` (logit `x_t`): `1 + #{j : x_j > x_t or (x_j = x_t and
 //!   j < t)}`, so 1 is the most likely and ties go to the lower id, as in the top list;
-//! - the top list: the `k` largest logits with their ids, descending, ties to the lower id.
+//! - the top list: the `k` largest logits with their ids, descending, ties to the lower id;
+//! - the entropy of the row's softmax in nats, `ln S − Σ e·(x − m) / S` with `e = exp(x − m)`,
+//!   `S = Σ e`: how unsure the model was there (0: certain).
 //!
 //! The record, in `u32` words: `[log_sum_exp (f32 bits), the following token's logit (f32 bits),
-//! its rank (0: no following token), 0]`, then `k` pairs `(id, logit bits)`.
+//! its rank (0: no following token), the entropy (f32 bits)]`, then `k` pairs `(id, logit bits)`.
 
 use crate::KernelError;
 
@@ -64,6 +66,8 @@ pub struct TargetScore {
 pub struct RowScore {
     /// `ln Σ exp(logit)` over the vocabulary: `log p(x) = x − log_sum_exp`.
     pub log_sum_exp: f64,
+    /// The entropy of the row's softmax, in nats.
+    pub entropy: f64,
     /// The text's next token (none after its last).
     pub target: Option<TargetScore>,
     /// The row's largest logits `(id, logit)`, best first, ties to the lower id.
@@ -91,7 +95,7 @@ impl RowScore {
             Some(id) => Some(TargetScore { id, logit: f(words[1]), rank: words[2] }),
         };
         let top = words[SCORE_HEADER_WORDS..].chunks_exact(2).map(|pair| (pair[0], f(pair[1]))).collect();
-        Ok(Self { log_sum_exp: f64::from(f(words[0])), target, top })
+        Ok(Self { log_sum_exp: f64::from(f(words[0])), entropy: f64::from(f(words[3])), target, top })
     }
 }
 

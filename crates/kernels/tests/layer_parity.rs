@@ -705,7 +705,7 @@ fn gather_reads_the_chosen_entries() {
 /// a grid of quarters, and a top that one lane holds), vocabularies that are not multiples of the workgroup, top lists of 0, 1,
 /// 5 and 20, a pass that starts after the text's first scored position, and a last position
 /// no token follows. Ranks, the following token's logit and the top lists exact; the
-/// log-sum-exp within 1e-5 (f32 sums against f64).
+/// log-sum-exp and the entropy within 1e-5 (f32 sums against f64).
 #[test]
 fn score_rates_each_row_like_the_reference() {
     let mut rng = Rng::new(9);
@@ -738,6 +738,7 @@ fn score_rates_each_row_like_the_reference() {
                 let expected = reference::score_row(&logits[r * vocab..(r + 1) * vocab], target, k);
                 let context = format!("vocab {vocab}, row {r}, k {k}, {:?}", gpu.tuning());
                 assert!((got.log_sum_exp - expected.log_sum_exp).abs() < 1e-5, "{context}: {got:?} {expected:?}");
+                assert!((got.entropy - expected.entropy).abs() < 1e-5, "{context}: {got:?} {expected:?}");
                 assert_eq!((got.target, &got.top), (expected.target, &expected.top), "{context}");
             }
         }

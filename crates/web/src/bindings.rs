@@ -293,7 +293,7 @@ impl WasmEngine {
             if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
                 return Err(busy());
             }
-            let request = ScoreRequest::from_json(&options_json).map_err(option_error)?;
+            let request = ScoreRequest::from_json(&options_json, inner.engine.info().vocab_size).map_err(option_error)?;
             let report = inner.engine.score(&request).await.map_err(engine_error)?;
             Ok(shapes::score(&report).to_string().into())
         })

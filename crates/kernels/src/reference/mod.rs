@@ -132,12 +132,19 @@ pub fn top_k(logits: &[f32], k: usize) -> Result<TopK, KernelError> {
     Ok(TopK { ids: order, logits: values, bytes_read: 0 })
 }
 
-/// `score.wgsl` on one row (see [`crate::score`]): its log-sum-exp in f64, the logit and rank of
-/// `target`, the top `k` (0..=20) as [`top_k`] orders them. The row holds no NaN (a model's
-/// logits).
+/// `score.wgsl` on one row (see [`crate::score`]): its log-sum-exp and entropy in f64, the logit
+/// and rank of `target`, the top `k` (0..=20) as [`top_k`] orders them. The row holds no NaN (a
+/// model's logits).
 pub fn score_row(row: &[f32], target: Option<u32>, k: usize) -> RowScore {
-    let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum: f64 = row.iter().map(|&x| (f64::from(x) - f64::from(max)).exp()).sum();
+    let max = f64::from(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+    let (mut sum, mut weighted) = (0.0f64, 0.0f64);
+    for &x in row {
+        let e = (f64::from(x) - max).exp();
+        sum += e;
+        if e > 0.0 {
+            weighted += e * (f64::from(x) - max);
+        }
+    }
     let target = target.map(|id| {
         let logit = row[id as usize];
         let above = row.iter().enumerate().filter(|&(j, &x)| x > logit || (x == logit && (j as u32) < id)).count();
@@ -154,7 +161,7 @@ pub fn score_row(row: &[f32], target: Option<u32>, k: usize) -> RowScore {
             top.truncate(k);
         }
     }
-    RowScore { log_sum_exp: f64::from(max) + sum.ln(), target, top }
+    RowScore { log_sum_exp: max + sum.ln(), entropy: sum.ln() - weighted / sum, target, top }
 }
 
 /// The decode tail on the CPU: adjust a copy of `logits`, check it, take the softmax statistics
