@@ -6,10 +6,10 @@
 //! Qwen2, Qwen3 and Qwen3.5 files.
 
 use nucleus_gguf::GgufFile;
-use nucleus_model::{DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
+use nucleus_model::{AttentionHeads, DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
 use nucleus_tests::{
     GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, TINY_QWEN35, burn_cpu_device, cpu_device, gemma_bytes,
-    max_abs_diff, model_bytes, reference, tiny_family, top_ids, wgpu_device,
+    max_abs_diff, model_bytes, reference, tiny_attention, tiny_family, top_ids, wgpu_device,
 };
 use nucleus_tokenizer::Tokenizer;
 
@@ -311,6 +311,128 @@ fn scoring_a_text_rates_each_position_like_the_reference_on_every_path() {
         let read = check(&format!("{}, fused", model_file.file_name), &fused, case);
         assert_eq!(read, (text * nucleus_kernels::score_words(5) * 4) as u64, "only the records are read");
     }
+}
+
+/// A block's attention weights for `rows` of `tokens` read from a fresh cache.
+fn attention_rows(
+    model: &Model,
+    tokens: &[u32],
+    block: usize,
+    heads: AttentionHeads,
+    rows: std::ops::Range<usize>,
+) -> Vec<Vec<f32>> {
+    let mut cache = model.new_cache(tokens.len()).unwrap();
+    let map = pollster::block_on(model.attention(tokens, &mut cache, block, heads, rows.clone())).unwrap();
+    assert_eq!((map.first, map.rows.len(), cache.len()), (rows.start, rows.len(), tokens.len()));
+    map.rows
+}
+
+/// Every row of an attention read sums to 1 within 1e-5 and holds one weight per position up
+/// to its own (nothing past the causal edge), zero before `window` positions back.
+fn check_rows(rows: &[Vec<f32>], first: usize, window: Option<usize>, what: &str) {
+    for (i, row) in rows.iter().enumerate() {
+        let position = first + i;
+        assert_eq!(row.len(), position + 1, "{what}: row {position}");
+        let sum: f64 = row.iter().map(|&w| f64::from(w)).sum();
+        assert!((sum - 1.0).abs() < 1e-5, "{what}: row {position} sums to {sum}");
+        if let Some(window) = window {
+            let before = (position + 1).saturating_sub(window);
+            assert!(row[..before].iter().all(|&w| w == 0.0), "{what}: row {position} attends before its window");
+        }
+    }
+}
+
+/// The attention weights of every layer and head (and their mean) of the tiny families on every
+/// path against transformers' `output_attentions` in float64: within 1e-4, each row summing to 1.
+#[test]
+fn attention_weights_match_transformers_on_every_path() {
+    for family in TINY_FAMILIES {
+        let (bytes, _) = tiny_family(family);
+        let reference = tiny_attention(family);
+        let file = GgufFile::parse(&bytes).unwrap();
+        let paths = [
+            ("cpu engine", cpu_device(), Path::Cpu),
+            ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+            ("fused", wgpu_device(), Path::Fused),
+            ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
+        ];
+        for (name, device, path) in paths {
+            let model = Model::load(&file, &device, path).unwrap();
+            let n = reference.ids.len();
+            let mut worst = 0.0f64;
+            for (block, heads) in reference.layers.iter().enumerate() {
+                for (head, expected) in heads.iter().enumerate() {
+                    let rows = attention_rows(&model, &reference.ids, block, AttentionHeads::One(head), 0..n);
+                    check_rows(&rows, 0, None, &format!("{family}, {name}, layer {block} head {head}"));
+                    for (row, expected) in rows.iter().zip(expected) {
+                        for (&w, &e) in row.iter().zip(expected) {
+                            worst = worst.max((f64::from(w) - e).abs());
+                        }
+                    }
+                }
+                // The mean of the heads, for the last rows only.
+                let mean = attention_rows(&model, &reference.ids, block, AttentionHeads::Mean, n - 3..n);
+                for (i, row) in mean.iter().enumerate() {
+                    let position = n - 3 + i;
+                    for (key, &w) in row.iter().enumerate() {
+                        let e = heads.iter().map(|head| head[position][key]).sum::<f64>() / heads.len() as f64;
+                        worst = worst.max((f64::from(w) - e).abs());
+                    }
+                }
+            }
+            println!("[{family}, {name}] attention weights of {n} positions: max |dw| = {worst:.2e}");
+            assert!(worst < 1e-4, "{family}, {name}: attention weights off by {worst}");
+        }
+    }
+}
+
+/// Gemma 3's local layers see only their window: on the 713-token reference prompt (past the
+/// 512-position window) a local layer's last rows are zero before it and a global layer's are
+/// not, on the CPU engine; on the fused path a short prompt's rows equal the CPU engine's.
+/// Qwen3.5's Gated DeltaNet layers have no attention to read; its attention layers' weights
+/// agree on both paths.
+#[test]
+fn windows_and_recurrent_layers_show_in_attention_reads() {
+    let file = GgufFile::parse(gemma_bytes()).unwrap();
+    let config = nucleus_model::ModelConfig::from_gguf(&file).unwrap();
+    let window = config.sliding_window.expect("Gemma 3 has local layers");
+    let (local, global) = (0, (0..config.block_count).find(|&b| config.block_attention(b).window.is_none()).unwrap());
+    let long = &GEMMA3.reference().logit_cases["long"].ids;
+    assert!(long.len() > window);
+    let cpu = Model::load(&file, &cpu_device(), Path::Cpu).unwrap();
+    let n = long.len();
+    let rows = attention_rows(&cpu, long, local, AttentionHeads::Mean, n - 2..n);
+    check_rows(&rows, n - 2, Some(window), "gemma local layer");
+    let rows = attention_rows(&cpu, long, global, AttentionHeads::One(1), n - 2..n);
+    check_rows(&rows, n - 2, None, "gemma global layer");
+    assert!(rows[1][..n - window].iter().any(|&w| w > 0.0), "a global layer sees past the window");
+    let short = &GEMMA3.reference().logit_cases["story"].ids;
+    let fused = Model::load(&file, &wgpu_device(), Path::Fused).unwrap();
+    let all = 0..short.len();
+    let (on_cpu, on_gpu) = (
+        attention_rows(&cpu, short, local, AttentionHeads::Mean, all.clone()),
+        attention_rows(&fused, short, local, AttentionHeads::Mean, all),
+    );
+    check_rows(&on_gpu, 0, Some(window), "gemma fused");
+    assert!(max_abs_diff(&on_cpu.concat(), &on_gpu.concat()) < 1e-4);
+
+    let (bytes, reference) = tiny_family(TINY_QWEN35);
+    let file = GgufFile::parse(&bytes).unwrap();
+    let config = nucleus_model::ModelConfig::from_gguf(&file).unwrap();
+    let ids = &reference.logit_cases["chat"].ids;
+    let attending = (0..config.block_count).find(|&b| config.mixer(b) == nucleus_model::Mixer::Attention).unwrap();
+    let recurrent = (0..config.block_count).find(|&b| config.mixer(b) != nucleus_model::Mixer::Attention).unwrap();
+    let mut reads = Vec::new();
+    for (device, path) in [(cpu_device(), Path::Cpu), (wgpu_device(), Path::Fused)] {
+        let model = Model::load(&file, &device, path).unwrap();
+        let rows = attention_rows(&model, ids, attending, AttentionHeads::One(0), 0..ids.len());
+        check_rows(&rows, 0, None, "qwen35");
+        reads.push(rows.concat());
+        let mut cache = model.new_cache(ids.len()).unwrap();
+        let refused = pollster::block_on(model.attention(ids, &mut cache, recurrent, AttentionHeads::Mean, 0..1));
+        assert!(refused.unwrap_err().to_string().contains("fixed-size state"));
+    }
+    assert!(max_abs_diff(&reads[0], &reads[1]) < 1e-4, "qwen35: the paths differ");
 }
 
 /// Gemma 3 in Burn's operations on lavapipe, whose 128 MiB bindings hold its f32 embedding in five

@@ -168,6 +168,20 @@ pub fn tiny_family(name: &str) -> (Vec<u8>, Reference) {
     (bytes, serde_json::from_str(&json).expect("parse the tiny model's reference"))
 }
 
+/// Every head's attention weights on one prompt of a tiny family, from transformers
+/// (`{family}-attention.json`, made by `tools/make_tiny_families.py`).
+#[derive(Debug, Deserialize)]
+pub struct AttentionReference {
+    pub ids: Vec<u32>,
+    /// `[layer][head][position]`: the weights of positions `0..=position`.
+    pub layers: Vec<Vec<Vec<Vec<f64>>>>,
+}
+
+pub fn tiny_attention(name: &str) -> AttentionReference {
+    let path = fixtures_dir().join("tiny").join(format!("{name}-attention.json"));
+    serde_json::from_str(&std::fs::read_to_string(path).expect("the attention reference")).expect("parse it")
+}
+
 /// Burn's wgpu device and its GPU (lavapipe on a machine without a GPU), started once per process.
 pub fn wgpu_device() -> ModelDevice {
     static DEVICE: OnceLock<ModelDevice> = OnceLock::new();

@@ -12,7 +12,8 @@ and Q4_1 by gguf-py. The reference: transformers' float64 forward pass (eager at
 weights the GGUF holds, dequantized by gguf-py; the tokenizer's ids for a set of strings.
 
 Writes tests/fixtures/tiny/{family}.gguf and tests/fixtures/tiny/{family}.json, read by
-tests/model_reference.rs and tests/tokenizer_reference.rs, and three files Nucleus must refuse
+tests/model_reference.rs and tests/tokenizer_reference.rs, {family}-attention.json (every head's
+attention weights on one prompt, read by tests/attention_reference.rs), and three files Nucleus must refuse
 (unknown-architecture.gguf, unknown-tokenizer.gguf, unsupported-type.gguf: tests/decode_tail.rs
 and the browser tests). Deterministic (fixed seeds).
 
@@ -21,6 +22,7 @@ and the browser tests). Deterministic (fixed seeds).
 """
 import json
 import math
+import os
 import pathlib
 
 import numpy as np
@@ -30,7 +32,7 @@ from gguf import GGUFWriter, LlamaFileType
 from gguf.quants import dequantize, quantize
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-OUT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "tiny"
+OUT = pathlib.Path(os.environ.get("NUCLEUS_TINY_OUT") or pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "tiny")
 
 # llama.cpp's pre-tokenizer regexes (llama-vocab.cpp), as Hugging Face's tokenizer.json writes them.
 LLAMA3 = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
@@ -321,6 +323,16 @@ def make(name, family, seed):
         "tokenizer_cases": [{"text": t, "ids": ids_of(t)} for t in TOKENIZER_STRINGS],
     }
     (OUT / f"{name}.json").write_text(json.dumps(reference, ensure_ascii=False, indent=1) + "\n")
+    # What each layer's heads attend to on the "count" prompt (transformers' output_attentions,
+    # float64): per layer, per head, per query position the weights of positions 0..=position.
+    ids = ids_of(prompts["count"])
+    with torch.no_grad():
+        attentions = model(torch.tensor([ids]), output_attentions=True).attentions
+    layers = [[[[float(f"{w:.9g}") for w in head[p, :p + 1].tolist()] for p in range(len(ids))] for head in layer[0]]
+              for layer in attentions]
+    attention = {"how": "transformers float64 eager attention weights (output_attentions) on the GGUF's weights",
+                 "case": "count", "ids": ids, "layers": layers}
+    (OUT / f"{name}-attention.json").write_text(json.dumps(attention, separators=(",", ":")) + "\n")
     print(f"{name}: vocab {n_vocab}, {(OUT / f'{name}.gguf').stat().st_size} bytes")
 
 

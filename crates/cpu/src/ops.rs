@@ -42,7 +42,7 @@ pub struct AttentionShape {
 /// `0..=pos + s` (`keys`, `values`: `[positions, kv_heads·head_dim]`), within its window; `out`:
 /// `[rows, heads·head_dim]`. Softmax with the maximum subtracted, f32.
 pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: AttentionShape, out: &mut [f32]) {
-    let AttentionShape { heads, kv_heads, head_dim: hd, scale, window } = shape;
+    let AttentionShape { heads, kv_heads, head_dim: hd, .. } = shape;
     let kv_width = kv_heads * hd;
     let group = heads / kv_heads;
     // One task per (row, head): its output is the head's slice of the row. Spread over the
@@ -51,24 +51,10 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
     let work = rows * heads * (pos + rows) * hd;
     for_each_chunk(out, hd, work >= PARALLEL_ATTENTION_WORK, |task, out| {
         let (s, h) = (task / heads, task % heads);
-        let query = &q[task * hd..(task + 1) * hd];
         let kv_head = h / group;
-        let seen = pos + s + 1;
-        let first = window.map_or(0, |w| seen.saturating_sub(w));
-        let mut scores: Vec<f32> = (first..seen)
-            .map(|t| {
-                let key = &keys[t * kv_width + kv_head * hd..][..hd];
-                query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale
-            })
-            .collect();
-        let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let mut total = 0.0;
-        for score in &mut scores {
-            *score = (*score - max).exp();
-            total += *score;
-        }
+        let (first, scores, total) = head_exponentials(&q[task * hd..(task + 1) * hd], keys, pos + s, kv_head, shape);
         out.fill(0.0);
-        for (t, &weight) in (first..seen).zip(&scores) {
+        for (t, &weight) in (first..).zip(&scores) {
             let value = &values[t * kv_width + kv_head * hd..][..hd];
             for (o, &v) in out.iter_mut().zip(value) {
                 *o += weight * v;
@@ -78,6 +64,62 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
             *o /= total;
         }
     });
+}
+
+/// One query's `exp(score − max)` over the keys it sees (kv head `kv_head`'s keys `0..=position`,
+/// from its window's first with one), and their sum: the first key, the exponentials, the total.
+fn head_exponentials(
+    query: &[f32],
+    keys: &[f32],
+    position: usize,
+    kv_head: usize,
+    shape: AttentionShape,
+) -> (usize, Vec<f32>, f32) {
+    let AttentionShape { kv_heads, head_dim: hd, scale, window, .. } = shape;
+    let kv_width = kv_heads * hd;
+    let seen = position + 1;
+    let first = window.map_or(0, |w| seen.saturating_sub(w));
+    let mut scores: Vec<f32> = (first..seen)
+        .map(|t| {
+            let key = &keys[t * kv_width + kv_head * hd..][..hd];
+            query.iter().zip(key).map(|(a, b)| a * b).sum::<f32>() * scale
+        })
+        .collect();
+    let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut total = 0.0;
+    for score in &mut scores {
+        *score = (*score - max).exp();
+        total += *score;
+    }
+    (first, scores, total)
+}
+
+/// What [`attention`] weighs each key by, after the softmax, for the query rows `rows` of `q`
+/// (row `s` at position `pos + s`): head `head`'s weights, or with `None` the mean over every
+/// head. Each row holds `pos + s + 1` weights (keys `0..=pos + s`), zero before the window.
+pub fn attention_weights(
+    q: &[f32],
+    keys: &[f32],
+    pos: usize,
+    shape: AttentionShape,
+    rows: std::ops::Range<usize>,
+    head: Option<usize>,
+) -> Vec<Vec<f32>> {
+    let AttentionShape { heads, kv_heads, head_dim: hd, .. } = shape;
+    let chosen: Vec<usize> = head.map_or_else(|| (0..heads).collect(), |h| vec![h]);
+    let share = 1.0 / chosen.len() as f32;
+    rows.map(|s| {
+        let mut row = vec![0.0; pos + s + 1];
+        for &h in &chosen {
+            let query = &q[(s * heads + h) * hd..][..hd];
+            let (first, weights, total) = head_exponentials(query, keys, pos + s, h / (heads / kv_heads), shape);
+            for (t, w) in (first..).zip(weights) {
+                row[t] += w / total * share;
+            }
+        }
+        row
+    })
+    .collect()
 }
 
 #[cfg(test)]

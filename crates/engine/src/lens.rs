@@ -6,7 +6,7 @@
 //! logits, never the blocks × vocabulary rows). What the KV cache holds of the context is not run
 //! again, so inspecting a step of the run just made costs one token's pass.
 
-use nucleus_model::{LogitLens, Mixer};
+use nucleus_model::LogitLens;
 use serde::Serialize;
 
 use crate::{Engine, EngineError, Prompt};
@@ -115,10 +115,7 @@ impl Engine {
             .iter()
             .enumerate()
             .map(|(index, layer)| LensLayer {
-                memory: match self.model.config().mixer(index) {
-                    Mixer::Attention => "kv-rows",
-                    Mixer::GatedDeltaNet => "state",
-                },
+                memory: crate::attention::memory_of(self.model.config().mixer(index)),
                 layer: index + 1,
                 probs: layer.tracked.iter().map(|&logit| (f64::from(logit) - layer.log_sum_exp).exp()).collect(),
                 top: token(layer.top[0].0, layer.top[0].1, layer.log_sum_exp),

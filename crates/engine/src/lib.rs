@@ -12,11 +12,12 @@
 //! `generation::step`, the verification of a draft in `generation::verify`), `speculative`
 //! (prompt-lookup drafting and what it reports), `constraint` (constrained decoding with
 //! llguidance), `beam` (beam search), `lens` (the logit lens of
-//! one step), `score` (a text rated token by token), `error` (typed errors and their codes).
+//! one step), `score` (a text rated token by token), `attention` (what a layer attends to), `error` (typed errors and their codes).
 //!
 //! Consecutive generations reuse the cache: when a new prompt starts with tokens already in the
 //! cache (a chat that goes on, the same prompt sampled again), only the new suffix is prefilled.
 
+mod attention;
 mod beam;
 mod constraint;
 mod error;
@@ -39,6 +40,7 @@ use serde::Serialize;
 
 use constraint::ConstraintCompiler;
 
+pub use attention::{AttentionReport, AttentionRequest, AttentionRow, AttentionToken};
 pub use beam::{
     BeamHypothesis, BeamOutput, BeamRequest, DEFAULT_BEAM_TOKENS, DEFAULT_BEAMS, MAX_BEAM_TOKENS, MAX_BEAMS,
 };
@@ -46,7 +48,7 @@ pub use constraint::ResponseFormat;
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use lens::{DEFAULT_LENS_CANDIDATES, LensLayer, LensReport, LensRequest, LensToken, MAX_LENS_CANDIDATES};
-pub use nucleus_model::{LinearKernel, ModelDevice, Path};
+pub use nucleus_model::{LinearKernel, MAX_ATTENTION_ROWS, ModelDevice, Path};
 pub use nucleus_sampler::json::{OptionError, camel_case};
 pub use report::{
     ExplainedCandidate, GenerationResult, MaskReport, PrefillProgress, Step, StepExplanation, Timing, TopCandidate,

@@ -1,7 +1,8 @@
 //! The layer kernels of the fused forward pass (`shaders/embed.wgsl`, `attn_qkv.wgsl`,
 //! `attn_qkv_norm.wgsl`, `attention.wgsl`, `attention_combine.wgsl`, `matvec_residual.wgsl`,
 //! `norm_residual.wgsl`, `ffn_gate_up.wgsl`, `lm_head.wgsl`, `delta_conv.wgsl`, `delta_rule.wgsl`,
-//! and after them `gather.wgsl` (the logit lens) and `score.wgsl` (scoring a text)):
+//! and after them `gather.wgsl` (the logit lens), `score.wgsl` (scoring a text) and
+//! `attention_weights.wgsl` (what a block attends to)):
 //! one typed constructor per kernel, each with its parameter struct and its buffers by name. A
 //! constructor compiles the kernel's pipelines (cached per GPU); `bind` builds its bind group and
 //! parameter buffer once; [`Bound::record`] adds one dispatch to a [`Recorder`], its grid computed
@@ -944,6 +945,89 @@ pub fn gather(
 }
 
 // ---------------------------------------------------------------------------------------------
+// attention_weights.wgsl
+
+/// [`AttentionWeightsParams::head`] for the mean over every head.
+pub const MEAN_OF_HEADS: u32 = u32::MAX;
+
+wgsl_struct! {
+    /// `attention_weights.wgsl`'s parameters.
+    pub struct AttentionWeightsParams {
+        /// Query heads.
+        pub heads: u32,
+        /// Key/value heads (`heads` is a multiple).
+        pub kv_heads: u32,
+        /// Values per head.
+        pub head_dim: u32,
+        /// Scores are `q·k · scale`.
+        pub scale: f32,
+        /// A local block's window (0: none).
+        pub window: u32,
+        /// The head shown, or [`MEAN_OF_HEADS`].
+        pub head: u32,
+        /// The position of `out`'s first row.
+        pub first: u32,
+        /// Rows of `out` (positions `first .. first + count`).
+        pub count: u32,
+        /// Values per row of `out` (at least `first + count`: a row holds keys `0..=position`).
+        pub keys: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad0: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad1: u32,
+        /// Padding (uniform structs are read in 16-byte rows).
+        pub _pad2: u32,
+    }
+}
+
+static ATTENTION_WEIGHTS: KernelSpec = KernelSpec {
+    name: "attention_weights",
+    source: include_str!("../../../shaders/attention_weights.wgsl"),
+    structs: &[StepParams::WGSL, AttentionWeightsParams::WGSL],
+    rms: false,
+    lib: &[],
+    // The query and a reduction array of WG words (at most 256 lanes).
+    workgroup_bytes: 4 * MAX_HEAD_DIM + 4 * 256,
+    declared: false,
+    slots: &[
+        STEP,
+        Slot::Uniform("params", AttentionWeightsParams::NAME),
+        Slot::Read("q", "array<f32>"),
+        Slot::Read("kv", "array<f32>"),
+        Slot::ReadWrite("out", "array<f32>"),
+    ],
+};
+
+/// `attention_weights.wgsl`: for each row of the pass at a position in `first .. first + count`,
+/// the softmax weights of one head (or the mean of every head) over its keys, into row
+/// `position − first` of `out` `[count, keys]`. One dispatch, after the block's `attn_qkv`.
+pub fn attention_weights(
+    gpu: &Gpu,
+    params: AttentionWeightsParams,
+    step: &BufferView,
+    q: &BufferView,
+    kv: &BufferView,
+    out: &BufferView,
+) -> Result<Bound, KernelError> {
+    let AttentionWeightsParams { heads, kv_heads, head_dim, head, first, count, keys, .. } = params;
+    let ok = kv_heads > 0
+        && heads.is_multiple_of(kv_heads)
+        && (1..=MAX_HEAD_DIM).contains(&head_dim)
+        && (head < heads || head == MEAN_OF_HEADS)
+        && keys >= first + count
+        && out.size >= u64::from(count) * u64::from(keys) * 4
+        && gpu.tuning().workgroup.is_power_of_two()
+        && gpu.tuning().workgroup <= 256;
+    if !ok {
+        return Err(KernelError::invalid(
+            "attention_weights",
+            format!("{params:?} with an output of {} bytes", out.size),
+        ));
+    }
+    bind(gpu, &ATTENTION_WEIGHTS, &[], params, &[step, q, kv, out], Grid::Rows, 0)
+}
+
+// ---------------------------------------------------------------------------------------------
 // score.wgsl
 
 wgsl_struct! {
@@ -1020,6 +1104,7 @@ pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
         &LM_HEAD,
         &GATHER,
         &SCORE,
+        &ATTENTION_WEIGHTS,
         &DELTA_CONV,
         &DELTA_RULE,
     ];

@@ -12,9 +12,9 @@ use burn::backend::wgpu::wgpu;
 use common::{Rng, block_on};
 use nucleus_gguf::{GgmlType, dequantize};
 use nucleus_kernels::layer::{
-    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, DeltaConvParams,
-    DeltaRuleBuffers, DeltaRuleParams, EmbedParams, FfnBuffers, FfnParams, GatherParams, LmHeadParams, MatvecParams,
-    NormResidualParams, ScoreParams, StepShape,
+    self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttentionWeightsParams, AttnQkvBuffers,
+    AttnQkvParams, DeltaConvParams, DeltaRuleBuffers, DeltaRuleParams, EmbedParams, FfnBuffers, FfnParams,
+    GatherParams, LmHeadParams, MatvecParams, NormResidualParams, ScoreParams, StepShape,
 };
 use nucleus_kernels::{Gpu, GpuBuffer, Recorder, Tuning, WeightFormat, WgslStruct, reference};
 
@@ -740,6 +740,68 @@ fn score_rates_each_row_like_the_reference() {
                 assert!((got.log_sum_exp - expected.log_sum_exp).abs() < 1e-5, "{context}: {got:?} {expected:?}");
                 assert!((got.entropy - expected.entropy).abs() < 1e-5, "{context}: {got:?} {expected:?}");
                 assert_eq!((got.target, &got.top), (expected.target, &expected.top), "{context}");
+            }
+        }
+    }
+}
+
+/// `attention_weights.wgsl` against `reference::attention_weights`: one head and the mean of the
+/// heads, grouped-query heads, a window that cuts the keys and none, a pass after earlier
+/// positions of which only some rows are asked, keys in more than one round of the workgroup;
+/// within 1e-5, every row summing to 1 and zero past its position.
+#[test]
+fn attention_weights_are_the_softmax_of_each_asked_row() {
+    let mut rng = Rng::new(10);
+    for gpu in tunings() {
+        for (heads, kv_heads, head_dim, window, head) in [
+            (4usize, 2usize, 16usize, 0u32, Some(3usize)),
+            (4, 2, 16, 0, None),
+            (2, 1, 64, 70, None),
+            (6, 6, 8, 5, Some(0)),
+        ] {
+            // The pass: rows at positions 290..294; rows 291 and 292 asked.
+            let (pos, rows, first, count) = (290usize, 4usize, 291usize, 2usize);
+            let positions = pos + rows;
+            let q = random_f32(&mut rng, rows * heads * head_dim, 1.0);
+            let keys = random_f32(&mut rng, positions * kv_heads * head_dim, 1.0);
+            let values = random_f32(&mut rng, positions * kv_heads * head_dim, 1.0);
+            let kv: Vec<f32> = keys
+                .chunks_exact(kv_heads * head_dim)
+                .zip(values.chunks_exact(kv_heads * head_dim))
+                .flat_map(|(k, v)| k.iter().chain(v).copied())
+                .collect();
+            let keys_per_row = first + count + 3;
+            let out = gpu.storage("weights", (count * keys_per_row * 4) as u64);
+            let (q_buf, kv_buf) = (f32s(&gpu, &q), f32s(&gpu, &kv));
+            let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
+            let params = AttentionWeightsParams {
+                heads: heads as u32,
+                kv_heads: kv_heads as u32,
+                head_dim: head_dim as u32,
+                scale: (1.0 / (head_dim as f64).sqrt()) as f32,
+                window,
+                head: head.map_or(layer::MEAN_OF_HEADS, |h| h as u32),
+                first: first as u32,
+                count: count as u32,
+                keys: keys_per_row as u32,
+                ..Default::default()
+            };
+            let bound =
+                layer::attention_weights(&gpu, params, &step.view(), &q_buf.view(), &kv_buf.view(), &out.view())
+                    .unwrap();
+            let got = run(&gpu, &[&bound], &step.shape, &out);
+            let window = (window > 0).then_some(window as usize);
+            let expected = reference::attention_weights(&q, &keys, pos, 1..3, heads, kv_heads, head_dim, window, head);
+            for (i, expected) in expected.iter().enumerate() {
+                let row = &got[i * keys_per_row..(i + 1) * keys_per_row];
+                let context = format!(
+                    "{heads}/{kv_heads} heads of {head_dim}, window {window:?}, head {head:?}, row {i}, {:?}",
+                    gpu.tuning()
+                );
+                assert_close(&row[..expected.len()], expected, &context);
+                assert!(row[expected.len()..].iter().all(|&w| w == 0.0), "{context}: nothing past the position");
+                let sum: f64 = row.iter().map(|&w| f64::from(w)).sum();
+                assert!((sum - 1.0).abs() < 1e-5, "{context}: sums to {sum}");
             }
         }
     }

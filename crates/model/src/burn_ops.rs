@@ -150,7 +150,22 @@ impl BurnModel {
         start: usize,
         logits: Logits,
     ) -> Result<Tensor<2>, ModelError> {
-        self.forward_keeping(tokens, cache, start, logits, None)
+        self.forward_keeping(tokens, cache, start, logits, None, None)
+    }
+
+    /// Runs `tokens` as [`Self::forward`] does and returns block `block`'s attention weights
+    /// after the softmax `[kv_heads, group · S, T − lo]` (row `(kv, g·S + i)`: head `kv·G + g`,
+    /// query `start + i`; column `j`: key `lo + j`) with `lo`.
+    pub(crate) fn attention_weights(
+        &self,
+        tokens: &[u32],
+        cache: &mut BurnCache,
+        start: usize,
+        block: usize,
+    ) -> Result<(Tensor<3>, usize), ModelError> {
+        let mut kept = None;
+        self.forward_keeping(tokens, cache, start, Logits::Last, None, Some((block, &mut kept)))?;
+        kept.ok_or_else(|| ModelError::Invalid(format!("block {block} does not attend")))
     }
 
     /// The logit lens of the last of `tokens`, run as [`Self::forward`] runs them: its residual
@@ -163,13 +178,14 @@ impl BurnModel {
         start: usize,
     ) -> Result<(Tensor<2>, Tensor<2>), ModelError> {
         let mut rows = Vec::with_capacity(self.weights.blocks.len());
-        self.forward_keeping(tokens, cache, start, Logits::Last, Some(&mut rows))?;
+        self.forward_keeping(tokens, cache, start, Logits::Last, Some(&mut rows), None)?;
         let hidden = Tensor::cat(rows, 0);
         let normed = self.norm(hidden.clone(), &self.weights.output_norm);
         Ok((hidden, self.linear(normed, self.weights.output())?))
     }
 
-    /// [`Self::forward`], keeping the last row's residual after each block in `lens`.
+    /// [`Self::forward`], keeping the last row's residual after each block in `lens`, and with
+    /// `weights` (a block, a place) that block's attention weights and their first key.
     fn forward_keeping(
         &self,
         tokens: &[u32],
@@ -177,6 +193,7 @@ impl BurnModel {
         start: usize,
         logits: Logits,
         mut lens: Option<&mut Vec<Tensor<2>>>,
+        mut weights: Option<(usize, &mut Option<(Tensor<3>, usize)>)>,
     ) -> Result<Tensor<2>, ModelError> {
         if cache.keys.len() != self.weights.blocks.len() {
             return Err(ModelError::Invalid("the cache was made for another model".into()));
@@ -191,7 +208,8 @@ impl BurnModel {
         let spec = self.architecture.block;
         for (index, block) in self.weights.blocks.iter().enumerate() {
             let h = self.norm(x.clone(), &block.attention_norm);
-            let attention = self.attention(h, block, index, cache, start)?;
+            let keep = weights.as_mut().filter(|(block, _)| *block == index).map(|(_, kept)| &mut **kept);
+            let attention = self.attention(h, block, index, cache, start, keep)?;
             x = x + self.post_norm(attention, block.post_attention_norm.as_ref());
             let h = self.norm(x.clone(), &block.feed_forward_norm);
             let gate = self.linear(h.clone(), &block.gate)?;
@@ -255,6 +273,7 @@ impl BurnModel {
         index: usize,
         cache: &mut BurnCache,
         start: usize,
+        keep: Option<&mut Option<(Tensor<3>, usize)>>,
     ) -> Result<Tensor<2>, ModelError> {
         let c = &self.config;
         let spec = self.architecture.block;
@@ -297,7 +316,11 @@ impl BurnModel {
         if let Some(mask) = self.mask(start, seq, lo, attention.window) {
             scores = scores + mask;
         }
-        let out = softmax(scores, 2).matmul(v_all); // [KV, G·S, hd]
+        let weights = softmax(scores, 2);
+        if let Some(keep) = keep {
+            *keep = Some((weights.clone(), lo));
+        }
+        let out = weights.matmul(v_all); // [KV, G·S, hd]
         let out = out.reshape([heads, seq, hd]).swap_dims(0, 1).reshape([seq, heads * hd]);
         self.linear(out, &block.output)
     }

@@ -11,8 +11,10 @@
 //! (Qwen3.5) keeps its fixed-size state instead ([`crate::state`]), and its prompt runs through
 //! the chunked form of the delta rule (`nucleus_cpu::delta_net`).
 
+use std::ops::Range;
+
 use nucleus_cpu::delta_net::{self, DeltaInputs, DeltaShape};
-use nucleus_cpu::ops::{AttentionShape, attention, inverse_rms, rms_norm};
+use nucleus_cpu::ops::{AttentionShape, attention, attention_weights, inverse_rms, rms_norm};
 use nucleus_cpu::{Matrix, matmul, matmuls};
 use nucleus_gguf::{GgmlType, GgufFile, TensorInfo};
 
@@ -186,7 +188,7 @@ impl CpuModel {
         start: usize,
         logits: Logits,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let x = self.blocks(tokens, cache, start, None)?;
+        let x = self.blocks(tokens, cache, start, Taps::default())?;
         let rows = match logits {
             Logits::Last => &x[(tokens.len() - 1) * self.config.embedding_length..],
             Logits::All => &x[..],
@@ -196,7 +198,7 @@ impl CpuModel {
 
     /// Runs `tokens` into `cache` without the output layer (no logits wanted).
     pub(crate) fn advance(&self, tokens: &[u32], cache: &mut CpuCache, start: usize) -> Result<(), ModelError> {
-        self.blocks(tokens, cache, start, None).map(drop)
+        self.blocks(tokens, cache, start, Taps::default()).map(drop)
     }
 
     /// The logit lens of the last of `tokens`: the residual after every block and the whole rows
@@ -209,11 +211,28 @@ impl CpuModel {
         candidates: usize,
     ) -> Result<LogitLens, ModelError> {
         let mut hidden = Vec::with_capacity(self.config.block_count);
-        self.blocks(tokens, cache, start, Some(&mut hidden))?;
+        self.blocks(tokens, cache, start, Taps { lens: Some(&mut hidden), attention: None })?;
         // One product over every block's row: the output layer is read once.
         let rows = self.head(&hidden.concat());
         // The rows are in memory already: nothing is read back.
         Ok(LogitLens { bytes_read: 0, ..LogitLens::from_rows(hidden, &rows, candidates) })
+    }
+
+    /// Runs `tokens` after what `cache` holds, as [`Self::forward`] does (without the output
+    /// layer), and returns what block `block`'s attention weighs each key by for the query
+    /// positions `rows`: head `head`'s weights, or the mean over every head.
+    pub(crate) fn attention_weights(
+        &self,
+        tokens: &[u32],
+        cache: &mut CpuCache,
+        start: usize,
+        block: usize,
+        head: Option<usize>,
+        rows: Range<usize>,
+    ) -> Result<Vec<Vec<f32>>, ModelError> {
+        let mut tap = AttentionTap { block, head, rows, weights: Vec::new() };
+        self.blocks(tokens, cache, start, Taps { lens: None, attention: Some(&mut tap) })?;
+        Ok(tap.weights)
     }
 
     /// The output norm and layer of rows `x` (`[n, dim]`): `n` rows of logits.
@@ -232,14 +251,15 @@ impl CpuModel {
     }
 
     /// The embedding and every block for `tokens`; the residual stream `[seq, dim]` after the last,
-    /// and with `lens` the last row after each.
+    /// with `taps.lens` the last row after each, with `taps.attention` its block's weights.
     fn blocks(
         &self,
         tokens: &[u32],
         cache: &mut CpuCache,
         start: usize,
-        mut lens: Option<&mut Vec<Vec<f32>>>,
+        taps: Taps<'_>,
     ) -> Result<Vec<f32>, ModelError> {
+        let Taps { mut lens, attention: mut tap } = taps;
         let c = &self.config;
         let spec = self.architecture.block;
         let (seq, d) = (tokens.len(), c.embedding_length);
@@ -266,7 +286,8 @@ impl CpuModel {
             self.norm(&x, &block.attention_norm, &mut h);
             match &block.mixer {
                 MixerWeights::Attention(weights) => {
-                    let attended = self.attention(&h, weights, index, cache, start)?;
+                    let tap = tap.as_deref_mut().filter(|tap| tap.block == index);
+                    let attended = self.attention(&h, weights, index, cache, start, tap)?;
                     matmul(&weights.output.matrix(), &attended, &mut projected, false);
                 }
                 MixerWeights::GatedDeltaNet(weights) => {
@@ -376,6 +397,7 @@ impl CpuModel {
         index: usize,
         cache: &mut CpuCache,
         start: usize,
+        tap: Option<&mut AttentionTap>,
     ) -> Result<Vec<f32>, ModelError> {
         let c = &self.config;
         let spec = self.architecture.block;
@@ -441,6 +463,11 @@ impl CpuModel {
             scale: (1.0 / (hd as f64).sqrt()) as f32,
             window: c.block_attention(index).window,
         };
+        if let Some(tap) = tap {
+            // The rows asked that this pass holds, as rows of the pass.
+            let local = tap.rows.start.max(start) - start..tap.rows.end.min(start + seq).max(start) - start;
+            tap.weights.extend(attention_weights(&q, &keys[..end], start, shape, local, tap.head));
+        }
         let mut out = vec![0.0; seq * q_dim];
         attention(&q, &keys[..end], &values[..end], start, shape, &mut out);
         if let Some(gate) = gate {
@@ -458,6 +485,24 @@ impl CpuModel {
 
 /// One tensor as the CPU engine holds it: a matrix in its blocks, a vector (and the Gated
 /// DeltaNet's small convolution) in f32.
+/// What a pass keeps besides its output.
+#[derive(Default)]
+struct Taps<'a> {
+    /// The last row of the residual stream after every block (the logit lens).
+    lens: Option<&'a mut Vec<Vec<f32>>>,
+    /// One block's attention weights.
+    attention: Option<&'a mut AttentionTap>,
+}
+
+/// An attention read ([`CpuModel::attention_weights`]): block `block`'s weights for the query
+/// positions `rows`, one head's or (`None`) the mean of every head's, gathered in `weights`.
+struct AttentionTap {
+    block: usize,
+    head: Option<usize>,
+    rows: Range<usize>,
+    weights: Vec<Vec<f32>>,
+}
+
 fn load(file: &GgufFile, role: Role, info: &TensorInfo) -> Result<CpuWeight, ModelError> {
     let (rows, cols) = info.matrix_shape();
     if info.dims.len() == 1 || role == Role::DeltaConv {

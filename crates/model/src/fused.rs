@@ -672,7 +672,7 @@ impl FusedModel {
         start: usize,
         logits: Logits,
     ) -> Result<FusedLogits, ModelError> {
-        self.record(tokens, cache, start, logits, None)
+        self.record(tokens, cache, start, logits, Taps::default())
     }
 
     /// The logit lens of the last of `tokens` (run as [`Self::forward`] runs them, in the same
@@ -717,7 +717,8 @@ impl FusedModel {
             gathered,
             gather,
         };
-        self.record(tokens, cache, start, Logits::Last, Some(&lens))?.wait().await?;
+        let taps = Taps { lens: Some(&lens), ..Taps::default() };
+        self.record(tokens, cache, start, Logits::Last, taps)?.wait().await?;
         let hidden: Vec<f32> = bytemuck::cast_slice(&gpu.read(lens.hidden_read.buffer(), hidden_bytes).await?).to_vec();
         let records = gpu.read(lens.records_read.buffer(), records_bytes).await?;
         let words: &[u32] = bytemuck::cast_slice(&records);
@@ -774,7 +775,7 @@ impl FusedModel {
         let passes = tokens.len().div_ceil(MAX_LOGIT_ROWS);
         for (index, chunk) in tokens.chunks(MAX_LOGIT_ROWS).enumerate() {
             let pos = start + index * MAX_LOGIT_ROWS;
-            let logits = self.record(chunk, cache, pos, Logits::All, None)?;
+            let logits = self.record(chunk, cache, pos, Logits::All, Taps::default())?;
             let rows = chunk.len() as u32;
             // The grid reads the logit rows only; the kernel reads the pass's step parameters.
             let shape = StepShape::new(pos as u32, rows, rows, 1, rows);
@@ -795,15 +796,74 @@ impl FusedModel {
         Ok((scores, records_bytes))
     }
 
-    /// [`Self::forward`], with the logit lens's copies and dispatches when `lens` is given.
+    /// Runs `tokens` after the `start` positions `cache` holds, as [`Self::forward`] does, and
+    /// reads what block `block`'s attention weighs each key by for the query positions `rows`
+    /// (within the pass): head `head`'s weights or the mean of every head's
+    /// (`attention_weights.wgsl`, recorded after the block's `attn_qkv` in each pass). Reads
+    /// back only those rows. Returns them (row `i`: the `rows.start + i + 1` weights of keys
+    /// `0..=rows.start + i`) and the bytes read.
+    pub(crate) async fn attention(
+        &self,
+        tokens: &[u32],
+        cache: &mut FusedCache,
+        start: usize,
+        block: usize,
+        head: Option<usize>,
+        rows: std::ops::Range<usize>,
+    ) -> Result<(Vec<Vec<f32>>, u64), ModelError> {
+        use wgpu::BufferUsages as U;
+        let (shared, gpu) = (&self.shared, &self.shared.gpu);
+        let c = &shared.config;
+        // The cache's buffers for the whole pass first: the tap binds the block's keys where
+        // the pass will write them.
+        let mut recorder = Recorder::new(gpu);
+        cache.reserve(start + tokens.len(), &mut recorder)?;
+        shared.submit_after_pending(recorder);
+        let CachedBlock::Attention { kv, .. } = &cache.blocks[block] else {
+            return Err(ModelError::Invalid(format!("block {block} does not attend")));
+        };
+        let keys = rows.end;
+        let out_bytes = (rows.len() * keys * 4) as u64;
+        let out = gpu.storage("attention weights", out_bytes);
+        let read = gpu.buffer("attention weights readback", out_bytes, U::MAP_READ | U::COPY_DST);
+        let attention = attention_params(c, block);
+        let params = layer::AttentionWeightsParams {
+            heads: attention.heads,
+            kv_heads: attention.kv_heads,
+            head_dim: attention.head_dim,
+            scale: attention.scale,
+            window: attention.window,
+            head: head.map_or(layer::MEAN_OF_HEADS, |h| h as u32),
+            first: rows.start as u32,
+            count: rows.len() as u32,
+            keys: keys as u32,
+            ..Default::default()
+        };
+        let step = shared.step.range(0, std::mem::size_of::<layer::StepParams>() as u64);
+        let kernel = layer::attention_weights(gpu, params, &step, &shared.q.view(), &kv.view(), &out.view())?;
+        let tap = AttentionTap { block, kernel };
+        let logits =
+            self.record(tokens, cache, start, Logits::Last, Taps { attention: Some(&tap), ..Taps::default() })?;
+        let mut copy = Recorder::new(gpu);
+        copy.copy(out.buffer(), 0, read.buffer(), 0, out_bytes);
+        shared.submit_after_pending(copy);
+        drop(logits);
+        let values: Vec<f32> = bytemuck::cast_slice(&gpu.read(read.buffer(), out_bytes).await?).to_vec();
+        let weights = values.chunks_exact(keys).zip(rows).map(|(row, position)| row[..=position].to_vec()).collect();
+        Ok((weights, out_bytes))
+    }
+
+    /// [`Self::forward`], with the logit lens's copies and dispatches, or an attention read's,
+    /// when `taps` asks for them.
     fn record(
         &self,
         tokens: &[u32],
         cache: &mut FusedCache,
         start: usize,
         logits: Logits,
-        lens: Option<&LensBuffers>,
+        taps: Taps<'_>,
     ) -> Result<FusedLogits, ModelError> {
+        let lens = taps.lens;
         let clock = web_time::Instant::now();
         let shared = &self.shared;
         if !Arc::ptr_eq(shared, &cache.shared) {
@@ -853,7 +913,11 @@ impl FusedModel {
             for (block, (kernels, cached)) in shared.blocks_bound.iter().zip(&cache.blocks).enumerate() {
                 match (&kernels.mixer, cached) {
                     (MixerKernels::Attention { combine, output }, CachedBlock::Attention { qkv, attention, .. }) => {
-                        for kernel in [qkv, attention, combine, output] {
+                        qkv.record(&mut recorder, &shape);
+                        if let Some(tap) = taps.attention.filter(|tap| tap.block == block) {
+                            tap.kernel.record(&mut recorder, &shape);
+                        }
+                        for kernel in [attention, combine, output] {
                             kernel.record(&mut recorder, &shape);
                         }
                     }
@@ -1027,6 +1091,21 @@ fn upload(file: &GgufFile, role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64)
         })
         .collect();
     Ok(GpuWeight { parts, format })
+}
+
+/// What a pass records besides the forward pass itself.
+#[derive(Clone, Copy, Default)]
+struct Taps<'a> {
+    /// The logit lens's copies and dispatches after every block.
+    lens: Option<&'a LensBuffers>,
+    /// An attention read, after its block's `attn_qkv`.
+    attention: Option<&'a AttentionTap>,
+}
+
+/// `attention_weights.wgsl` bound for one read ([`FusedModel::attention`]).
+struct AttentionTap {
+    block: usize,
+    kernel: Bound,
 }
 
 /// The buffers of one logit-lens pass ([`FusedModel::logit_lens`]).

@@ -23,6 +23,7 @@
 //! computation in each path: not a new loop.
 
 mod architecture;
+mod attention;
 #[cfg(feature = "burn-ops")]
 mod burn_ops;
 mod config;
@@ -45,6 +46,7 @@ pub use architecture::{
     ARCHITECTURES, Architecture, BlockSpec, FeedForward, GEMMA3, LLAMA, Mixer, Norm, QWEN2, QWEN3, QWEN35, Role, Rope,
     SlidingWindow,
 };
+pub use attention::{AttentionHeads, AttentionMap, MAX_ATTENTION_ROWS};
 pub use config::{BlockAttention, DeltaNetConfig, ModelConfig};
 pub use device::ModelDevice;
 #[cfg(feature = "gpu")]

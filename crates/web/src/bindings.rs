@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
-    BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice, ScoreRequest,
-    OptionError, PrefillProgress, js_name, js_option_error,
+    BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice,
+    OptionError, PrefillProgress, ScoreRequest, js_name, js_option_error,
 };
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
@@ -293,7 +293,8 @@ impl WasmEngine {
             if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
                 return Err(busy());
             }
-            let request = ScoreRequest::from_json(&options_json, inner.engine.info().vocab_size).map_err(option_error)?;
+            let request =
+                ScoreRequest::from_json(&options_json, inner.engine.info().vocab_size).map_err(option_error)?;
             let report = inner.engine.score(&request).await.map_err(engine_error)?;
             Ok(shapes::score(&report).to_string().into())
         })

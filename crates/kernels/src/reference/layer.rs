@@ -256,34 +256,83 @@ pub fn attention(
 ) -> Vec<f64> {
     let rows = q.len() / (heads * head_dim);
     let kv_width = kv_heads * head_dim;
-    let scale = 1.0 / (head_dim as f64).sqrt();
     let mut out = vec![0.0; q.len()];
     for s in 0..rows {
         for h in 0..heads {
             let kv_head = h / (heads / kv_heads);
-            let query = &q[(s * heads + h) * head_dim..][..head_dim];
-            let seen = pos + s + 1;
-            let first = window.map_or(0, |w| seen.saturating_sub(w));
-            let scores: Vec<f64> = (first..seen)
-                .map(|t| {
-                    let key = &keys[t * kv_width + kv_head * head_dim..][..head_dim];
-                    query.iter().zip(key).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * scale
-                })
-                .collect();
-            let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
-            let total: f64 = weights.iter().sum();
+            let (first, weights) = head_weights(q, keys, pos + s, s * heads + h, kv_head, kv_heads, head_dim, window);
             for d in 0..head_dim {
                 let value: f64 = weights
                     .iter()
                     .zip(first..)
                     .map(|(&w, t)| w * f64::from(values[t * kv_width + kv_head * head_dim + d]))
                     .sum();
-                out[(s * heads + h) * head_dim + d] = value / total;
+                out[(s * heads + h) * head_dim + d] = value;
             }
         }
     }
     out
+}
+
+/// The softmax of one query's scores over the keys it sees: the query at `q`'s head slot `slot`
+/// (position `position`) against kv head `kv_head`'s keys `0..=position` (from its window's
+/// first with a `window`), scale `1/√head_dim`. Returns the first key seen and the weights.
+#[allow(clippy::too_many_arguments)]
+fn head_weights(
+    q: &[f32],
+    keys: &[f32],
+    position: usize,
+    slot: usize,
+    kv_head: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+) -> (usize, Vec<f64>) {
+    let scale = 1.0 / (head_dim as f64).sqrt();
+    let query = &q[slot * head_dim..][..head_dim];
+    let seen = position + 1;
+    let first = window.map_or(0, |w| seen.saturating_sub(w));
+    let scores: Vec<f64> = (first..seen)
+        .map(|t| {
+            let key = &keys[(t * kv_heads + kv_head) * head_dim..][..head_dim];
+            query.iter().zip(key).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() * scale
+        })
+        .collect();
+    let max = scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let weights: Vec<f64> = scores.iter().map(|&x| (x - max).exp()).collect();
+    let total: f64 = weights.iter().sum();
+    (first, weights.into_iter().map(|w| w / total).collect())
+}
+
+/// `attention_weights.wgsl`: what [`attention`] weighs each key by, after the softmax, for the
+/// query rows `rows` of `q` (row `s` at position `pos + s`): head `head`'s weights, or with
+/// `None` the mean over every head. Each row holds `pos + s + 1` weights (keys `0..=pos + s`),
+/// zero before the window's first key.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_weights(
+    q: &[f32],
+    keys: &[f32],
+    pos: usize,
+    rows: std::ops::Range<usize>,
+    heads: usize,
+    kv_heads: usize,
+    head_dim: usize,
+    window: Option<usize>,
+    head: Option<usize>,
+) -> Vec<Vec<f64>> {
+    let chosen: Vec<usize> = head.map_or_else(|| (0..heads).collect(), |h| vec![h]);
+    rows.map(|s| {
+        let mut row = vec![0.0; pos + s + 1];
+        for &h in &chosen {
+            let kv_head = h / (heads / kv_heads);
+            let (first, weights) = head_weights(q, keys, pos + s, s * heads + h, kv_head, kv_heads, head_dim, window);
+            for (t, w) in (first..).zip(weights) {
+                row[t] += w / chosen.len() as f64;
+            }
+        }
+        row
+    })
+    .collect()
 }
 
 /// `ffn_gate_up.wgsl`: `act(g)·u` of the gate and up projections of RMSNorm(x)·γ, `act` SiLU or

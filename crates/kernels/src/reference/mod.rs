@@ -203,6 +203,6 @@ pub fn linear(x: &[f32], weight: &[f32], rows: usize, inputs: usize, layout: Wei
 
 mod layer;
 pub use layer::{
-    DeltaSpec, QkvRows, QkvSpec, attention, attn_qkv, delta_conv, delta_rule, embed, ffn_gate_up, gather, lm_head,
-    matvec, norm_residual, output_gate, rms_norm, rope_angles,
+    DeltaSpec, QkvRows, QkvSpec, attention, attention_weights, attn_qkv, delta_conv, delta_rule, embed, ffn_gate_up,
+    gather, lm_head, matvec, norm_residual, output_gate, rms_norm, rope_angles,
 };
