@@ -23,9 +23,13 @@ export interface NucleusPlaygroundAttributes {
   seed?: string;
   /** 1..=256 (default 16). */
   'max-tokens'?: string;
-  mode?: 'inspector' | 'full' | 'compare' | 'score';
-  /** Score mode's text (default: the element's own text). */
+  mode?: 'inspector' | 'full' | 'compare' | 'score' | 'attention';
+  /** Score and attention modes' text (default: the element's own text). */
   text?: string;
+  /** Attention mode's layer, 1-based (default the last). */
+  layer?: string;
+  /** Attention mode's head, 1-based (default the mean of the layer's heads). */
+  head?: string;
   /** Compare mode's temperatures, space- or comma-separated (default "0 0.7 1.5"). */
   temperatures?: string;
   /** Present: generate once the model is loaded. */
@@ -35,9 +39,9 @@ export interface NucleusPlaygroundAttributes {
 }
 
 export class NucleusPlaygroundElement extends HTMLElement {
-  /** `inspector`, `full`, `compare` or `score` (the `mode` attribute; anything else is `inspector`). */
-  readonly mode: 'inspector' | 'full' | 'compare' | 'score';
-  /** The text score mode rates: the `text` attribute, else the element's own text. */
+  /** `inspector`, `full`, `compare`, `score` or `attention` (the `mode` attribute; anything else is `inspector`). */
+  readonly mode: 'inspector' | 'full' | 'compare' | 'score' | 'attention';
+  /** The text score and attention modes read: the `text` attribute, else the element's own text. */
   readonly text: string;
   /** The sampling settings the attributes give, each clamped to its range. */
   settings(): { temperature: number; topK: number; topP: number; minP: number; typicalP: number };
@@ -45,6 +49,8 @@ export class NucleusPlaygroundElement extends HTMLElement {
   generate(): Promise<void>;
   /** Score mode: rates the text and draws it (done once the model loads). */
   score(): Promise<void>;
+  /** Attention mode: reads the text's attention and draws it (done once the model loads). */
+  attend(): Promise<void>;
   setAttribute<K extends keyof NucleusPlaygroundAttributes>(name: K, value: string): void;
   setAttribute(name: string, value: string): void;
 }

@@ -16,7 +16,10 @@
 // `compare` (the same prompt and seed at three temperatures, `temperatures="0 0.7 1.5"`, side by
 // side, each with its chips and chart) or `score` (a paragraph scored in place once the model is
 // loaded: the `text` attribute, else the element's own text; each token coloured by the rank the
-// model gave it, with a legend, and what the model expected at the token picked); `autoplay` (generate once loaded); `trace` (the URL of a
+// model gave it, with a legend, and what the model expected at the token picked) or `attention`
+// (the same text's attention in one layer, `layer` 1-based, default the last, and `head`, default
+// the mean of its heads: a heatmap, and the text shaded by what the token picked attends to);
+// `autoplay` (generate once loaded); `trace` (the URL of a
 // recorded run: replayed at once, before any model loads).
 //
 // Its DOM is a shadow root with its own styles (constructed style sheets: a page's CSP needs no
@@ -30,6 +33,7 @@ import { DEFAULTS, KNOBS, WHAT_IF_KEYS, loadSampler } from './what-if.js';
 import { runOfTrace } from './trace.js';
 import { RunColumn } from './run-column.js';
 import { drawScoreLegend, drawScoredTokens, scoreSummary } from './score-view.js';
+import { attentionSummary, drawAttention } from './attention-view.js';
 
 /** `topP` -> `top-p`: a setting's attribute. */
 const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`);
@@ -37,7 +41,7 @@ const attributeOf = (key) => key.replace(/[A-Z]/g, (c) => `-${c.toLowerCase()}`)
 const settingKnobs = () => KNOBS.filter((knob) => WHAT_IF_KEYS.includes(knob.key));
 /** The what-if sliders an element shows (not in compare mode). */
 const SLIDERS = ['temperature', 'topP'];
-const MODES = ['inspector', 'full', 'compare', 'score'];
+const MODES = ['inspector', 'full', 'compare', 'score', 'attention'];
 /** Alternatives shown per token in score mode. */
 const SCORE_TOP_K = 5;
 const DEFAULT_TEMPERATURES = [0, 0.7, 1.5];
@@ -143,7 +147,7 @@ const registered = new Set();
 
 export class NucleusPlaygroundElement extends HTMLElement {
   /** What changes the element's layout; the settings are read when a generation starts. */
-  static observedAttributes = ['prompt', 'mode', 'temperatures', 'text'];
+  static observedAttributes = ['prompt', 'mode', 'temperatures', 'text', 'layer', 'head'];
 
   #root;
   /** The runs shown: one RunColumn, or one per temperature in compare mode (its `temperature`). */
@@ -175,6 +179,7 @@ export class NucleusPlaygroundElement extends HTMLElement {
     if (!this.#drawn || this.#busy) return;
     this.#render();
     if (this.mode === 'score' && this.#loaded) this.score();
+    if (this.mode === 'attention' && this.#loaded) this.attend();
   }
 
   get mode() {
@@ -199,7 +204,7 @@ export class NucleusPlaygroundElement extends HTMLElement {
     return given.length && given.every((t) => Number.isFinite(t) && t >= 0) ? given : DEFAULT_TEMPERATURES;
   }
 
-  /** The text score mode rates: the `text` attribute, else the element's own text. */
+  /** The text score and attention modes read: the `text` attribute, else the element's own text. */
   get text() {
     return this.getAttribute('text') ?? this.textContent.trim();
   }
@@ -212,6 +217,16 @@ export class NucleusPlaygroundElement extends HTMLElement {
         <ul class="legend score-legend" aria-label="Rank the model gave each token, with counts"></ul>
         <p class="scored-text" role="group" aria-label="The scored text, a button per token"></p>
         <div class="score-detail" aria-live="polite"></div>`;
+      this.#root.querySelector('.scored-text').textContent = this.text;
+      return;
+    }
+    if (this.mode === 'attention') {
+      this.#columns = [];
+      this.#root.innerHTML = `
+        <div class="top"><span class="status" role="status" aria-live="polite">Loading the model…</span></div>
+        <div class="attention-scroll" tabindex="0" role="region" aria-label="The attention heatmap"></div>
+        <p class="scored-text" role="group" aria-label="The text: pick a token to see what it attends to"></p>
+        <p class="attention-detail whatif" aria-live="polite"></p>`;
       this.#root.querySelector('.scored-text').textContent = this.text;
       return;
     }
@@ -320,6 +335,10 @@ export class NucleusPlaygroundElement extends HTMLElement {
         await this.score();
         return;
       }
+      if (this.mode === 'attention') {
+        await this.attend();
+        return;
+      }
       this.#root.querySelector('.go').disabled = false;
       if (this.hasAttribute('autoplay') && !trace) await this.generate();
     } catch (error) {
@@ -379,6 +398,27 @@ export class NucleusPlaygroundElement extends HTMLElement {
       drawScoredTokens(this.#root.querySelector('.scored-text'), this.#root.querySelector('.score-detail'), report);
       this.dataset.state = 'scored';
       this.#status(`${scoreSummary(report)} Pick a token for what the model expected there.`);
+    } catch (error) {
+      this.#status(`${error.code ? `${error.code}: ` : ''}${error.message}`, true);
+    } finally {
+      this.#busy = false;
+      delete this.dataset.queue;
+    }
+  }
+
+  /** Attention mode: reads the text's attention in the `layer` and `head` asked, in turn, and draws it. */
+  async attend() {
+    if (this.#busy || this.mode !== 'attention') return;
+    this.#busy = true;
+    const whole = (name) => (this.hasAttribute(name) ? Number(this.getAttribute(name)) : undefined);
+    try {
+      const lm = await this.#engine();
+      this.#status('Reading the text…');
+      const report = await inTurn(this, () => lm.attention({ prompt: this.text, layer: whole('layer'), head: whole('head') }));
+      drawAttention({ map: this.#root.querySelector('.attention-scroll'), text: this.#root.querySelector('.scored-text'),
+        detail: this.#root.querySelector('.attention-detail') }, report);
+      this.dataset.state = 'attended';
+      this.#status(`${attentionSummary(report)} Pick a token to see what it attends to.`);
     } catch (error) {
       this.#status(`${error.code ? `${error.code}: ` : ''}${error.message}`, true);
     } finally {

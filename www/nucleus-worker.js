@@ -20,7 +20,8 @@ let wasmMemory = null;
 /** Once the GPU device is lost, the error every later request that needs it gets. */
 let deviceLost = null;
 /** The requests that need the GPU. */
-const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next, REQUEST.logitLens, REQUEST.score, REQUEST.beamSearch]);
+const NEEDS_GPU = new Set([REQUEST.generate, REQUEST.next, REQUEST.logitLens, REQUEST.score, REQUEST.attention,
+  REQUEST.beamSearch]);
 
 /**
  * The GPU calls this worker has made: every GPUComputePassEncoder.dispatchWorkgroups,
@@ -261,6 +262,13 @@ const handlers = {
       throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
     }
     return JSON.parse(await engine.score(options));
+  },
+
+  async [REQUEST.attention]({ options }) {
+    if (generation && !generation.done) {
+      throw fail('busy', 'a generation is running: iterate it to the end or abort it first');
+    }
+    return JSON.parse(await engine.attention(options));
   },
 
   async [REQUEST.beamSearch]({ options }) {

@@ -305,6 +305,37 @@ export interface ScoreReport {
   elapsedMs: number;
 }
 
+export interface AttentionOptions {
+  prompt?: string;
+  messages?: ChatMessage[];
+  /** Token ids after the text's (a run's generated ids), read with it. */
+  generated?: number[];
+  /** 1-based; default the last layer. */
+  layer?: number;
+  /** 1-based; omitted: the mean of the layer's heads. */
+  head?: number;
+  /** The first query position (0-based token index); default `to − 256` (or 0). */
+  from?: number;
+  /** The position after the last query; default the text's end. */
+  to?: number;
+}
+
+export interface AttentionReport {
+  tokens: { id: number; text: string; special: boolean }[];
+  layer: number;
+  /** Absent for the mean of the layer's heads. */
+  head?: number;
+  heads: number;
+  /** What each layer keeps of earlier positions: 'kv-rows' (attention) or 'state' (no attention to show). */
+  layers: ('kv-rows' | 'state')[];
+  /** A local layer's window: a position sees itself and the window − 1 before it. */
+  window?: number;
+  /** Per query position, the weight of each position up to its own (sums to 1); none for a 'state' layer. */
+  rows: { position: number; weights: number[] }[];
+  bytesRead: number;
+  elapsedMs: number;
+}
+
 export interface BeamSearchOptions {
   prompt?: string;
   messages?: ChatMessage[];
@@ -457,6 +488,8 @@ export class Nucleus {
   logitLens(options: LogitLensOptions): Promise<LogitLensReport>;
   /** How surprising `text` is to the model, token by token (`null` with `options.messages`: a chat). */
   score(text: string | null, options?: ScoreOptions): Promise<ScoreReport>;
+  /** What a token attends to: one layer's attention weights over a text. */
+  attention(options: AttentionOptions): Promise<AttentionReport>;
   beamSearch(options: BeamSearchOptions): Promise<BeamSearchResult>;
   tokenize(text: string): Promise<number[]>;
   diagnostics(): Promise<Diagnostics>;

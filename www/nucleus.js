@@ -571,6 +571,24 @@ export class Nucleus {
   }
 
   /**
+   * What a token attends to: one layer's attention weights over a text, after the softmax.
+   * `options`: the text as `prompt` (or a chat as `messages`), `generated` (token ids after it, as
+   * a run sampled them), `layer` (1-based, default the last), `head` (1-based; omitted: the mean
+   * of the layer's heads), `from` and `to` (the query positions, 0-based token indices, `to`
+   * excluded; default the text's last 256). Resolves to `{ tokens: [{ id, text, special }],
+   * layer, head, heads, layers, window, rows: [{ position, weights }], bytesRead, elapsedMs }`:
+   * for each query position the weight it gives each position up to its own (a row sums to 1;
+   * 0 before a local layer's `window`). `layers` says what each layer keeps: 'kv-rows'
+   * (attention) or 'state' (a Gated DeltaNet layer, which has no attention: its report has no
+   * rows). Only the rows asked are read back. The text then fills the KV cache. Refused with
+   * `busy` while a generation runs.
+   */
+  async attention(options) {
+    checkOptionsObject(options, 'attention');
+    return this.#client.call(REQUEST.attention, { options: encodeOptions(options) });
+  }
+
+  /**
    * Beam search (deterministic). `options`: `prompt` or `messages`, `beams` (1..=8, default 3),
    * `lengthPenalty` (α, default 1: hypotheses ranked by logprob / length^α), `maxTokens` (1..=64,
    * default 8), `ignoreEos`. Resolves to `{ hypotheses: [{ tokens, text, logprob, score,

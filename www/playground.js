@@ -12,6 +12,7 @@ import { drawEntropyTrack, drawTimeline, entropyTrackOf } from './timeline.js';
 import { drawLens } from './lens.js';
 import { drawBeams } from './beams.js';
 import { drawScoreLegend, drawScoredTokens, scoreSummary } from './score-view.js';
+import { attentionSummary, drawAttention } from './attention-view.js';
 import { RunColumn, chipKeys } from './run-column.js';
 import { drawLedger } from './ledger.js';
 import {
@@ -441,6 +442,8 @@ function updateButtons() {
     || !ofLoadedModel(state.shownRun);
   $('score-run').disabled = state.busy || !state.lm || $('score-text').value.trim() === '';
   $('score-use-run').disabled = state.busy || !state.shownRun?.request?.prompt || !state.shownRun.result;
+  $('attention-run').disabled = state.busy || !state.lm || $('attention-text').value.trim() === '';
+  $('attention-use-run').disabled = $('score-use-run').disabled;
   $('score-continue').disabled = state.busy || !state.lm || (state.score?.selected ?? null) === null;
   $('stop').disabled = !state.busy;
   $('export-trace').disabled = state.busy || !state.shownRun;
@@ -1023,13 +1026,31 @@ async function scoreText() {
     });
 }
 
-/** The shown run's prompt and output, into the score panel's box. */
-function useRunText() {
+/** The shown run's prompt and output, into the box `id` (the score or attention panel's). */
+function useRunText(id) {
   const run = state.shownRun;
   if (!run?.request?.prompt || !run.result) return;
-  $('score-text').value = run.request.prompt + run.result.text;
-  $('score-chat').checked = false;
+  $(id).value = run.request.prompt + run.result.text;
+  if (id === 'score-text') $('score-chat').checked = false;
   updateButtons();
+}
+
+/** A positive whole number from the box `id`, or undefined when it is empty. */
+function optionalWhole(id) {
+  const text = $(id).value.trim();
+  return text === '' ? undefined : Number(text);
+}
+
+/** One layer's attention over the attention panel's text (its layer and head, or the defaults). */
+async function showAttention() {
+  const prompt = $('attention-text').value;
+  if (!state.lm || state.busy || prompt.trim() === '') return;
+  await panelJob({ status: 'attention-status', error: 'attention-error' }, 'Reading the text…', 'The attention could not be read',
+    async () => {
+      const report = await state.lm.attention({ prompt, layer: optionalWhole('attention-layer'), head: optionalWhole('attention-head') });
+      drawAttention({ map: $('attention-map'), text: $('attention-text-view'), detail: $('attention-detail') }, report);
+      return attentionSummary(report);
+    });
 }
 
 /**
@@ -1216,7 +1237,10 @@ async function start() {
   $('step-one').addEventListener('click', stepOnce);
   $('entropy-run').addEventListener('click', () => showEntropy());
   $('score-text').addEventListener('input', updateButtons);
-  $('score-use-run').addEventListener('click', useRunText);
+  $('score-use-run').addEventListener('click', () => useRunText('score-text'));
+  $('attention-use-run').addEventListener('click', () => useRunText('attention-text'));
+  $('attention-run').addEventListener('click', showAttention);
+  $('attention-text').addEventListener('input', updateButtons);
   $('score-continue').addEventListener('click', continueFromScored);
   $('compare-run').addEventListener('click', compareTemperatures);
   $('ledger-compare').addEventListener('click', compareWithoutSpeculation);

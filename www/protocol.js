@@ -29,6 +29,9 @@
  * @typedef {{ id: number, type: 'score', options: string }} ScoreRequest
  *   A text rated token by token (`options`: `lm.score`'s, the text as `prompt`, as JSON). Replies
  *   with the report. Replaces the KV cache's contents: refused with `busy` while a generation runs.
+ * @typedef {{ id: number, type: 'attention', options: string }} AttentionRequest
+ *   One layer's attention over a text (`options`: `lm.attention`'s, as JSON). Replies with the
+ *   report. Replaces the KV cache's contents: refused with `busy` while a generation runs.
  * @typedef {{ id: number, type: 'beamSearch', options: string }} BeamSearchRequest
  *   A beam search (`options`: `lm.beamSearch`'s, as JSON). Replies with its hypotheses and tree.
  * @typedef {{ id: number, type: 'abort', gen: number }} AbortRequest
@@ -41,7 +44,7 @@
  *   Replies with what the engine holds: { liveBuffers, liveBytes, kvCacheBytes, wasmMemoryBytes }.
  * @typedef {{ id: number, type: 'panicForTesting' }} PanicRequest
  *   Panics inside the engine, as a bug would. Replies with an `internal` error marked `crashed`.
- * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | ScoreRequest | BeamSearchRequest
+ * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | ScoreRequest | AttentionRequest | BeamSearchRequest
  *   | AbortRequest
  *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest} Request
  *
@@ -108,6 +111,7 @@ export const REQUEST = Object.freeze({
   next: 'next',
   logitLens: 'logitLens',
   score: 'score',
+  attention: 'attention',
   beamSearch: 'beamSearch',
   abort: 'abort',
   result: 'result',

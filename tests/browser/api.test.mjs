@@ -282,6 +282,37 @@ test('score on WebGPU: a greedy run\'s prompt and output rank each generated tok
   assert.deepEqual([notText?.code, notText?.option], ['bad-options', 'text'], notText?.message);
 });
 
+test('attention on WebGPU: a row per position summing to 1, only the rows asked read back; a bad layer or head is named', async () => {
+  const capital = reference.logit_cases.capital;
+  const report = await inPage((lm, prompt) => lm.attention({ prompt, layer: 3, head: 2, from: 1 }), capital.text);
+  const n = capital.ids.length;
+  assert.deepEqual(report.tokens.map((t) => t.id), capital.ids);
+  assert.deepEqual([report.layer, report.head, report.heads, report.layers.length], [3, 2, 9, 30]);
+  assert.deepEqual(report.rows.map((row) => row.position), [...Array(n).keys()].slice(1));
+  for (const row of report.rows) {
+    assert.equal(row.weights.length, row.position + 1);
+    const sum = row.weights.reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(sum - 1) < 1e-5, `row ${row.position} sums to ${sum}`);
+  }
+  assert.equal(report.bytesRead, (n - 1) * n * 4, 'rows × keys × 4 bytes');
+  const cpuRows = await page.evaluate(async ([prompt]) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const cpu = await Nucleus.load({ backend: 'cpu' });
+    try {
+      return (await cpu.attention({ prompt, layer: 3, head: 2, from: 1 })).rows;
+    } finally {
+      cpu.dispose();
+    }
+  }, [capital.text]);
+  let worst = 0;
+  cpuRows.forEach((row, i) => row.weights.forEach((w, k) => { worst = Math.max(worst, Math.abs(w - report.rows[i].weights[k])); }));
+  assert.ok(worst < 1e-4, `WebGPU and the CPU engine differ by ${worst}`);
+  for (const [options, option] of [[{ prompt: 'x', layer: 31 }, 'layer'], [{ prompt: 'x', head: 10 }, 'head'], [{ prompt: 'x', from: 1 }, 'from']]) {
+    const error = await pageError((lm, o) => lm.attention(o), options);
+    assert.deepEqual([error?.code, error?.option], ['bad-options', option], error?.message);
+  }
+});
+
 test('the OpenAI facade takes every engine option in snake_case and names a bad one as OpenAI spells it', async () => {
   const messages = [{ role: 'user', content: 'Hi' }];
   const cases = [

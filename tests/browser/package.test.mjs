@@ -155,9 +155,9 @@ test('the static page: one script tag from the CDN, the element generates the gr
   assert.deepEqual([...await violations(page), ...page.violations], []);
 });
 
-test('the docs generator\'s page: the element as raw HTML in Markdown generates the same, and scores a paragraph in place', async () => {
+test('the docs generator\'s page: the element as raw HTML in Markdown generates the same, scores a paragraph in place, shows its attention', async () => {
   const docs = await openChecked(`${site.url}docs/guide.html`);
-  assert.equal(await docs.$$eval('nucleus-playground', (nodes) => nodes.length), 3);
+  assert.equal(await docs.$$eval('nucleus-playground', (nodes) => nodes.length), 4);
   assert.deepEqual(await generateIn(docs, 0), capital.greedy32.slice(0, 8));
   await docs.waitForFunction(() => document.querySelectorAll('nucleus-playground')[1].dataset.state === 'ready');
   // mode="score": the element's own paragraph, each token rated (" Paris" the model's first guess).
@@ -167,6 +167,11 @@ test('the docs generator\'s page: the element as raw HTML in Markdown generates 
   assert.equal(tokens.map(([text]) => text).join(''), 'The capital of France is Paris. The capital of Germany is Berlin.');
   assert.deepEqual(tokens.find(([text]) => text === ' Paris'), [' Paris', '1']);
   assert.equal(await docs.locator('nucleus-playground').nth(2).locator('.score-legend li').count(), 5);
+  // mode="attention": the last layer's heatmap, a row per token, and the text shaded by the last token's row.
+  await docs.waitForFunction(() => document.querySelectorAll('nucleus-playground')[3].dataset.state === 'attended', null, { timeout: 180_000 });
+  const attention = docs.locator('nucleus-playground').nth(3);
+  assert.equal(await attention.locator('.attention-row').count(), 14);
+  assert.match(await attention.locator('.attention-detail').textContent(), /^“\.” \(token 14\) attends most to /);
   assert.deepEqual([...await violations(docs), ...docs.violations], []);
   await docs.close();
 });

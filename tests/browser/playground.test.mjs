@@ -378,6 +378,45 @@ test('score a text: its tokens coloured by rank with a legend, a token\'s altern
   assert.ok(await page.$$eval('#tokens .token', (chips) => chips.length) > 0);
 });
 
+test('attention: one layer over a text as a heatmap, a row per position summing to 1; a token picked shades what it attends to', async () => {
+  const text = 'The capital of France is Paris. The capital of Germany is Berlin.';
+  await page.click('#attention-panel summary');
+  await page.fill('#attention-text', text);
+  await page.fill('#attention-layer', '');
+  await page.fill('#attention-head', '');
+  await page.click('#attention-run');
+  await page.waitForSelector('#attention-map svg', { timeout: 120_000 });
+  await page.waitForFunction(() => document.body.dataset.state === 'ready');
+  assert.match(await page.textContent('#attention-status'),
+    /^Layer 30, the mean of its 9 heads: 14 positions, each row sums to 1\. Each position sees every position before it\./);
+  const rows = await page.$$eval('#attention-map .attention-row', (groups) => groups.map((g) => ({ position: Number(g.dataset.position),
+    weights: [...g.querySelectorAll('.attention-cell')].map((cell) => Number(cell.dataset.weight)) })));
+  assert.deepEqual(rows.map((row) => row.position), [...Array(14).keys()]);
+  for (const row of rows) {
+    assert.equal(row.weights.length, row.position + 1, `row ${row.position}: nothing past its own position`);
+    const sum = row.weights.reduce((a, b) => a + b, 0);
+    assert.ok(Math.abs(sum - 1) < 1e-3, `row ${row.position} sums to ${sum}`);
+  }
+  // The last token is picked first; the text is shaded by its row.
+  assert.match(await page.textContent('#attention-detail'), /^“\.” \(token 14\) attends most to /);
+  await page.focus('#attention-text-view .token >> nth=12');
+  assert.match(await page.textContent('#attention-detail'), /^“␣Berlin” \(token 13\) attends most to “.*” \(\d+, \d+\.\d %\)/);
+  assert.equal(await page.getAttribute('#attention-text-view .token >> nth=12', 'aria-pressed'), 'true');
+  // One head of the first layer.
+  await page.fill('#attention-layer', '1');
+  await page.fill('#attention-head', '2');
+  await page.click('#attention-run');
+  await page.waitForFunction(() => /^Layer 1, head 2 of 9/.test(document.querySelector('#attention-status').textContent), null, { timeout: 120_000 });
+  await page.screenshot({ path: path.join(OUTPUT, 'playground-attention.png'), fullPage: true });
+  assert.deepEqual(await accessibilityViolations(), [], 'axe-core with an attention heatmap');
+  // A layer the model does not have is refused by name; the heatmap shown stays.
+  await page.fill('#attention-layer', '31');
+  await page.click('#attention-run');
+  await page.waitForSelector('#attention-error:not([hidden])');
+  assert.match(await page.textContent('#attention-error'), /\(bad-options\): .*layer.*1\.\.=30/);
+  assert.ok(await page.$('#attention-map svg'));
+});
+
 test('Step: five single tokens, each inspected as it comes, the run growing by one; the entropy track of every step', async () => {
   await page.check('input[name="mode"][value="raw"]');
   await page.fill('#prompt', capital.text);

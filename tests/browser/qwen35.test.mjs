@@ -44,7 +44,8 @@ test('the tiny Qwen3.5 on the CPU engine and on WebGPU: every logit, the top 20,
         const steps = [];
         for await (const step of gen) steps.push(step);
         out.cases[name] = { ids: steps.map((s) => s.id), top: steps[0].top.map((t) => t.id), row: [...steps[0].logits],
-          score: await lm.score(c.text, { topK: 20 }) };
+          score: await lm.score(c.text, { topK: 20 }), attention: await lm.attention({ prompt: c.text }),
+          state: await lm.attention({ prompt: c.text, layer: 1 }) };
       }
       lm.dispose();
       return out;
@@ -71,6 +72,10 @@ test('the tiny Qwen3.5 on the CPU engine and on WebGPU: every logit, the top 20,
       assertScoreMatchesReference(run.score, caseData, `${backend}, ${name}, scored`);
       const recordBytes = caseData.ids.length * (16 + 8 * 20);
       assert.equal(run.score.bytesRead, backend === 'webgpu' ? recordBytes : 0, `${backend}, ${name}: bytes read back`);
+      // Its last layer attends: every row sums to 1. Its first keeps a state: nothing to show.
+      assert.equal(run.attention.layers[run.attention.layer - 1], 'kv-rows');
+      for (const row of run.attention.rows) assert.ok(Math.abs(row.weights.reduce((a, b) => a + b, 0) - 1) < 1e-5);
+      assert.deepEqual([run.state.layers[0], run.state.rows], ['state', []]);
       console.log(`  tiny Qwen3.5 on ${runs.info.backend.kind}, "${name}" (${caseData.ids.length} tokens): max |Δlogit| ${worst.toExponential(2)}`);
     }
   }

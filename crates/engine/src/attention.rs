@@ -22,14 +22,16 @@ pub struct AttentionRequest {
     pub layer: Option<usize>,
     /// One head, 1-based; `None`: the mean of the layer's heads.
     pub head: Option<usize>,
-    /// The query positions (0-based token indices, the end excluded); default the text's last
-    /// [`MAX_ATTENTION_ROWS`].
-    pub positions: Option<Range<usize>>,
+    /// The first query position (a 0-based token index); default `to −` [`MAX_ATTENTION_ROWS`]
+    /// (or 0).
+    pub from: Option<usize>,
+    /// The position after the last query; default the text's end.
+    pub to: Option<usize>,
 }
 
 impl AttentionRequest {
     pub fn new(prompt: Prompt) -> Self {
-        Self { prompt, generated: Vec::new(), layer: None, head: None, positions: None }
+        Self { prompt, generated: Vec::new(), layer: None, head: None, from: None, to: None }
     }
 }
 
@@ -109,11 +111,16 @@ impl Engine {
                 context_length: self.cache.capacity(),
             });
         }
-        let positions = request.positions.clone().unwrap_or(ids.len().saturating_sub(MAX_ATTENTION_ROWS)..ids.len());
-        if positions.is_empty() || positions.end > ids.len() || positions.len() > MAX_ATTENTION_ROWS {
-            let allowed = format!("at most {MAX_ATTENTION_ROWS} positions within 0..{}", ids.len());
-            return Err(EngineError::bad_option("positions", allowed, format!("{positions:?}")));
+        let to = request.to.unwrap_or(ids.len());
+        if !(1..=ids.len()).contains(&to) {
+            return Err(EngineError::bad_option("to", format!("1..={} (the text's tokens)", ids.len()), to));
         }
+        let from = request.from.unwrap_or(to.saturating_sub(MAX_ATTENTION_ROWS));
+        if from >= to || to - from > MAX_ATTENTION_ROWS {
+            let allowed = format!("below to ({to}), at most {MAX_ATTENTION_ROWS} positions before it");
+            return Err(EngineError::bad_option("from", allowed, from));
+        }
+        let positions: Range<usize> = from..to;
         let clock = Stopwatch::start();
         let tokens = ids
             .iter()

@@ -18,7 +18,7 @@ use crate::constraint::ResponseFormat;
 use crate::lens::DEFAULT_LENS_CANDIDATES;
 use crate::score::DEFAULT_SCORE_TOP_K;
 use crate::speculative::PromptLookup;
-use crate::{BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt, ScoreRequest};
+use crate::{AttentionRequest, BeamRequest, EngineError, GenerateRequest, LensRequest, Prompt, ScoreRequest};
 
 /// The request's options other than sampling, as JSON spells them; defaults from
 /// [`GenerateRequest::new`].
@@ -161,6 +161,35 @@ impl ScoreRequest {
         let request = ScoreRequest { prompt, generated: fields.generated, top_k: fields.top_k };
         request.validate(vocab_size).map_err(js_option_error)?;
         Ok(request)
+    }
+}
+
+/// `lm.attention(options)`'s options.
+#[derive(Deserialize, Default)]
+#[serde(rename_all = "camelCase", default)]
+struct AttentionOptions {
+    prompt: Option<String>,
+    messages: Option<Vec<ChatMessage>>,
+    generated: Vec<u32>,
+    layer: Option<usize>,
+    head: Option<usize>,
+    from: Option<usize>,
+    to: Option<usize>,
+}
+
+impl AttentionRequest {
+    /// Reads an attention read's request from its JSON form (`lm.attention`'s options); the
+    /// engine checks the layer, head and positions against the model and the text.
+    pub fn from_json(json: &str) -> Result<Self, OptionError> {
+        let fields: AttentionOptions = read_only_options(json)?;
+        Ok(AttentionRequest {
+            prompt: prompt_of(fields.prompt, fields.messages)?,
+            generated: fields.generated,
+            layer: fields.layer,
+            head: fields.head,
+            from: fields.from,
+            to: fields.to,
+        })
     }
 }
 
@@ -449,6 +478,12 @@ mod tests {
         let error = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":21}"#, VOCAB).err().expect("refused");
         assert!(error.to_string().contains("topK"), "{error}");
         assert!(ScoreRequest::from_json(r#"{"prompt":"Hi","candidates":3}"#, VOCAB).is_err(), "unknown option");
+        let attention = AttentionRequest::from_json(r#"{"prompt":"Hi","layer":2,"head":1,"from":0,"to":1}"#).unwrap();
+        assert_eq!(
+            (attention.layer, attention.head, attention.from, attention.to),
+            (Some(2), Some(1), Some(0), Some(1))
+        );
+        assert!(AttentionRequest::from_json(r#"{"prompt":"Hi","heads":1}"#).is_err(), "unknown option");
         let beam = BeamRequest::from_json(r#"{"prompt":"Hi","beams":2,"lengthPenalty":0.5,"ignoreEos":true}"#).unwrap();
         assert_eq!(
             (beam.beams, beam.length_penalty, beam.max_tokens, beam.ignore_eos),

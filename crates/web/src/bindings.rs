@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
-    BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions, ModelDevice,
-    OptionError, PrefillProgress, ScoreRequest, js_name, js_option_error,
+    AttentionRequest, BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions,
+    ModelDevice, OptionError, PrefillProgress, ScoreRequest, js_name, js_option_error,
 };
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
@@ -297,6 +297,24 @@ impl WasmEngine {
                 ScoreRequest::from_json(&options_json, inner.engine.info().vocab_size).map_err(option_error)?;
             let report = inner.engine.score(&request).await.map_err(engine_error)?;
             Ok(shapes::score(&report).to_string().into())
+        })
+    }
+
+    /// One layer's attention over a text (`lm.attention`'s options as JSON): resolves to the
+    /// report as JSON. Replaces the KV cache's contents with the text: fails with `busy` while a
+    /// generation has not finished.
+    #[wasm_bindgen(js_name = attention)]
+    #[allow(clippy::await_holding_refcell_ref)] // the borrow is the lock, as in next_step
+    pub fn attention(&self, options_json: String) -> Promise {
+        let inner = self.inner.clone();
+        future_to_promise(async move {
+            let mut inner = inner.try_borrow_mut().map_err(|_| busy())?;
+            if inner.generation.as_ref().is_some_and(|g| !g.is_finished()) {
+                return Err(busy());
+            }
+            let request = AttentionRequest::from_json(&options_json).map_err(option_error)?;
+            let report = inner.engine.attention(&request).await.map_err(engine_error)?;
+            Ok(shapes::attention(&report).to_string().into())
         })
     }
 

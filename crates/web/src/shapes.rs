@@ -1,6 +1,6 @@
 //! The JSON the JS API hands out: the engine's values with camelCase keys, as JS expects them.
 
-use nucleus_engine::{BeamOutput, GenerationResult, LensReport, ModelInfo, ScoreReport, Step};
+use nucleus_engine::{AttentionReport, BeamOutput, GenerationResult, LensReport, ModelInfo, ScoreReport, Step};
 use nucleus_sampler::{FinishReason, camel_keys};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -48,6 +48,12 @@ pub fn lens(report: &LensReport) -> Value {
 /// A scored text: `{ tokens: [{ id, text, special, prob?, logprob?, rank?, top: [{ id, text,
 /// logit, logprob }] }], predictedTokens, totalLogprob, perplexity?, next, bytesRead, elapsedMs }`.
 pub fn score(report: &ScoreReport) -> Value {
+    camel_keys(to_value(report))
+}
+
+/// One layer's attention over a text: `{ tokens: [{ id, text, special }], layer, head?, heads,
+/// layers, window?, rows: [{ position, weights }], bytesRead, elapsedMs }`.
+pub fn attention(report: &AttentionReport) -> Value {
     camel_keys(to_value(report))
 }
 
