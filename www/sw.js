@@ -39,6 +39,8 @@ const PACKAGE_FILES = [
   'trace.js',
   'chart.js',
   'run-column.js',
+  'score-view.js',
+  'attention-view.js',
   'chart.css',
   'sampling-knobs.json',
   'pkg/version.js',

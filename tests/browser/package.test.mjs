@@ -198,6 +198,9 @@ test('the bundle (the typed example) streams a generation and calls the whole AP
   assert.ok(report.chunks >= 3, `${report.chunks} chunks`);
   assert.equal(report.lensLayers, 30);
   assert.equal(report.beams, 2);
+  // " Paris" is the model's first guess after the prompt; nothing predicts the first token.
+  assert.deepEqual([report.scoredRanks[0], report.scoredRanks[5]], [null, 1]);
+  assert.deepEqual(report.attentionRows, [1, 2, 3, 4, 5]);
   assert.deepEqual(report.tokens, hello.ids);
   assert.equal(report.generator, `nucleus ${VERSION}`);
   assert.equal(report.replayed, 4);

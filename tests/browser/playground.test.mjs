@@ -367,6 +367,7 @@ test('score a text: its tokens coloured by rank with a legend, a token\'s altern
   await page.keyboard.press('ArrowRight');
   assert.match(await page.textContent('#score-detail p'), /^“␣is”, token 12: rank 1/);
   await page.screenshot({ path: path.join(OUTPUT, 'playground-score.png'), fullPage: true });
+  await page.locator('#score-panel').screenshot({ path: path.join(OUTPUT, 'score-panel.png') });
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core with a scored text');
   // Continue from " Germany": the text up to it is the prompt, its first 10 tokens from the cache.
   await page.click('#score-tokens .token >> nth=10');
@@ -408,6 +409,7 @@ test('attention: one layer over a text as a heatmap, a row per position summing 
   await page.click('#attention-run');
   await page.waitForFunction(() => /^Layer 1, head 2 of 9/.test(document.querySelector('#attention-status').textContent), null, { timeout: 120_000 });
   await page.screenshot({ path: path.join(OUTPUT, 'playground-attention.png'), fullPage: true });
+  await page.locator('#attention-panel').screenshot({ path: path.join(OUTPUT, 'attention-panel.png') });
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core with an attention heatmap');
   // A layer the model does not have is refused by name; the heatmap shown stays.
   await page.fill('#attention-layer', '31');
@@ -447,6 +449,7 @@ test('Step: five single tokens, each inspected as it comes, the run growing by o
   // What-if works on the new step at once: the chart is the fifth step's.
   assert.ok(await page.$('#chart svg'), 'the chart of the new step');
   await page.screenshot({ path: path.join(OUTPUT, 'playground-steps.png'), fullPage: true });
+  await page.locator('.panel.output').screenshot({ path: path.join(OUTPUT, 'steps.png') });
 });
 
 test('compare: the prompt at T = 0, 0.7 and 1.5 side by side, the T = 0 column the greedy reference', async () => {

@@ -76,11 +76,15 @@ let chunks = 0;
 for await (const chunk of stream) chunks += chunk.choices.length + (chunk.usage ? 1 : 0);
 report.chunks = chunks;
 
-// The logit lens, beam search, the tokenizer, a trace, what the engine holds, the stored models.
+// The logit lens, beam search, scoring, attention, the tokenizer, a trace, what the engine holds, the stored models.
 const lens = await lm.logitLens({ prompt: 'The capital of France is', generated: [], candidates: 3 });
 report.lensLayers = lens.layers.length;
 const beams = await lm.beamSearch({ prompt: 'The capital of France is', beams: 2, maxTokens: 2, lengthPenalty: 1, ignoreEos: false });
 report.beams = beams.hypotheses.length;
+const scored = await lm.score('The capital of France is Paris.', { topK: 2 });
+report.scoredRanks = scored.tokens.map((token) => token.rank ?? null);
+const attention = await lm.attention({ prompt: 'The capital of France is', layer: 30, head: 1, from: 0, to: 5 });
+report.attentionRows = attention.rows.map((row) => row.weights.length);
 report.tokens = await lm.tokenize('Hello world');
 await loadSampler(assets);
 const trace: Trace = traceOf({ request: { prompt: options.prompt! }, settings: { temperature: 0 }, steps, result }, lm.info);
