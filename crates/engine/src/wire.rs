@@ -475,7 +475,7 @@ mod tests {
         let score = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":3,"generated":[5]}"#, VOCAB).unwrap();
         assert_eq!((score.prompt, score.generated, score.top_k), (Prompt::Text("Hi".into()), vec![5], 3));
         assert_eq!(ScoreRequest::from_json("{\"prompt\":\"Hi\"}", VOCAB).unwrap().top_k, DEFAULT_SCORE_TOP_K);
-        let error = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":21}"#, VOCAB).err().expect("refused");
+        let error = ScoreRequest::from_json(r#"{"prompt":"Hi","topK":21}"#, VOCAB).expect_err("refused");
         assert!(error.to_string().contains("topK"), "{error}");
         assert!(ScoreRequest::from_json(r#"{"prompt":"Hi","candidates":3}"#, VOCAB).is_err(), "unknown option");
         let attention = AttentionRequest::from_json(r#"{"prompt":"Hi","layer":2,"head":1,"from":0,"to":1}"#).unwrap();

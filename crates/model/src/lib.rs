@@ -649,6 +649,8 @@ impl Model {
                 self.config.vocab_size
             )));
         }
+        // Checked whole before any pass runs (the passes below check their own part again).
+        #[cfg_attr(not(feature = "gpu"), allow(unused_variables))]
         let (start, end) = self.check_pass(tokens, cache)?;
         #[cfg(feature = "gpu")]
         if let (Route::Fused(model), CacheKind::Fused(inner)) = (&self.route, &mut cache.inner) {
