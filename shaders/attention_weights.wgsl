@@ -28,7 +28,6 @@ const NO_HEAD: u32 = 0xffffffffu;
 const LOWEST_SCORE: f32 = -3.0e38;
 
 var<workgroup> query: array<f32, MAX_HEAD_DIM>;
-var<workgroup> reduce: array<f32, WG>;
 
 fn score(t: u32, kv_head: u32) -> f32 {
     let hd = params.head_dim;
@@ -67,29 +66,12 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var t = first_key + lid; t <= position; t += WG) {
             m = max(m, score(t, kv_head));
         }
-        reduce[lid] = m;
-        workgroupBarrier();
-        for (var s = WG / 2u; s > 0u; s >>= 1u) {
-            if lid < s {
-                reduce[lid] = max(reduce[lid], reduce[lid + s]);
-            }
-            workgroupBarrier();
-        }
-        let top = reduce[0];
-        workgroupBarrier();
+        let top = workgroup_max(lid, m);
         var sum = 0.0;
         for (var t = first_key + lid; t <= position; t += WG) {
             sum += exp(score(t, kv_head) - top);
         }
-        reduce[lid] = sum;
-        workgroupBarrier();
-        for (var s = WG / 2u; s > 0u; s >>= 1u) {
-            if lid < s {
-                reduce[lid] += reduce[lid + s];
-            }
-            workgroupBarrier();
-        }
-        let total = reduce[0];
+        let total = workgroup_sum(lid, sum);
         for (var t = first_key + lid; t <= position; t += WG) {
             out[out_row + t] += exp(score(t, kv_head) - top) / total * share;
         }

@@ -31,8 +31,8 @@ const NO_ID: u32 = 0xffffffffu;
 // -inf made at run time from its bits (a constant bitcast is refused by some compilers).
 var<private> neg_inf_bits: u32 = 0xff800000u;
 
+// The top k's merge: each lane's list head (value, id), reduced to the best.
 var<workgroup> reduce_values: array<f32, WG>;
-var<workgroup> reduce_more: array<f32, WG>;
 var<workgroup> reduce_ids: array<u32, WG>;
 
 // Whether (a, a_id) comes before (b, b_id): the larger value, ties to the lower id.
@@ -71,16 +71,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             top_ids[p] = j;
         }
     }
-    reduce_values[lid] = lane_max;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if lid < s {
-            reduce_values[lid] = max(reduce_values[lid], reduce_values[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let m = reduce_values[0];
-    workgroupBarrier();
+    let m = workgroup_max(lid, lane_max);
 
     // Pass 2: Σ exp(x − m) and the entries ranked above the following token.
     var next_logit = 0.0;
@@ -101,26 +92,17 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
             above += 1u;
         }
     }
-    reduce_values[lid] = sum;
-    reduce_more[lid] = weighted;
-    reduce_ids[lid] = above;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if lid < s {
-            reduce_values[lid] += reduce_values[lid + s];
-            reduce_more[lid] += reduce_more[lid + s];
-            reduce_ids[lid] += reduce_ids[lid + s];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(lid, sum);
+    let total_weighted = workgroup_sum(lid, weighted);
+    // Counts below 2^24 (every vocabulary here) are exact in f32.
+    let total_above = u32(workgroup_sum(lid, f32(above)));
     let record = at * (4u + 2u * k);
     if lid == 0u {
-        out[record] = bitcast<u32>(m + log(reduce_values[0]));
+        out[record] = bitcast<u32>(m + log(total));
         out[record + 1u] = bitcast<u32>(next_logit);
-        out[record + 2u] = select(0u, reduce_ids[0] + 1u, next != NO_ID);
-        out[record + 3u] = bitcast<u32>(log(reduce_values[0]) - reduce_more[0] / reduce_values[0]);
+        out[record + 2u] = select(0u, total_above + 1u, next != NO_ID);
+        out[record + 3u] = bitcast<u32>(log(total) - total_weighted / total);
     }
-    workgroupBarrier();
 
     // The top k: k rounds of an arg-max over the lanes' list heads.
     var head = 0u;

@@ -947,6 +947,9 @@ pub fn gather(
 // ---------------------------------------------------------------------------------------------
 // attention_weights.wgsl
 
+/// Workgroup reductions (`shaders/lib/reduce.wgsl`) for the kernels that give a workgroup a row.
+const REDUCE_LIB: &str = include_str!("../../../shaders/lib/reduce.wgsl");
+
 /// [`AttentionWeightsParams::head`] for the mean over every head.
 pub const MEAN_OF_HEADS: u32 = u32::MAX;
 
@@ -985,8 +988,8 @@ static ATTENTION_WEIGHTS: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/attention_weights.wgsl"),
     structs: &[StepParams::WGSL, AttentionWeightsParams::WGSL],
     rms: false,
-    lib: &[],
-    // The query and a reduction array of WG words (at most 256 lanes).
+    lib: &[REDUCE_LIB],
+    // The query and `lib/reduce.wgsl`'s array of WG words (at most 256 lanes).
     workgroup_bytes: 4 * MAX_HEAD_DIM + 4 * 256,
     declared: false,
     slots: &[
@@ -1049,8 +1052,8 @@ static SCORE: KernelSpec = KernelSpec {
     source: include_str!("../../../shaders/score.wgsl"),
     structs: &[StepParams::WGSL, ScoreParams::WGSL],
     rms: false,
-    lib: &[concat!("const MAX_K: u32 = ", crate::score::max_score_top_k!(), "u;\n")],
-    // Three reduction arrays of WG words (at most 256 lanes).
+    lib: &[concat!("const MAX_K: u32 = ", crate::score::max_score_top_k!(), "u;\n"), REDUCE_LIB],
+    // `lib/reduce.wgsl`'s array and the merge's two, of WG words (at most 256 lanes).
     workgroup_bytes: 3 * 4 * 256,
     declared: false,
     slots: &[
