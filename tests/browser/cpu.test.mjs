@@ -120,13 +120,18 @@ test('Gemma 3 on the CPU engine: logits, top 20 and greedy tokens equal the refe
   }
 });
 
-test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the reference does, nothing read back', async () => {
+test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the reference does, nothing read back; their attention', async () => {
   for (const [model, reference] of [[GEMMA_NAME, gemma], [null, smollm]]) {
     if (model === null) await loadInPage();
     const caseData = reference.logit_cases.capital;
     const report = await page.evaluate((text) => window.lm.score(text, { topK: 20 }), caseData.text);
     const worst = assertScoreMatchesReference(report, caseData, `${model ?? 'SmolLM2'} on the CPU engine`);
     assert.equal(report.bytesRead, 0);
+    // The first layer's attention: Gemma's is local (its window said), every row sums to 1.
+    const attention = await page.evaluate((text) => window.lm.attention({ prompt: text, layer: 1 }), caseData.text);
+    assert.equal(attention.window, model === null ? undefined : 512);
+    assert.equal(attention.rows.length, caseData.ids.length);
+    for (const row of attention.rows) assert.ok(Math.abs(row.weights.reduce((a, b) => a + b, 0) - 1) < 1e-5);
     console.log(`  ${model ?? 'SmolLM2'}: ${report.tokens.length} tokens scored in ${report.elapsedMs.toFixed(0)} ms, `
       + `perplexity ${report.perplexity.toFixed(2)}, last position off by ${worst.toExponential(2)}`);
   }
