@@ -471,6 +471,31 @@ export interface ChatCompletions {
   create(request: ChatCompletionRequest & { stream?: false }): Promise<ChatCompletion>;
 }
 
+/** `lm.completions.create`: OpenAI's legacy completions (not streamed), with `echo` and `logprobs`. */
+export interface CompletionRequest extends Omit<ChatCompletionRequest, 'messages' | 'stream' | 'logprobs' | 'top_logprobs'> {
+  prompt: string;
+  /** The prompt in the completion's text, and with `logprobs` its tokens rated too. */
+  echo?: boolean;
+  /** Alternatives per token, 0..=20; absent: no logprobs. */
+  logprobs?: number | null;
+  stream?: false;
+}
+
+export interface Completion {
+  id: string;
+  object: 'text_completion';
+  created: number;
+  model: string;
+  choices: {
+    index: number;
+    text: string;
+    /** The first token of an echoed prompt has no log-probability (null), as in OpenAI's. */
+    logprobs: { tokens: string[]; token_logprobs: (number | null)[]; top_logprobs: (Record<string, number> | null)[]; text_offset: number[] } | null;
+    finish_reason: 'stop' | 'length' | 'abort';
+  }[];
+  usage: { prompt_tokens: number; completion_tokens: number; total_tokens: number };
+}
+
 // ---- the model ---------------------------------------------------------------------------------
 
 export class Nucleus {
@@ -484,6 +509,7 @@ export class Nucleus {
 
   readonly info: Readonly<ModelInfo>;
   readonly chat: { readonly completions: ChatCompletions };
+  readonly completions: { create(request: CompletionRequest): Promise<Completion> };
   generate(options: GenerateOptions): Generation;
   logitLens(options: LogitLensOptions): Promise<LogitLensReport>;
   /** How surprising `text` is to the model, token by token (`null` with `options.messages`: a chat). */

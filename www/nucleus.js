@@ -397,6 +397,66 @@ function createChatCompletion(lm, request) {
   });
 }
 
+/**
+ * `lm.completions.create(...)`, OpenAI's legacy completions: a `prompt` string continued by up to
+ * `max_tokens` (default 16, 0 allowed) tokens, with `echo` (the prompt in the text, and with
+ * `logprobs` its tokens rated too: `lm.score`, the first token's log-probability null as OpenAI
+ * gives it) and `logprobs` (0..=20 alternatives per token, OpenAI's `{ tokens, token_logprobs,
+ * top_logprobs, text_offset }`). Every other option is the engine's in snake_case, as in
+ * `chat.completions`. Not streamed.
+ */
+async function createCompletion(lm, request) {
+  checkOptionsObject(request, 'completions.create');
+  const { prompt, echo = false, logprobs = null, ...rest } = request;
+  if (typeof prompt !== 'string') throw badOption('prompt', 'completions.create takes a prompt string');
+  if (rest.stream) throw badOption('stream', 'completions.create does not stream: use chat.completions.create or generate');
+  if (rest.n !== undefined && rest.n !== 1) throw badOption('n', 'n must be 1');
+  if (logprobs !== null && !(Number.isInteger(logprobs) && logprobs >= 0 && logprobs <= 20)) {
+    throw badOption('logprobs', `logprobs must be a whole number in 0..=20, got ${logprobs}`);
+  }
+  if (typeof echo !== 'boolean') throw badOption('echo', `echo must be true or false, got ${echo}`);
+  const { options, openAiName } = engineOptions({ max_tokens: 16, ...rest });
+  const rated = { tokens: [], token_logprobs: [], top_logprobs: [], text_offset: [] };
+  // Where the next token starts in the completion's text.
+  let offset = 0;
+  const add = (token, logprob, top) => {
+    rated.text_offset.push(offset);
+    offset += token.length;
+    rated.tokens.push(token);
+    rated.token_logprobs.push(logprob);
+    rated.top_logprobs.push(top);
+  };
+  const topOf = (candidates) => Object.fromEntries(candidates.slice(0, logprobs ?? 0).map((c) => [c.text, c.logprob]));
+  let promptTokens = null;
+  try {
+    if (echo && logprobs !== null) {
+      const report = await lm.score(prompt, { topK: logprobs });
+      for (const token of report.tokens) add(token.text, token.logprob ?? null, token.rank === undefined ? null : topOf(token.top));
+      promptTokens = report.tokens.length;
+    }
+    offset = echo ? prompt.length : 0;
+    let result = null;
+    if (options.maxTokens > 0) {
+      const generation = lm.generate({ ...options, prompt, topLogprobs: Math.max(logprobs ?? 0, 1) });
+      for await (const step of generation) {
+        if (logprobs !== null) add(step.token, step.logprob, topOf(step.top));
+      }
+      result = await generation.result;
+      promptTokens = result.usage.promptTokens;
+    }
+    promptTokens ??= (await lm.tokenize(prompt)).length;
+    const completionTokens = result?.usage.completionTokens ?? 0;
+    return {
+      id: `cmpl-${crypto.randomUUID()}`, object: 'text_completion', created: Math.floor(Date.now() / 1000), model: lm.info.name,
+      choices: [{ index: 0, text: (echo ? prompt : '') + (result?.text ?? ''), logprobs: logprobs === null ? null : rated,
+        finish_reason: result ? OPENAI_FINISH[result.finishReason] : 'length' }],
+      usage: { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens },
+    };
+  } catch (error) {
+    throw inOpenAiNames(error, openAiName);
+  }
+}
+
 /** The options `Nucleus.load` takes (nucleus.d.ts, LoadOptions, types each). */
 const LOAD_OPTIONS = ['model', 'backend', 'assets', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
 
@@ -524,6 +584,7 @@ export class Nucleus {
     /** `{ title, name, architecture, quantization, vocabSize, contextLength, chatTemplate, parameters, fileBytes, url, backend: { kind, reason, threads }, device, adapter, f16, sha256, loadMs, fromCache, cacheError }` */
     this.info = Object.freeze(info);
     this.chat = Object.freeze({ completions: Object.freeze({ create: (request) => createChatCompletion(this, request) }) });
+    this.completions = Object.freeze({ create: (request) => createCompletion(this, request) });
   }
 
   /** Starts a generation; see the module documentation and README.md for its options. */

@@ -122,7 +122,10 @@ test('Gemma 3 on the CPU engine: logits, top 20 and greedy tokens equal the refe
 
 test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the reference does, nothing read back; their attention', async () => {
   for (const [model, reference] of [[GEMMA_NAME, gemma], [null, smollm]]) {
-    if (model === null) await loadInPage();
+    // Gemma may be loaded by the test before; this one stands alone.
+    if (model === null || (await page.evaluate(() => window.lm?.info.architecture)) !== 'gemma3') {
+      await loadInPage(model === null ? {} : { model: `/models/${model}` });
+    }
     const caseData = reference.logit_cases.capital;
     const report = await page.evaluate((text) => window.lm.score(text, { topK: 20 }), caseData.text);
     const worst = assertScoreMatchesReference(report, caseData, `${model ?? 'SmolLM2'} on the CPU engine`);
@@ -135,6 +138,39 @@ test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the refer
     console.log(`  ${model ?? 'SmolLM2'}: ${report.tokens.length} tokens scored in ${report.elapsedMs.toFixed(0)} ms, `
       + `perplexity ${report.perplexity.toFixed(2)}, last position off by ${worst.toExponential(2)}`);
   }
+});
+
+test('OpenAI\'s legacy completions: echo with logprobs rates the prompt as lm.score does, then the continuation', async () => {
+  const prompt = smollm.logit_cases.capital.text;
+  const { completion, zero, score, errors } = await page.evaluate(async (text) => {
+    const lm = window.lm;
+    const refused = (request) => lm.completions.create(request).then(() => null, (e) => [e.code, e.option]);
+    return {
+      completion: await lm.completions.create({ prompt: text, max_tokens: 2, temperature: 0, echo: true, logprobs: 3 }),
+      zero: await lm.completions.create({ prompt: text, max_tokens: 0, echo: true, logprobs: 1 }),
+      score: await lm.score(text, { topK: 3 }),
+      errors: [await refused({ prompt: text, logprobs: 21 }), await refused({ prompt: text, stream: true }),
+        await refused({ prompt: text, top_pp: 1 })],
+    };
+  }, prompt);
+  const choice = completion.choices[0];
+  assert.equal(choice.text, `${prompt} Paris.`);
+  const { tokens, token_logprobs: logprobs, top_logprobs: tops, text_offset: offsets } = choice.logprobs;
+  const n = score.tokens.length;
+  assert.deepEqual(tokens, [...score.tokens.map((t) => t.text), ' Paris', '.']);
+  assert.deepEqual([logprobs[0], tops[0]], [null, null], 'nothing predicts the first token');
+  score.tokens.slice(1).forEach((t, i) => {
+    assert.equal(logprobs[i + 1], t.logprob);
+    assert.deepEqual(Object.keys(tops[i + 1]), t.top.map((c) => c.text));
+  });
+  assert.deepEqual(offsets.slice(n), [prompt.length, prompt.length + ' Paris'.length]);
+  assert.equal(Object.keys(tops[n]).length, 3);
+  assert.deepEqual(completion.usage, { prompt_tokens: n, completion_tokens: 2, total_tokens: n + 2 });
+  // max_tokens 0: the prompt rated, nothing generated.
+  assert.equal(zero.choices[0].text, prompt);
+  assert.equal(zero.choices[0].logprobs.tokens.length, n);
+  assert.deepEqual(zero.usage, { prompt_tokens: n, completion_tokens: 0, total_tokens: n });
+  assert.deepEqual(errors, [['bad-options', 'logprobs'], ['bad-options', 'stream'], ['bad-options', 'top_pp']]);
 });
 
 test('an unknown backend is bad-options, named', async () => {

@@ -201,6 +201,7 @@ test('the bundle (the typed example) streams a generation and calls the whole AP
   // " Paris" is the model's first guess after the prompt; nothing predicts the first token.
   assert.deepEqual([report.scoredRanks[0], report.scoredRanks[5]], [null, 1]);
   assert.deepEqual(report.attentionRows, [1, 2, 3, 4, 5]);
+  assert.equal(report.legacyTokens, 5, 'the legacy completions echo the prompt rated');
   assert.deepEqual(report.tokens, hello.ids);
   assert.equal(report.generator, `nucleus ${VERSION}`);
   assert.equal(report.replayed, 4);

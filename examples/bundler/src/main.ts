@@ -85,6 +85,8 @@ const scored = await lm.score('The capital of France is Paris.', { topK: 2 });
 report.scoredRanks = scored.tokens.map((token) => token.rank ?? null);
 const attention = await lm.attention({ prompt: 'The capital of France is', layer: 30, head: 1, from: 0, to: 5 });
 report.attentionRows = attention.rows.map((row) => row.weights.length);
+const legacy = await lm.completions.create({ prompt: 'The capital of France is', max_tokens: 0, echo: true, logprobs: 1 });
+report.legacyTokens = legacy.choices[0].logprobs?.tokens.length ?? null;
 report.tokens = await lm.tokenize('Hello world');
 await loadSampler(assets);
 const trace: Trace = traceOf({ request: { prompt: options.prompt! }, settings: { temperature: 0 }, steps, result }, lm.info);
