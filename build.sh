@@ -326,13 +326,19 @@ THREADED_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+si
 
 # wasm-bindgen-rayon's script for its Web Workers, which wasm-bindgen writes under a hashed
 # snippets/ folder, moved beside the module as pkg/NAME_workers.js (the import rewritten): a
-# name the service worker's list (sw.js) can hold.
+# name the service worker's list (sw.js) can hold. Its helpers start the module with the
+# initialisation's old two arguments, which wasm-bindgen's glue warns about in every helper's
+# console: they pass the one object it takes instead.
 flatten_worker_helpers() {
   local name="$1" helpers
   helpers=$(cd www/pkg && ls snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
   mv "www/pkg/$helpers" "www/pkg/${name}_workers.js"
   sed -i "s#'./$helpers'#'./${name}_workers.js'#" "www/pkg/$name.js"
   grep -q "'./${name}_workers.js'" "www/pkg/$name.js" || die "www/pkg/$name.js does not import ./$helpers"
+  sed -i 's#await pkg.default(data.module, data.memory);#await pkg.default({ module_or_path: data.module, memory: data.memory });#' \
+    "www/pkg/${name}_workers.js"
+  grep -q 'pkg.default({ module_or_path: data.module, memory: data.memory })' "www/pkg/${name}_workers.js" \
+    || die "www/pkg/${name}_workers.js: wasm-bindgen-rayon's start of the module changed; pass it one object"
   rm -r www/pkg/snippets
 }
 

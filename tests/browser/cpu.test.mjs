@@ -67,6 +67,11 @@ after(async () => {
 });
 
 test('Nucleus.load() picks the CPU engine where the only WebGPU adapter emulates a GPU, on every core', async () => {
+  // Every console message of the page and its workers (the thread pool's helpers among them).
+  const warnings = [];
+  context.on('console', (message) => {
+    if (['warning', 'error'].includes(message.type())) warnings.push(message.text());
+  });
   const info = await loadInPage();
   const cores = await page.evaluate(() => navigator.hardwareConcurrency);
   console.log(`  ${info.device}: ${info.backend.reason}; weights ${(info.weightBytes / 2 ** 20).toFixed(1)} MiB, loaded in ${info.loadMs.toFixed(0)} ms`);
@@ -79,6 +84,9 @@ test('Nucleus.load() picks the CPU engine where the only WebGPU adapter emulates
   assert.match(info.adapter.vendor + info.adapter.architecture + info.adapter.description, /swiftshader/i);
   // The weights stay in their GGUF blocks: no larger than the file.
   assert.ok(info.weightBytes <= modelBytes * 1.1, `${info.weightBytes} bytes of weights for a file of ${modelBytes}`);
+  // The threaded start warns of nothing (wasm-bindgen's deprecated initialisation, among others).
+  await page.evaluate(() => window.lm.tokenize('x'));
+  assert.deepEqual(warnings, []);
 });
 
 for (const [name, caseData] of Object.entries(smollm.logit_cases)) {
