@@ -5,7 +5,7 @@
 
 import {
   ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError,
-  emulatedAdapter,
+  emulatedAdapter, threadsProblem,
 } from './protocol.js';
 import { downloadModel, readFile, readStored, sha256Hex, storeModel } from './download.js';
 
@@ -98,9 +98,8 @@ async function engineModule(kind) {
     return { module, memory: (await module.default()).memory, threads: 1, note };
   };
   if (kind !== 'cpu' || cores === 1) return plain(null);
-  if (!self.crossOriginIsolated) {
-    return plain('one thread: the page is not cross-origin isolated (COOP and COEP headers), which threads need');
-  }
+  const problem = threadsProblem(self);
+  if (problem) return plain(`one thread: ${problem}`);
   try {
     const module = await import('./pkg/nucleus_web_threads.js');
     const { memory } = await module.default();

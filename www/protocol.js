@@ -159,3 +159,29 @@ export function codedError(code, message, extra = {}) {
   }
   return Object.assign(new Error(message), { code }, extra);
 }
+
+/**
+ * Why the CPU engine's threads cannot start in `scope` (a worker's global), or null when they
+ * can: they need a cross-origin isolated page, `SharedArrayBuffer`, and a shared WebAssembly
+ * memory that can be handed to another worker. Asked before the threaded module is fetched, so a
+ * browser that says it is isolated but cannot share (WebKitGTK: no `SharedArrayBuffer`) runs on
+ * one thread for that reason, not after a `DataCloneError`.
+ */
+export function threadsProblem(scope = globalThis) {
+  if (!scope.crossOriginIsolated) {
+    return 'the page is not cross-origin isolated (COOP and COEP headers), which threads need';
+  }
+  if (typeof scope.SharedArrayBuffer !== 'function') {
+    return 'this browser has no SharedArrayBuffer, though the page is cross-origin isolated';
+  }
+  try {
+    const memory = new scope.WebAssembly.Memory({ initial: 1, maximum: 1, shared: true });
+    const { port1, port2 } = new scope.MessageChannel();
+    port1.postMessage(memory);
+    port1.close();
+    port2.close();
+  } catch (error) {
+    return `this browser cannot hand a shared WebAssembly memory to another worker (${error.name}: ${error.message})`;
+  }
+  return null;
+}

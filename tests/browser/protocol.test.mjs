@@ -5,7 +5,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { ERROR_CODES, codedError } from '../../www/protocol.js';
+import { ERROR_CODES, codedError, threadsProblem } from '../../www/protocol.js';
 
 const root = new URL('../../', import.meta.url);
 const read = (path) => readFileSync(new URL(path, root), 'utf8');
@@ -35,4 +35,23 @@ test('an unknown code becomes internal, naming it', () => {
   assert.match(error.message, /no-such-code/);
   const known = codedError('bad-options', 'topP must be in (0, 1]', { option: 'topP' });
   assert.deepEqual([known.code, known.option], ['bad-options', 'topP']);
+});
+
+test('threads start only where the page can share memory with its workers, and the reason says what is missing', () => {
+  const isolated = { crossOriginIsolated: true, SharedArrayBuffer, WebAssembly, MessageChannel };
+  // Node can share: its workers take a shared WebAssembly memory.
+  assert.equal(threadsProblem(isolated), null);
+  assert.match(threadsProblem({ ...isolated, crossOriginIsolated: false }), /not cross-origin isolated/);
+  // WebKitGTK: isolated, but no SharedArrayBuffer.
+  assert.match(threadsProblem({ ...isolated, SharedArrayBuffer: undefined }), /no SharedArrayBuffer, though the page is cross-origin isolated/);
+  // A shared memory that cannot be handed over (what WebKit's DataCloneError said after the fact).
+  class RefusingChannel {
+    constructor() {
+      const refuse = () => { throw new DOMException('The object can not be cloned.', 'DataCloneError'); };
+      this.port1 = { postMessage: refuse, close() {} };
+      this.port2 = { close() {} };
+    }
+  }
+  assert.equal(threadsProblem({ ...isolated, MessageChannel: RefusingChannel }),
+    'this browser cannot hand a shared WebAssembly memory to another worker (DataCloneError: The object can not be cloned.)');
 });
