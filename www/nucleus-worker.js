@@ -302,6 +302,13 @@ const handlers = {
     wasm.panicForTesting();
   },
 
+  [REQUEST.crashWorkerForTesting]() {
+    setTimeout(() => {
+      throw new Error('a crash for testing (crashWorkerForTesting)');
+    });
+    return new Promise(() => {});
+  },
+
   async [REQUEST.loseDeviceForTesting]() {
     wasm.loseDeviceForTesting();
     // The loss is reported asynchronously; give it a moment to land.

@@ -14,7 +14,7 @@ export const DEFAULT_MODEL_URL: string;
 export const ERROR_CODES: Readonly<Record<ErrorCode, string>>;
 export type ErrorCode =
   | 'no-webgpu' | 'fetch-failed' | 'bad-model' | 'unsupported-model' | 'bad-options' | 'context-overflow'
-  | 'out-of-memory' | 'bad-logits' | 'storage-quota' | 'busy' | 'device-lost' | 'device' | 'internal';
+  | 'out-of-memory' | 'bad-logits' | 'storage-quota' | 'busy' | 'device-lost' | 'device' | 'internal' | 'worker-crashed';
 
 /** Every error of the API. */
 export class NucleusError extends Error {
@@ -523,6 +523,8 @@ export class Nucleus {
   dispose(): void;
   /** Destroys the GPU device, as a driver reset would (tests of `device-lost`). */
   loseDeviceForTesting(): Promise<true>;
+  /** Throws in the worker outside any request, as a trap in a callback would (tests of `worker-crashed`). */
+  crashWorkerForTesting(): Promise<never>;
   /** Panics inside the engine, as a bug would (tests of `internal`). */
   panicForTesting(): Promise<never>;
 }

@@ -108,10 +108,13 @@ class WorkerClient {
         if (crashed) this.#end(error);
       }
     };
+    // An error no request caught (a trap in a callback, a script that could not start) leaves
+    // the worker in no known state: end it, and fail what waits on it and every later call.
     worker.onerror = (event) => {
       event.preventDefault?.();
-      this.#fail(new NucleusError('internal', `the Nucleus worker (${this.#script}) failed: ${event.message
-        ?? 'it could not start (is the package served there, with CORS if it is another origin, and does the page\'s CSP allow it?)'}`));
+      this.#end(new NucleusError('worker-crashed', `the Nucleus worker (${this.#script}) failed: ${event.message
+        ?? 'it could not start (is the package served there, with CORS if it is another origin, and does the page\'s CSP allow it?)'}`
+        + '; load the model again'));
     };
   }
 
@@ -683,6 +686,11 @@ export class Nucleus {
   /** Destroys the GPU device, as a driver reset would: for tests of the `device-lost` error. */
   loseDeviceForTesting() {
     return this.#client.call(REQUEST.loseDeviceForTesting);
+  }
+
+  /** Throws in the worker outside any request, as a trap in a callback would (tests of `worker-crashed`). */
+  crashWorkerForTesting() {
+    return this.#client.call(REQUEST.crashWorkerForTesting);
   }
 
   /** Panics inside the engine, as a bug would: for tests of a crashed worker (`internal`). */

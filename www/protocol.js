@@ -44,9 +44,12 @@
  *   Replies with what the engine holds: { liveBuffers, liveBytes, kvCacheBytes, wasmMemoryBytes }.
  * @typedef {{ id: number, type: 'panicForTesting' }} PanicRequest
  *   Panics inside the engine, as a bug would. Replies with an `internal` error marked `crashed`.
+ * @typedef {{ id: number, type: 'crashWorkerForTesting' }} CrashWorkerRequest
+ *   Throws in the worker outside any request's handling, as a trap in a callback would. Never
+ *   replies: the page's `worker.onerror` fails it with `worker-crashed`.
  * @typedef {LoadRequest | TokenizeRequest | GenerateRequest | NextRequest | LogitLensRequest | ScoreRequest | AttentionRequest | BeamSearchRequest
  *   | AbortRequest
- *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest} Request
+ *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest | CrashWorkerRequest} Request
  *
  * @typedef {{ id: number, type: 'progress', phase: 'download' | 'read' | 'parse' | 'upload', loaded: number,
  *   total: number, cached: boolean }} LoadProgressReply
@@ -118,6 +121,7 @@ export const REQUEST = Object.freeze({
   diagnostics: 'diagnostics',
   loseDeviceForTesting: 'loseDeviceForTesting',
   panicForTesting: 'panicForTesting',
+  crashWorkerForTesting: 'crashWorkerForTesting',
 });
 
 /** The reply types, by name. */
@@ -138,6 +142,7 @@ export const ERROR_CODES = Object.freeze({
   'device-lost': 'the GPU device was lost; load the model again',
   device: 'another GPU error',
   internal: 'a bug in the engine (its panic message); the worker is ended and the next `Nucleus.load()` starts a new one',
+  'worker-crashed': 'the engine\'s worker failed outside any request (an error in a callback, or the worker could not start: its message); the worker is ended, every call on the model gets this error, and the next `Nucleus.load()` starts a new one',
 });
 
 /** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */
