@@ -237,13 +237,14 @@ ensure_node() {
 }
 
 # wasm-opt (npm binaryen; Debian's binaryen 108 writes modules that fail to load),
-# playwright-core (it drives Debian's chromium; it never downloads a browser), axe-core (the
+# playwright-core (it drives Debian's chromium; it never downloads a browser), puppeteer-core (it
+# drives Debian's firefox-esr over WebDriver BiDi; no download either), axe-core (the
 # accessibility audit of the playground's tests), typescript (the package's declarations checked),
 # esbuild and marked (the bundler and docs-generator examples).
 ensure_npm_packages() {
   ensure_node
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    log "npm ci (binaryen, playwright-core, axe-core, typescript, esbuild, marked)"
+    log "npm ci (binaryen, playwright-core, puppeteer-core, axe-core, typescript, esbuild, marked)"
     npm ci --no-audit --no-fund --loglevel=error >/dev/null
   fi
 }
@@ -261,6 +262,12 @@ ensure_wasm_bindgen() {
 # Headless Chromium for the browser tests (WebGPU on its bundled SwiftShader).
 ensure_chromium() {
   ensure_apt chromium
+}
+
+# Firefox ESR for its suite (tests/browser/firefox.test.mjs, driven by npm puppeteer-core over
+# WebDriver BiDi; no WebGPU on Linux: the CPU engine).
+ensure_firefox() {
+  ensure_apt firefox-esr
 }
 
 cmd_setup() {
@@ -300,7 +307,8 @@ cmd_test() {
   log "sampler what-if in wasm32 against the native sampler"
   node tests/wasm/sampler-what-if.mjs
   ensure_chromium
-  log "browser tests (headless chromium, SwiftShader WebGPU)"
+  ensure_firefox
+  log "browser tests (headless chromium, SwiftShader WebGPU; firefox.test.mjs: Firefox ESR, the CPU engine)"
   # One file at a time: each loads the model in its own browser.
   for suite in tests/browser/*.test.mjs; do
     node --test "$suite"
