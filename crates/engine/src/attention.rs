@@ -98,19 +98,7 @@ impl Engine {
         if let Some(head) = request.head.filter(|h| !(1..=config.head_count).contains(h)) {
             return Err(EngineError::bad_option("head", format!("1..={}", config.head_count), head));
         }
-        if let Some(&id) = request.generated.iter().find(|&&id| id as usize >= config.vocab_size) {
-            return Err(EngineError::bad_option("generated", format!("token ids below {}", config.vocab_size), id));
-        }
-        let ids = [self.prompt_tokens(&request.prompt)?, request.generated.clone()].concat();
-        if ids.is_empty() {
-            return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
-        }
-        if ids.len() > self.cache.capacity() {
-            return Err(EngineError::ContextOverflow {
-                prompt_tokens: ids.len(),
-                context_length: self.cache.capacity(),
-            });
-        }
+        let ids = self.context_tokens(&request.prompt, &request.generated)?;
         let to = request.to.unwrap_or(ids.len());
         if !(1..=ids.len()).contains(&to) {
             return Err(EngineError::bad_option("to", format!("1..={} (the text's tokens)", ids.len()), to));

@@ -81,16 +81,7 @@ impl Engine {
     /// cache like a generation: a generation in progress is then refused with `busy`.
     pub async fn logit_lens(&mut self, request: &LensRequest) -> Result<LensReport, EngineError> {
         request.validate(self.info.vocab_size)?;
-        let context = [self.prompt_tokens(&request.prompt)?, request.generated.clone()].concat();
-        if context.is_empty() {
-            return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
-        }
-        if context.len() > self.cache.capacity() {
-            return Err(EngineError::ContextOverflow {
-                prompt_tokens: context.len(),
-                context_length: self.cache.capacity(),
-            });
-        }
+        let context = self.context_tokens(&request.prompt, &request.generated)?;
         let cached = self.reuse_cache_prefix(&context);
         let lens = self.model.logit_lens(&context[cached..], &mut self.cache, request.candidates).await?;
         self.cached_tokens.extend_from_slice(&context[cached..]);

@@ -293,6 +293,27 @@ impl Engine {
         Ok(self.tokenizer.encode(&text)?)
     }
 
+    /// The tokens of a context an inspection runs whole (the logit lens, scoring, attention): the
+    /// prompt's, then `generated` ids after them; refused when there are none, when an id is
+    /// not in the vocabulary, or when they do not fit the cache.
+    fn context_tokens(&self, prompt: &Prompt, generated: &[u32]) -> Result<Vec<u32>, EngineError> {
+        let vocab = self.info.vocab_size;
+        if let Some(&id) = generated.iter().find(|&&id| id as usize >= vocab) {
+            return Err(EngineError::bad_option("generated", format!("token ids below {vocab}"), id));
+        }
+        let tokens = [self.prompt_tokens(prompt)?, generated.to_vec()].concat();
+        if tokens.is_empty() {
+            return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
+        }
+        if tokens.len() > self.cache.capacity() {
+            return Err(EngineError::ContextOverflow {
+                prompt_tokens: tokens.len(),
+                context_length: self.cache.capacity(),
+            });
+        }
+        Ok(tokens)
+    }
+
     /// Starts a generation. Validates the request and the prompt's length; runs nothing yet.
     pub fn generate(&mut self, request: GenerateRequest) -> Result<Generation<'_>, EngineError> {
         let state = self.start(request)?;

@@ -96,16 +96,7 @@ impl Engine {
     /// previous contents are replaced by the text.
     pub async fn score(&mut self, request: &ScoreRequest) -> Result<ScoreReport, EngineError> {
         request.validate(self.info.vocab_size)?;
-        let tokens = [self.prompt_tokens(&request.prompt)?, request.generated.clone()].concat();
-        if tokens.is_empty() {
-            return Err(EngineError::bad_option("prompt", "text that makes at least one token", "\"\""));
-        }
-        if tokens.len() > self.cache.capacity() {
-            return Err(EngineError::ContextOverflow {
-                prompt_tokens: tokens.len(),
-                context_length: self.cache.capacity(),
-            });
-        }
+        let tokens = self.context_tokens(&request.prompt, &request.generated)?;
         let clock = Stopwatch::start();
         self.clear_cache();
         let scores = match self.model.score(&tokens, &mut self.cache, request.top_k).await {
