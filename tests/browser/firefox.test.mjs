@@ -4,6 +4,11 @@
 // profiles, each load bounded in time (a first load once hung in a fresh profile); the reference's
 // greedy ids; no console warning in a threaded run; scoring and attention; the playground end to
 // end. The same server and helpers as the Chromium suites.
+//
+// Run by `./build.sh test-firefox`, not yet by `./build.sh test`: about one load in sixty hangs
+// (issue 38). Caught with the worker's stages logged: the worker had started the threaded
+// module's pool (`initThreadPool`) and never came back, and a timer in the worker did not fire
+// either (the worker's thread is blocked, not waiting).
 
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
@@ -52,8 +57,9 @@ const cycle = (page) => within(LOAD_LIMIT_MS, 'a load, a generation and a dispos
   return { ids, backend };
 }, capital.text));
 
-test('the API in Firefox: 20 load, generate, dispose cycles in one page, threaded, the reference ids, nothing warned', async () => {
+test('the API in Firefox: 20 load, generate, dispose cycles in one page, threaded, the reference ids, nothing warned', async (t) => {
   const page = await openPage(browser, `${server.url}blank.html`);
+  t.after(() => page.close());
   const cores = await page.evaluate(() => navigator.hardwareConcurrency);
   for (let i = 0; i < 20; i += 1) {
     const { ids, backend } = await cycle(page);
@@ -62,7 +68,6 @@ test('the API in Firefox: 20 load, generate, dispose cycles in one page, threade
     assert.equal(backend.threads, cores, `cycle ${i + 1}: ${backend.reason}`);
   }
   assert.deepEqual(page.warnings, []);
-  await page.close();
 });
 
 test('the first load in a fresh Firefox profile finishes, three times', async () => {
@@ -78,25 +83,26 @@ test('the first load in a fresh Firefox profile finishes, three times', async ()
   }
 });
 
-test('scoring and attention in Firefox: the greedy token ranked first, rows summing to 1', async () => {
+test('scoring and attention in Firefox: the greedy token ranked first, rows summing to 1', async (t) => {
   const page = await openPage(browser, `${server.url}blank.html`);
-  const { ranks, sums } = await page.evaluate(async (prompt) => {
+  t.after(() => page.close());
+  const { ranks, sums } = await within(LOAD_LIMIT_MS, 'a load, a score and an attention read', page.evaluate(async (prompt) => {
     const { Nucleus } = await import('/nucleus.js');
     const lm = await Nucleus.load();
     const score = await lm.score(`${prompt} Paris.`, { topK: 3 });
     const attention = await lm.attention({ prompt, layer: 30 });
     lm.dispose();
     return { ranks: score.tokens.map((t) => t.rank ?? null), sums: attention.rows.map((r) => r.weights.reduce((a, b) => a + b, 0)) };
-  }, capital.text);
+  }, capital.text));
   assert.equal(ranks[0], null);
   assert.equal(ranks[capital.ids.length], 1, '" Paris" is the model\'s first guess');
   assert.equal(sums.length, capital.ids.length);
   for (const sum of sums) assert.ok(Math.abs(sum - 1) < 1e-5, `a row sums to ${sum}`);
-  await page.close();
 });
 
-test('the playground in Firefox: the model loads on the CPU engine, a greedy run gives the reference tokens and its chart', async () => {
+test('the playground in Firefox: the model loads on the CPU engine, a greedy run gives the reference tokens and its chart', async (t) => {
   const page = await openPage(browser, server.url);
+  t.after(() => page.close());
   await page.waitForFunction(() => document.body.dataset.state === 'ready', { timeout: LOAD_LIMIT_MS });
   await page.click('input[name="mode"][value="raw"]');
   await page.locator('#prompt').fill(capital.text);
@@ -109,5 +115,4 @@ test('the playground in Firefox: the model loads on the CPU engine, a greedy run
   assert.deepEqual(chips, [' Paris', '.', '↵\n']);
   assert.ok(await page.$('#chart svg'), 'the chart is drawn');
   assert.deepEqual(page.warnings, []);
-  await page.close();
 });
