@@ -3,7 +3,7 @@
 # everything is already there.
 #
 #   ./build.sh test     set up, then lint (fmt, clippy) and run every test (what CI runs)
-#   ./build.sh test-firefox  the Firefox ESR suite (not in `test` yet: issue 38's load hang)
+#   ./build.sh test-engines  the Firefox and WebKit suite alone (part of `test`)
 #   ./build.sh lint     cargo fmt --check and clippy with warnings as errors, native and wasm32
 #   ./build.sh serve    set up, then serve www/ on http://127.0.0.1:${PORT:-8080}/
 #   ./build.sh web      build the wasm modules (engine, threaded CPU engine, sampler) into www/pkg/
@@ -239,13 +239,14 @@ ensure_node() {
 
 # wasm-opt (npm binaryen; Debian's binaryen 108 writes modules that fail to load),
 # playwright-core (it drives Debian's chromium; it never downloads a browser), puppeteer-core (it
-# drives Debian's firefox-esr over WebDriver BiDi; no download either), axe-core (the
+# drives Debian's firefox-esr over WebDriver BiDi; no download either), selenium-webdriver (it
+# drives WebKitGTK's MiniBrowser through Debian's WebKitWebDriver), axe-core (the
 # accessibility audit of the playground's tests), typescript (the package's declarations checked),
 # esbuild and marked (the bundler and docs-generator examples).
 ensure_npm_packages() {
   ensure_node
   if [ ! -f node_modules/.package-lock.json ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
-    log "npm ci (binaryen, playwright-core, puppeteer-core, axe-core, typescript, esbuild, marked)"
+    log "npm ci (binaryen, playwright-core, puppeteer-core, selenium-webdriver, axe-core, typescript, esbuild, marked)"
     npm ci --no-audit --no-fund --loglevel=error >/dev/null
   fi
 }
@@ -265,10 +266,12 @@ ensure_chromium() {
   ensure_apt chromium
 }
 
-# Firefox ESR for its suite (tests/browser/firefox.test.mjs, driven by npm puppeteer-core over
-# WebDriver BiDi; no WebGPU on Linux: the CPU engine).
-ensure_firefox() {
-  ensure_apt firefox-esr
+# Firefox ESR and WebKit for the cross-engine suite (tests/browser/engines.test.mjs; no WebGPU in
+# either here: the CPU engine). Firefox is driven by npm puppeteer-core over WebDriver BiDi;
+# WebKitGTK's MiniBrowser (in libwebkit2gtk) by npm selenium-webdriver through WebKitWebDriver
+# (webkit2gtk-driver), under a virtual display (xvfb's xvfb-run).
+ensure_other_engines() {
+  ensure_apt firefox-esr webkit2gtk-driver xvfb
 }
 
 cmd_setup() {
@@ -308,25 +311,23 @@ cmd_test() {
   log "sampler what-if in wasm32 against the native sampler"
   node tests/wasm/sampler-what-if.mjs
   ensure_chromium
-  log "browser tests (headless chromium, SwiftShader WebGPU)"
-  # One file at a time: each loads the model in its own browser. The Firefox suite is not in the
-  # default run yet: it finds the hang of issue 38 (about one Firefox load in sixty never
-  # finishes), not fixed; `./build.sh test-firefox` runs it.
+  ensure_other_engines
+  log "browser tests (headless chromium, SwiftShader WebGPU; Firefox ESR and WebKit, the CPU engine)"
+  # One file at a time: each loads the model in its own browser.
   for suite in tests/browser/*.test.mjs; do
-    [ "$suite" = tests/browser/firefox.test.mjs ] && continue
     node --test "$suite"
   done
 }
 
-# The Firefox ESR suite alone (tests/browser/firefox.test.mjs), after the wasm build.
-cmd_test_firefox() {
+# The Firefox and WebKit suite alone (tests/browser/engines.test.mjs), after the wasm build.
+cmd_test_engines() {
   cmd_setup
   ensure_model
   export NUCLEUS_MODEL="$(model_path)"
   cmd_web
-  ensure_firefox
-  log "browser tests in Firefox ESR (the CPU engine)"
-  node --test tests/browser/firefox.test.mjs
+  ensure_other_engines
+  log "browser tests in Firefox ESR and WebKit (the CPU engine)"
+  node --test tests/browser/engines.test.mjs
 }
 
 # The browser's wasm modules, each: cargo (wasm32, the size-optimised `wasm-release` profile) ->
@@ -345,24 +346,6 @@ THREADED_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+si
 -C link-arg=--shared-memory -C link-arg=--import-memory -C link-arg=--max-memory=4294967296 \
 -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
 -C link-arg=--export=__tls_base"
-
-# wasm-bindgen-rayon's script for its Web Workers, which wasm-bindgen writes under a hashed
-# snippets/ folder, moved beside the module as pkg/NAME_workers.js (the import rewritten): a
-# name the service worker's list (sw.js) can hold. Its helpers start the module with the
-# initialisation's old two arguments, which wasm-bindgen's glue warns about in every helper's
-# console: they pass the one object it takes instead.
-flatten_worker_helpers() {
-  local name="$1" helpers
-  helpers=$(cd www/pkg && ls snippets/wasm-bindgen-rayon-*/src/workerHelpers.no-bundler.js)
-  mv "www/pkg/$helpers" "www/pkg/${name}_workers.js"
-  sed -i "s#'./$helpers'#'./${name}_workers.js'#" "www/pkg/$name.js"
-  grep -q "'./${name}_workers.js'" "www/pkg/$name.js" || die "www/pkg/$name.js does not import ./$helpers"
-  sed -i 's#await pkg.default(data.module, data.memory);#await pkg.default({ module_or_path: data.module, memory: data.memory });#' \
-    "www/pkg/${name}_workers.js"
-  grep -q 'pkg.default({ module_or_path: data.module, memory: data.memory })' "www/pkg/${name}_workers.js" \
-    || die "www/pkg/${name}_workers.js: wasm-bindgen-rayon's start of the module changed; pass it one object"
-  rm -r www/pkg/snippets
-}
 
 # build_wasm_module PACKAGE OUT_NAME [threaded]
 build_wasm_module() {
@@ -387,7 +370,6 @@ build_wasm_module() {
     wasm-bindgen --target web --no-typescript --out-dir www/pkg --out-name "$name" "$built"
     node_modules/.bin/wasm-opt -Oz "${opt_args[@]}" "$out" -o "$out.opt"
     mv "$out.opt" "$out"
-    if [ -n "$threaded" ]; then flatten_worker_helpers "$name"; fi
   fi
   log "$out: $(stat -c %s "$out") bytes raw, $(gzip -9 -c "$out" | wc -c) gzipped (cargo's: $(stat -c %s "$built"))"
 }
@@ -490,7 +472,7 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), handler).serve_
 
 case "${1:-}" in
   test) cmd_test ;;
-  test-firefox) cmd_test_firefox ;;
+  test-engines) cmd_test_engines ;;
   serve) cmd_serve ;;
   cli) cmd_cli ;;
   web) cmd_web ;;

@@ -100,7 +100,7 @@ function main([version]) {
   const sum = (files) => files.reduce((total, file) => total + compressed.get(file), 0);
   const page = sum(runtime.filter((file) => !file.startsWith('pkg/nucleus_web')));
   const plain = sum(['pkg/nucleus_web.js', 'pkg/nucleus_web_bg.wasm']);
-  const threaded = sum(['pkg/nucleus_web_threads.js', 'pkg/nucleus_web_threads_bg.wasm', 'pkg/nucleus_web_threads_workers.js']);
+  const threaded = sum(['pkg/nucleus_web_threads.js', 'pkg/nucleus_web_threads_bg.wasm', 'nucleus-thread.js']);
   const every = sum(runtime);
   console.log(`${path.relative(REPO, out)}/: ${packed.entryCount} files, ${megabytes(packed.unpackedSize)}`);
   console.log(`${path.relative(REPO, tarball)}: ${megabytes(statSync(tarball).size)} packed`);

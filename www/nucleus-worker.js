@@ -4,8 +4,8 @@
 // model per worker, one generation at a time (a second one is `busy`).
 
 import {
-  ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST, codedError,
-  emulatedAdapter, threadsProblem,
+  ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
+  codedError, emulatedAdapter, threadsProblem,
 } from './protocol.js';
 import { downloadModel, readFile, readStored, sha256Hex, storeModel } from './download.js';
 
@@ -87,29 +87,90 @@ async function adapterFacts() {
 
 /**
  * The engine's wasm module for a backend: for the CPU engine in a cross-origin isolated page on
- * a machine with several cores, the threaded build (shared memory), a Web Worker for each core but
- * this one started; else the plain build, one thread. Resolves to `{ module, memory, threads, note }`,
- * `note` saying why it runs on one thread when it could not run on more.
+ * a machine with several cores, the threaded build (shared memory), whose helpers (one per core
+ * but this one) startHelpers asks the page for once the model is in memory; else the plain build,
+ * one thread. Resolves to `{ module, memory, helpers, note }`, `note` saying why it runs on one
+ * thread when it could not run on more.
  */
 async function engineModule(kind) {
   const cores = navigator.hardwareConcurrency || 1;
   const plain = async (note) => {
     const module = await import('./pkg/nucleus_web.js');
-    return { module, memory: (await module.default()).memory, threads: 1, note };
+    return { module, memory: (await module.default()).memory, helpers: 0, note };
   };
   if (kind !== 'cpu' || cores === 1) return plain(null);
   const problem = threadsProblem(self);
   if (problem) return plain(`one thread: ${problem}`);
   try {
-    const module = await import('./pkg/nucleus_web_threads.js');
+    const module = await import(THREADED_MODULE);
     const { memory } = await module.default();
-    // The engine's own thread works too: one helper per other core.
-    await module.initThreadPool(cores - 1);
-    return { module, memory, threads: cores, note: null };
+    return { module, memory, helpers: cores - 1, note: null };
   } catch (error) {
     console.warn(`nucleus: the threaded engine did not start (${error.message}); running on one thread`);
     return plain(`one thread: the threaded engine did not start (${error.message})`);
   }
+}
+
+const THREADED_MODULE = new URL('./pkg/nucleus_web_threads.js', import.meta.url).href;
+
+/**
+ * The threaded engine's helpers, started by the page (protocol.js, HelpersReply) after the model
+ * is in memory, so that the shared memory has grown to the model's size on one thread (Safari is
+ * known to break growing a shared memory under several threads). Waits up to HELPER_START_MS for
+ * them; the engine splits its work for those that run. Resolves to `{ threads, note }`.
+ */
+async function startHelpers(count, replyTo) {
+  wasm.expectThreadHelpers(count);
+  self.postMessage({ id: replyTo, type: REPLY.helpers, count, script: THREADED_MODULE, module: wasm.compiledModule(),
+    memory: wasmMemory });
+  const deadline = performance.now() + HELPER_START_MS;
+  while (wasm.threadHelpersRunning() < count && performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  const running = wasm.threadHelpersRunning();
+  if (running === count) return { threads: count + 1, note: null };
+  wasm.expectThreadHelpers(running);
+  const note = `${running} of ${count} helper threads started within ${HELPER_START_MS / 1000} s`;
+  console.warn(`nucleus: ${note}`);
+  return { threads: running + 1, note };
+}
+
+/** A thread count is kept unless its decode step is more than this much slower than the fastest's. */
+const THREADS_TOLERANCE = 1.25;
+
+/**
+ * How many of the `available` threads the CPU engine uses: the most whose decode step
+ * (`scratchStep`, best of two, on 1, 2, 4, ... threads and on all) is within THREADS_TOLERANCE
+ * of the fastest; the other helpers wait on the bench. `hardwareConcurrency` alone can overshoot:
+ * WebKit rounds it up (4 on a 2-core machine), where the extra helpers only take cores from the
+ * others. The tolerance is wide because one step at position 0 under-reports what threads give a
+ * whole decode (Gemma 3 270M in Chromium here: 49 ms on one thread, 54 on two, yet 18.4 against
+ * 22.8 tok/s decoding): a count is dropped only when it is clearly slower. Resolves to
+ * `{ threads, timings }` (ms per step by count).
+ */
+function measuredThreads(available) {
+  const counts = [];
+  for (let n = 1; n < available; n *= 2) counts.push(n);
+  counts.push(available);
+  // Helpers just started are slow at first (one first load here timed 23 ms on one thread and 39
+  // on two, the next 22 and 14): two steps on all of them first.
+  engine.scratchStep();
+  engine.scratchStep();
+  const timings = {};
+  for (const n of counts) {
+    wasm.expectThreadHelpers(n - 1);
+    let best = Infinity;
+    for (let i = 0; i < 2; i += 1) {
+      const started = performance.now();
+      engine.scratchStep();
+      best = Math.min(best, performance.now() - started);
+    }
+    timings[n] = Math.round(best * 100) / 100;
+  }
+  const fastest = Math.min(...Object.values(timings));
+  const threads = counts.findLast((n) => timings[n] <= fastest * THREADS_TOLERANCE);
+  wasm.expectThreadHelpers(threads - 1);
+  return { threads, timings };
 }
 
 /**
@@ -178,13 +239,13 @@ async function readGivenFile(file, name, useCache, progress) {
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked }, progress) {
+  async [REQUEST.load]({ id, url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await chooseBackend(asked);
     const loaded = await engineModule(facts.backend.kind);
     ({ module: wasm, memory: wasmMemory } = loaded);
-    facts.backend.threads = loaded.threads;
+    facts.backend.threads = 1;
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
     const { url, bytes, sha256, cache, fromCache } = file
       ? await readGivenFile(file, name, useCache, progress)
@@ -196,6 +257,15 @@ const handlers = {
       // A stored copy that no longer loads is dropped, so the next load downloads it again.
       if (fromCache) await cache.delete(url).catch(() => {});
       throw error;
+    }
+    if (loaded.helpers > 0) {
+      const { threads: running, note } = await startHelpers(loaded.helpers, id);
+      if (note) facts.backend.reason += ` (${note})`;
+      if (running > 1) {
+        const { threads, timings } = measuredThreads(running);
+        Object.assign(facts.backend, { threads, threadTimings: timings });
+        if (threads < running) facts.backend.reason += ` (${threads} of ${running} threads: more were slower)`;
+      }
     }
     const cacheError = cache && !fromCache ? await storeModel(cache, url, bytes) : null;
     if (cacheError) console.warn(`nucleus: ${cacheError.message}`);

@@ -75,7 +75,12 @@ export interface ModelInfo {
   chatTemplate: string | false;
   parameters: number;
   fileBytes: number;
-  backend: { kind: 'webgpu' | 'cpu'; reason: string; threads: number };
+  /**
+   * Where the model runs and why; the CPU engine's threads, and on the threaded engine the
+   * milliseconds of one decode step by thread count, from which the most threads within 25 % of
+   * the fastest were kept.
+   */
+  backend: { kind: 'webgpu' | 'cpu'; reason: string; threads: number; threadTimings?: Record<number, number> };
   device: string;
   path: 'fused' | 'cpu';
   weightBytes: number;

@@ -62,34 +62,44 @@ export function assetsBase(assets) {
 }
 
 /**
- * The engine's worker, from `assets`. A worker's script must have the page's origin: from another
- * origin (a CDN) the worker runs a same-origin blob whose one line imports the real script, whose
- * own imports (the wasm modules) then resolve against its real URL. Returns `{ worker, url }`,
- * `url` the blob's, to revoke when the worker ends.
+ * A worker running `file` of `assets` (the engine's, or a helper thread's). A worker's script must
+ * have the page's origin: from another origin (a CDN) the worker runs a same-origin blob whose one
+ * line imports the real script, whose own imports (the wasm modules) then resolve against its real
+ * URL. Returns `{ worker, url }`, `url` the blob's, to revoke when the worker ends.
  */
-function startWorker(assets) {
-  const script = new URL('nucleus-worker.js', assets);
-  const options = { type: 'module', name: 'nucleus' };
+function startWorker(assets, file, name) {
+  const script = new URL(file, assets);
+  const options = { type: 'module', name };
   if (script.origin === globalThis.location?.origin) return { worker: new Worker(script, options), url: null };
   const url = URL.createObjectURL(new Blob([`import ${JSON.stringify(script.href)};\n`], { type: 'text/javascript' }));
   return { worker: new Worker(url, options), url };
 }
 
-/** The worker behind one model: requests with ids, answers routed back to their promises. */
+/**
+ * The worker behind one model: requests with ids, answers routed back to their promises; and the
+ * helper workers of its threaded CPU engine, which the page starts when it asks (protocol.js,
+ * HelpersReply) and ends with it.
+ */
 class WorkerClient {
   #worker;
   #pending = new Map();
   #nextId = 1;
   #broken = null;
-  #blobUrl;
+  #assets;
+  #blobUrls = [];
+  #helpers = [];
   #script;
 
-  /** `worker` runs `script` (a URL, for errors), from the blob `blobUrl` (or null). */
-  constructor({ worker, url: blobUrl }, script) {
+  constructor(assets) {
+    this.#assets = assets;
+    this.#script = new URL('nucleus-worker.js', assets).href;
+    const worker = this.#start('nucleus-worker.js', 'nucleus');
     this.#worker = worker;
-    this.#blobUrl = blobUrl;
-    this.#script = script;
     worker.onmessage = ({ data }) => {
+      if (data.type === REPLY.helpers) {
+        this.#startHelpers(data);
+        return;
+      }
       const request = this.#pending.get(data.id);
       if (!request) return;
       if (data.type === REPLY.progress) {
@@ -118,6 +128,33 @@ class WorkerClient {
     };
   }
 
+  /** A worker running `file` of the assets, its blob URL (if any) kept to revoke at the end. */
+  #start(file, name) {
+    const { worker, url } = startWorker(this.#assets, file, name);
+    if (url) this.#blobUrls.push(url);
+    return worker;
+  }
+
+  /**
+   * `count` helper threads on the engine's shared memory. One that fails (its script refused, a
+   * trap in a task, which would leave the engine waiting on that task) ends the model with
+   * `worker-crashed`. One whose module does not instantiate says so and is only missing: the
+   * engine runs without it (the load waits for the helpers a bounded time and says how many run).
+   */
+  #startHelpers({ count, script, module, memory }) {
+    for (let i = 0; i < count; i += 1) {
+      const helper = this.#start('nucleus-thread.js', `nucleus-thread-${i + 1}`);
+      helper.onmessage = ({ data }) => console.warn(`nucleus: a helper thread did not start (${data.error})`);
+      helper.onerror = (event) => {
+        event.preventDefault?.();
+        this.#end(new NucleusError('worker-crashed', `a helper thread of the Nucleus worker failed: ${event.message
+          ?? 'it could not start'}; load the model again`));
+      };
+      helper.postMessage({ script, module, memory });
+      this.#helpers.push(helper);
+    }
+  }
+
   call(type, payload = {}, onProgress) {
     if (this.#broken) return Promise.reject(this.#broken);
     const id = this.#nextId++;
@@ -135,7 +172,10 @@ class WorkerClient {
 
   #end(error) {
     this.#worker.terminate();
-    if (this.#blobUrl) URL.revokeObjectURL(this.#blobUrl);
+    for (const helper of this.#helpers) helper.terminate();
+    this.#helpers = [];
+    for (const url of this.#blobUrls) URL.revokeObjectURL(url);
+    this.#blobUrls = [];
     this.#fail(error);
   }
 
@@ -543,8 +583,7 @@ export class Nucleus {
     const source = file
       ? { file, name: file.name || 'model.gguf' }
       : { url: new URL(model, globalThis.document?.baseURI ?? import.meta.url).href };
-    const script = new URL('nucleus-worker.js', assets).href;
-    const client = new WorkerClient(startWorker(assets), script);
+    const client = new WorkerClient(assets);
     try {
       const info = await client.call(REQUEST.load,
         { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);

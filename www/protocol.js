@@ -59,12 +59,19 @@
  *   cached: number }} PrefillProgressReply
  *   `loaded` and `total` in prompt tokens; `cached`: the prompt tokens the KV cache already held.
  * @typedef {LoadProgressReply | PrefillProgressReply} ProgressReply
+ * @typedef {{ id: number, type: 'helpers', count: number, script: string, module: WebAssembly.Module,
+ *   memory: WebAssembly.Memory }} HelpersReply
+ *   During a 'load' on the threaded CPU engine, once the model is in memory: the page starts
+ *   `count` helper workers (nucleus-thread.js), each instantiating `module` (the script `script`)
+ *   on the shared `memory`, and ends them with this worker. The page starts them, not this
+ *   worker: Firefox's `new Worker` inside a worker blocked that worker for good about once in a
+ *   hundred starts. The load waits for them a bounded time (HELPER_START_MS) and says how many run.
  * @typedef {{ id: number, type: 'ok', value: unknown }} OkReply
  * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number, crashed?: boolean }} WireError
  *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status;
  *   `crashed`: the engine trapped (a panic) and this worker can do nothing more: the page ends it.
  * @typedef {{ id: number, type: 'error', error: WireError }} ErrorReply
- * @typedef {ProgressReply | OkReply | ErrorReply} Reply
+ * @typedef {ProgressReply | HelpersReply | OkReply | ErrorReply} Reply
  *
  * @typedef {keyof typeof ERROR_CODES} ErrorCode
  */
@@ -125,7 +132,13 @@ export const REQUEST = Object.freeze({
 });
 
 /** The reply types, by name. */
-export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progress' });
+export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progress', helpers: 'helpers' });
+
+/**
+ * How long a load waits for its helper workers to start (each instantiates the threaded module on
+ * the shared memory: about 0.1 s here) before it runs with those that did, saying so.
+ */
+export const HELPER_START_MS = 10_000;
 
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({

@@ -33,6 +33,7 @@ const PACKAGE_FILES = [
   'nucleus.js',
   'nucleus-element.js',
   'nucleus-worker.js',
+  'nucleus-thread.js',
   'protocol.js',
   'download.js',
   'what-if.js',
@@ -48,7 +49,6 @@ const PACKAGE_FILES = [
   'pkg/nucleus_web_bg.wasm',
   'pkg/nucleus_web_threads.js',
   'pkg/nucleus_web_threads_bg.wasm',
-  'pkg/nucleus_web_threads_workers.js',
   'pkg/nucleus_sampler_web.js',
   'pkg/nucleus_sampler_web_bg.wasm',
 ];

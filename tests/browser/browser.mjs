@@ -1,11 +1,16 @@
 // Headless Chromium (Debian's, not a downloaded one) with WebGPU on SwiftShader, driven by
 // playwright-core. The flags are the ones that give a WebGPU adapter on a machine without a GPU.
-// And Firefox ESR (Debian's `firefox-esr`), driven by puppeteer-core over WebDriver BiDi: no
-// WebGPU on Linux, so every page runs the CPU engine there.
+// Firefox ESR (Debian's `firefox-esr`), driven by puppeteer-core over WebDriver BiDi, and WebKit
+// (WebKitGTK's MiniBrowser under Xvfb, driven by npm selenium-webdriver through Debian's
+// `WebKitWebDriver`): no WebGPU in either here, so every page runs the CPU engine there. Both sit
+// behind one small page interface (`ENGINES`), with Chromium, so that one suite runs in all three.
 
 import { chromium } from 'playwright-core';
 import puppeteer from 'puppeteer-core';
+import { Builder, By } from 'selenium-webdriver';
+import { spawn } from 'node:child_process';
 import { mkdtemp } from 'node:fs/promises';
+import { createServer } from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -35,10 +40,151 @@ export async function open(context, url) {
 }
 
 export const FIREFOX = process.env.FIREFOX ?? '/usr/bin/firefox-esr';
+export const WEBKIT_DRIVER = process.env.WEBKIT_DRIVER ?? '/usr/bin/WebKitWebDriver';
+export const MINIBROWSER = process.env.MINIBROWSER ?? '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
 
 /** Headless Firefox ESR in a fresh profile (puppeteer-core's browser: close it when done). */
 export function launchFirefox() {
   return puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, protocol: 'webDriverBiDi' });
+}
+
+/**
+ * A page of any engine, the few operations the cross-engine suite uses:
+ * @typedef {object} EnginePage
+ * @property {(fn: Function, arg?: unknown) => Promise<any>} run  `fn(arg)` in the page, awaited
+ * @property {(fn: Function, ms: number) => Promise<void>} waitFor  until `fn()` in the page is truthy
+ * @property {(selector: string) => Promise<void>} click
+ * @property {(selector: string, text: string) => Promise<void>} fill  replaces a field's text, typed
+ * @property {(selector: string) => Promise<string[]>} texts  the text of each match
+ * @property {string[] | null} warnings  the console's warnings and errors (null: the engine's
+ *   driver cannot read its console)
+ * @property {() => Promise<void>} close
+ */
+
+/** Chromium: one browser (a fresh profile) per `launch()`, a tab per page. */
+const chromiumEngine = {
+  name: 'Chromium',
+  async launch() {
+    const context = await launch();
+    return {
+      async open(url) {
+        const page = await context.newPage();
+        const warnings = [];
+        page.on('console', (message) => {
+          if (['warning', 'error'].includes(message.type())) warnings.push(message.text());
+        });
+        await page.goto(url);
+        return {
+          run: (fn, arg) => page.evaluate(fn, arg),
+          waitFor: async (fn, ms) => { await page.waitForFunction(fn, null, { timeout: ms }); },
+          click: (selector) => page.click(selector),
+          fill: (selector, text) => page.fill(selector, text),
+          texts: (selector) => page.$$eval(selector, (nodes) => nodes.map((n) => n.textContent)),
+          warnings,
+          close: () => page.close(),
+        };
+      },
+      close: () => context.close(),
+    };
+  },
+};
+
+/** Firefox: one browser (a fresh profile) per `launch()`, a tab per page. */
+const firefox = {
+  name: 'Firefox',
+  async launch() {
+    const browser = await launchFirefox();
+    return {
+      async open(url) {
+        const page = await browser.newPage();
+        const warnings = [];
+        page.on('console', (message) => {
+          if (['warn', 'warning', 'error'].includes(message.type())) warnings.push(message.text());
+        });
+        await page.goto(url);
+        return {
+          run: (fn, arg) => page.evaluate(fn, arg),
+          waitFor: async (fn, ms) => { await page.waitForFunction(fn, { timeout: ms }); },
+          click: (selector) => page.click(selector),
+          fill: (selector, text) => page.locator(selector).fill(text),
+          texts: (selector) => page.$$eval(selector, (nodes) => nodes.map((n) => n.textContent)),
+          warnings,
+          close: () => page.close(),
+        };
+      },
+      close: () => browser.close(),
+    };
+  },
+};
+
+/** A TCP port nothing listens on now. */
+async function freePort() {
+  const server = createServer();
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const { port } = server.address();
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+/**
+ * WebKit: one WebKitWebDriver under its own Xvfb per `launch()`, a WebDriver session (a fresh
+ * MiniBrowser process and profile) per page.
+ */
+const webkit = {
+  name: 'WebKit',
+  async launch() {
+    const port = await freePort();
+    const driver = spawn('xvfb-run', ['-a', WEBKIT_DRIVER, `--port=${port}`], { stdio: 'ignore', detached: true });
+    const server = `http://127.0.0.1:${port}`;
+    for (let tries = 0; ; tries += 1) {
+      const up = await fetch(`${server}/status`).then((r) => r.ok, () => false);
+      if (up) break;
+      if (tries === 100) throw new Error(`${WEBKIT_DRIVER} did not start on port ${port}`);
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    return {
+      async open(url) {
+        const session = await new Builder().usingServer(server).withCapabilities({
+          browserName: 'MiniBrowser', 'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] },
+        }).build();
+        await session.manage().setTimeouts({ script: 300_000 });
+        await session.get(url);
+        const run = (fn, arg) => session.executeScript(`return (${fn})(arguments[0]);`, arg);
+        return {
+          run,
+          waitFor: (fn, ms) => session.wait(() => run(fn), ms),
+          click: (selector) => session.findElement(By.css(selector)).click(),
+          async fill(selector, text) {
+            const field = await session.findElement(By.css(selector));
+            await field.clear();
+            await field.sendKeys(text);
+          },
+          texts: (selector) => run((s) => [...document.querySelectorAll(s)].map((n) => n.textContent), selector),
+          warnings: null,
+          close: () => session.quit(),
+        };
+      },
+      async close() {
+        try {
+          process.kill(-driver.pid);
+        } catch {
+          // already gone
+        }
+      },
+    };
+  },
+};
+
+/** The engines the cross-engine suite runs in. */
+export const ENGINES = { chromium: chromiumEngine, firefox, webkit };
+
+/**
+ * The thread count the threaded CPU engine should keep for its step timings (`info.backend.
+ * threadTimings`, ms by count): the most within 25 % of the fastest (nucleus-worker.js's rule).
+ */
+export function keptThreads(timings) {
+  const fastest = Math.min(...Object.values(timings));
+  return Object.keys(timings).map(Number).sort((a, b) => a - b).findLast((n) => timings[n] <= fastest * 1.25);
 }
 
 /** `promise`, or an error naming `what` when it has not settled after `ms`. */

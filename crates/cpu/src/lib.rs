@@ -36,4 +36,6 @@ pub mod reference;
 mod threads;
 
 pub use matmul::{Matrix, TILE, matmul, matmuls, simd};
+#[cfg(all(target_family = "wasm", target_feature = "atomics"))]
+pub use threads::{expect_helpers, help, helpers_running};
 pub use threads::{for_each_chunk, for_each_task, threads};

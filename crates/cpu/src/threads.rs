@@ -10,10 +10,13 @@
 //! before they park, so a step pays at most one wake-up.
 //!
 //! **Where the helpers come from.** Natively they are `std` threads (one per core but the
-//! caller's). In the browser's threaded build `std::thread::spawn` does not exist: they are long
-//! tasks on rayon's pool of Web Workers, which `wasm-bindgen-rayon` starts (`initThreadPool`,
-//! one worker per core but the engine's own). The plain wasm build has no helper: everything runs
-//! on the calling thread.
+//! caller's), started on first use. In the browser's threaded build `std::thread::spawn` does not
+//! exist: each helper is a Web Worker that the page starts on the same shared memory and that
+//! calls [`help`], which never returns; [`expect_helpers`] says how many to split work for. The
+//! pool never waits for a helper: the caller claims tasks too, so a helper that is late, or never
+//! comes, slows a job down but cannot stall it (the page's start of its workers is not a step a
+//! load can hang on: Firefox's `new Worker` inside a worker blocked about one start in a hundred,
+//! see ARCHITECTURE.md). The plain wasm build has no helper: everything runs on the calling thread.
 //!
 //! **The protocol.** A job is `tasks` calls of one `Fn(usize)`. Its epoch and the next task index
 //! share one 64-bit atomic, so a helper claims task `i` of epoch `e` only while `e` is current: a
@@ -21,6 +24,9 @@
 //! caller returns only when every claimed task has finished, so the function it lent outlives
 //! every call. One job at a time: a second caller (another thread of a native test, a product
 //! inside a task) runs its tasks itself.
+
+// The plain wasm build has no helpers: the helpers' side of the pool goes unused there.
+#![cfg_attr(all(target_family = "wasm", not(target_feature = "atomics")), allow(dead_code))]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
@@ -46,14 +52,21 @@ struct Pool {
     parked: AtomicU32,
     park: Mutex<()>,
     wake: Condvar,
-    helpers: usize,
+    /// Helpers the work is split for, and that take it: all of them natively; in the browser,
+    /// [`expect_helpers`]. Helper `i` with `i >= helpers` waits on `benched` (a helper on a core
+    /// that does not help would only steal time from the others).
+    helpers: AtomicUsize,
+    bench: Mutex<()>,
+    benched: Condvar,
+    /// Helpers that have started (in the browser, the workers that called [`help`]).
+    started: AtomicUsize,
 }
 
-/// The pool, its helpers started on first use.
+/// The pool; natively its helpers are started on first use.
 fn pool() -> &'static Pool {
     static POOL: OnceLock<&'static Pool> = OnceLock::new();
     POOL.get_or_init(|| {
-        let helpers = helper_count();
+        let helpers = native_helper_count();
         let pool: &'static Pool = Box::leak(Box::new(Pool {
             counter: AtomicU64::new(0),
             tasks: AtomicUsize::new(0),
@@ -63,17 +76,22 @@ fn pool() -> &'static Pool {
             parked: AtomicU32::new(0),
             park: Mutex::new(()),
             wake: Condvar::new(),
-            helpers,
+            helpers: AtomicUsize::new(helpers),
+            bench: Mutex::new(()),
+            benched: Condvar::new(),
+            started: AtomicUsize::new(0),
         }));
+        #[cfg(not(target_family = "wasm"))]
         for _ in 0..helpers {
-            spawn(move || pool.help());
+            std::thread::Builder::new().name("nucleus-cpu".into()).spawn(|| help()).expect("spawn a CPU engine thread");
         }
         pool
     })
 }
 
-/// Threads besides the caller's.
-fn helper_count() -> usize {
+/// Threads besides the caller's natively (`NUCLEUS_THREADS` or one per core); none in the
+/// browser until [`expect_helpers`].
+fn native_helper_count() -> usize {
     #[cfg(not(target_family = "wasm"))]
     {
         std::env::var("NUCLEUS_THREADS")
@@ -83,45 +101,72 @@ fn helper_count() -> usize {
             .max(1)
             - 1
     }
-    #[cfg(all(target_family = "wasm", target_feature = "atomics"))]
-    {
-        rayon::current_num_threads()
-    }
-    #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
+    #[cfg(target_family = "wasm")]
     {
         0
     }
 }
 
-fn spawn(helper: impl FnOnce() + Send + 'static) {
-    #[cfg(not(target_family = "wasm"))]
-    {
-        std::thread::Builder::new().name("nucleus-cpu".into()).spawn(helper).expect("spawn a CPU engine thread");
-    }
-    #[cfg(all(target_family = "wasm", target_feature = "atomics"))]
-    {
-        rayon::spawn(helper);
-    }
-    #[cfg(all(target_family = "wasm", not(target_feature = "atomics")))]
-    {
-        let _ = helper;
-        unreachable!("the plain wasm build has no helpers");
-    }
+/// A helper's whole life, on the thread that calls it: it never returns. Natively each thread
+/// the pool starts runs it; in the browser's threaded build, each helper Web Worker calls it (the
+/// `runThreadHelper` export) once its instance of the shared module has started.
+pub fn help() -> ! {
+    let pool = pool();
+    let index = pool.started.fetch_add(1, Ordering::SeqCst);
+    pool.help(index)
+}
+
+/// In the browser's threaded build: split work for `helpers` threads besides the caller's (the
+/// helper workers the page starts, or fewer: those that started, or as many as measurably help).
+/// Any number is safe: a task no helper claims, the caller runs.
+#[cfg(all(target_family = "wasm", target_feature = "atomics"))]
+pub fn expect_helpers(helpers: usize) {
+    pool().set_helpers(helpers);
+}
+
+/// Helpers that have started ([`help`] called).
+#[cfg_attr(not(all(target_family = "wasm", target_feature = "atomics")), allow(dead_code))]
+pub fn helpers_running() -> usize {
+    pool().started.load(Ordering::SeqCst)
 }
 
 impl Pool {
-    /// A helper's life: wait for a job, take its tasks until none is left, again.
-    fn help(&self) {
+    /// Helper `index`'s life: wait until it is one of those that help, wait for a job, take its
+    /// tasks until none is left, again.
+    fn help(&self, index: usize) -> ! {
         let mut seen = self.epoch();
         loop {
+            self.wait_until_helping(index);
             let epoch = self.wait_for_job(seen);
             seen = epoch;
             let Some(job) = *self.job.lock().unwrap_or_else(|e| e.into_inner()) else { continue };
-            while let Some(index) = self.claim(epoch) {
-                job(index);
+            // A helper benched mid-job stops claiming at once.
+            while index < self.helpers.load(Ordering::Relaxed)
+                && let Some(task) = self.claim(epoch)
+            {
+                job(task);
                 self.done.fetch_add(1, Ordering::Release);
             }
         }
+    }
+
+    /// Parks helper `index` while the work is split for fewer helpers.
+    fn wait_until_helping(&self, index: usize) {
+        if index < self.helpers.load(Ordering::SeqCst) {
+            return;
+        }
+        let mut guard = self.bench.lock().unwrap_or_else(|e| e.into_inner());
+        while index >= self.helpers.load(Ordering::SeqCst) {
+            guard = self.benched.wait(guard).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+
+    /// Splits work for `helpers` helpers; those with a higher index wait on the bench.
+    #[cfg_attr(not(all(target_family = "wasm", target_feature = "atomics")), allow(dead_code))]
+    fn set_helpers(&self, helpers: usize) {
+        let _guard = self.bench.lock().unwrap_or_else(|e| e.into_inner());
+        self.helpers.store(helpers, Ordering::SeqCst);
+        self.benched.notify_all();
     }
 
     fn epoch(&self) -> u32 {
@@ -194,12 +239,12 @@ impl Pool {
 
 /// Threads the kernels spread their work over: the caller's and the pool's helpers.
 pub fn threads() -> usize {
-    pool().helpers + 1
+    pool().helpers.load(Ordering::Relaxed) + 1
 }
 
 /// Calls `f` on each task, spread over the threads (the caller's included).
 pub fn for_each_task<T: Send>(tasks: Vec<T>, f: impl Fn(T) + Sync + Send) {
-    if tasks.len() <= 1 || pool().helpers == 0 {
+    if tasks.len() <= 1 || pool().helpers.load(Ordering::Relaxed) == 0 {
         tasks.into_iter().for_each(f);
         return;
     }
@@ -262,6 +307,32 @@ mod tests {
             .collect();
         for caller in callers {
             caller.join().unwrap();
+        }
+    }
+
+    /// Helpers beyond the count the work is split for take no task (the browser benches the
+    /// helpers that measurably do not help), and take tasks again once counted back in.
+    #[test]
+    fn benched_helpers_take_no_task() {
+        let pool = pool();
+        let all = pool.helpers.load(Ordering::SeqCst);
+        let ran_on = |pool: &Pool| {
+            let threads = Mutex::new(std::collections::HashSet::new());
+            for _ in 0..200 {
+                pool.run(8, &|_| {
+                    threads.lock().unwrap().insert(std::thread::current().id());
+                    std::thread::sleep(std::time::Duration::from_micros(50));
+                });
+            }
+            threads.into_inner().unwrap()
+        };
+        pool.set_helpers(0);
+        let benched = ran_on(pool);
+        pool.set_helpers(all);
+        assert_eq!(benched.into_iter().collect::<Vec<_>>(), [std::thread::current().id()]);
+        // Other tests' jobs may hold the pool meanwhile (then this caller runs its own tasks).
+        if all > 0 {
+            assert!((0..20).any(|_| ran_on(pool).len() > 1), "the helpers take tasks again");
         }
     }
 

@@ -200,6 +200,18 @@ pub struct WasmEngine {
 
 #[wasm_bindgen]
 impl WasmEngine {
+    /// One decode step on a throwaway one-position cache (the first token id at position 0),
+    /// its logits dropped: what the worker times at each thread count to keep the threads that
+    /// measurably help (`measuredThreads` in www/nucleus-worker.js). The engine's cache is untouched.
+    #[wasm_bindgen(js_name = scratchStep)]
+    pub fn scratch_step(&self) -> Result<(), JsValue> {
+        let inner = self.inner.try_borrow().map_err(|_| busy())?;
+        let model = inner.engine.model();
+        let mut cache = model.new_cache(1).map_err(|e| engine_error(e.into()))?;
+        model.forward(&[0], &mut cache, nucleus_model::Logits::Last).map_err(|e| engine_error(e.into()))?;
+        Ok(())
+    }
+
     /// `{ title, name, basename, sizeLabel, quantization, architecture, vocabSize, contextLength,
     /// parameters, fileBytes, path, weightBytes, kvBytesPerToken, stateBytes, skippedBlocks, device }` as JSON; `title` is
     /// named from `file_name` (the model's URL) when given; `device` is where it runs, as a person

@@ -15,7 +15,5 @@ pub mod shapes;
 #[cfg(target_arch = "wasm32")]
 mod bindings;
 
-/// `initThreadPool(threads)`: starts the CPU engine's pool of Web Workers (the threaded build only,
-/// in a cross-origin isolated page; resolves once they run).
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
-pub use wasm_bindgen_rayon::init_thread_pool;
+mod threads;
