@@ -323,7 +323,8 @@ cmd_test() {
 cmd_test_engines() {
   cmd_setup
   ensure_model
-  export NUCLEUS_MODEL="$(model_path)"
+  ensure_gemma
+  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)"
   cmd_web
   ensure_other_engines
   log "browser tests in Firefox ESR and WebKit (the CPU engine)"

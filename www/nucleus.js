@@ -63,16 +63,34 @@ export function assetsBase(assets) {
 
 /**
  * A worker running `file` of `assets` (the engine's, or a helper thread's). A worker's script must
- * have the page's origin: from another origin (a CDN) the worker runs a same-origin blob whose one
- * line imports the real script, whose own imports (the wasm modules) then resolve against its real
- * URL. Returns `{ worker, url }`, `url` the blob's, to revoke when the worker ends.
+ * have the page's origin: from another origin (a CDN) the worker runs a same-origin blob
+ * (importerOf) that imports the real script, whose own imports (the wasm modules) then resolve
+ * against its real URL. Returns `{ worker, url }`, `url` the blob's, to revoke when the worker ends.
  */
 function startWorker(assets, file, name) {
   const script = new URL(file, assets);
   const options = { type: 'module', name };
   if (script.origin === globalThis.location?.origin) return { worker: new Worker(script, options), url: null };
-  const url = URL.createObjectURL(new Blob([`import ${JSON.stringify(script.href)};\n`], { type: 'text/javascript' }));
+  const url = URL.createObjectURL(new Blob([importerOf(script.href)], { type: 'text/javascript' }));
   return { worker: new Worker(url, options), url };
+}
+
+/**
+ * A blob worker's script that runs `script` from another origin. A dynamic `import()`, not a
+ * static one: WebKit refuses a blob module worker's static import from another origin (the worker
+ * fails to start, with or without a policy), and under a Content Security Policy a dynamic import
+ * is a script, which `script-src` allows. The messages that arrive before the script has run are
+ * kept and dispatched to it after; a script that does not import is rethrown as the worker's error.
+ */
+function importerOf(script) {
+  return `const early = [];
+const keep = (event) => early.push(event.data);
+self.addEventListener('message', keep);
+import(${JSON.stringify(script)}).then(() => {
+  self.removeEventListener('message', keep);
+  for (const data of early) self.dispatchEvent(new MessageEvent('message', { data }));
+}, (error) => setTimeout(() => { throw error; }));
+`;
 }
 
 /**

@@ -52,12 +52,15 @@ export function launchFirefox() {
  * A page of any engine, the few operations the cross-engine suite uses:
  * @typedef {object} EnginePage
  * @property {(fn: Function, arg?: unknown) => Promise<any>} run  `fn(arg)` in the page, awaited
- * @property {(fn: Function, ms: number) => Promise<void>} waitFor  until `fn()` in the page is truthy
+ * @property {(fn: Function, ms: number, arg?: unknown) => Promise<void>} waitFor  until `fn(arg)` in the page is truthy
  * @property {(selector: string) => Promise<void>} click
  * @property {(selector: string, text: string) => Promise<void>} fill  replaces a field's text, typed
+ * @property {(selector: string, value: string) => Promise<void>} select  picks a <select>'s option
+ * @property {(selector: string, file: string) => Promise<void>} upload  gives a file input a file
  * @property {(selector: string) => Promise<string[]>} texts  the text of each match
  * @property {string[] | null} warnings  the console's warnings and errors (null: the engine's
  *   driver cannot read its console)
+ * @property {() => Promise<void>} reload
  * @property {() => Promise<void>} close
  */
 
@@ -76,11 +79,14 @@ const chromiumEngine = {
         await page.goto(url);
         return {
           run: (fn, arg) => page.evaluate(fn, arg),
-          waitFor: async (fn, ms) => { await page.waitForFunction(fn, null, { timeout: ms }); },
+          waitFor: async (fn, ms, arg) => { await page.waitForFunction(fn, arg, { timeout: ms }); },
           click: (selector) => page.click(selector),
           fill: (selector, text) => page.fill(selector, text),
+          select: async (selector, value) => { await page.selectOption(selector, value); },
+          upload: (selector, file) => page.setInputFiles(selector, file),
           texts: (selector) => page.$$eval(selector, (nodes) => nodes.map((n) => n.textContent)),
           warnings,
+          reload: async () => { await page.reload(); },
           close: () => page.close(),
         };
       },
@@ -104,11 +110,14 @@ const firefox = {
         await page.goto(url);
         return {
           run: (fn, arg) => page.evaluate(fn, arg),
-          waitFor: async (fn, ms) => { await page.waitForFunction(fn, { timeout: ms }); },
+          waitFor: async (fn, ms, arg) => { await page.waitForFunction(fn, { timeout: ms }, arg); },
           click: (selector) => page.click(selector),
           fill: (selector, text) => page.locator(selector).fill(text),
+          select: async (selector, value) => { await page.select(selector, value); },
+          upload: async (selector, file) => { await (await page.$(selector)).uploadFile(file); },
           texts: (selector) => page.$$eval(selector, (nodes) => nodes.map((n) => n.textContent)),
           warnings,
+          reload: async () => { await page.reload(); },
           close: () => page.close(),
         };
       },
@@ -152,15 +161,18 @@ const webkit = {
         const run = (fn, arg) => session.executeScript(`return (${fn})(arguments[0]);`, arg);
         return {
           run,
-          waitFor: (fn, ms) => session.wait(() => run(fn), ms),
+          waitFor: async (fn, ms, arg) => { await session.wait(() => run(fn, arg), ms); },
           click: (selector) => session.findElement(By.css(selector)).click(),
           async fill(selector, text) {
             const field = await session.findElement(By.css(selector));
             await field.clear();
             await field.sendKeys(text);
           },
+          select: (selector, value) => session.findElement(By.css(`${selector} option[value="${value}"]`)).click(),
+          upload: (selector, file) => session.findElement(By.css(selector)).sendKeys(file),
           texts: (selector) => run((s) => [...document.querySelectorAll(s)].map((n) => n.textContent), selector),
           warnings: null,
+          reload: () => session.navigate().refresh(),
           close: () => session.quit(),
         };
       },

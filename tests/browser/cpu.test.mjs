@@ -184,31 +184,6 @@ test('OpenAI\'s legacy completions: echo with logprobs rates the prompt as lm.sc
   assert.deepEqual(errors, [['bad-options', 'logprobs'], ['bad-options', 'stream'], ['bad-options', 'top_pp']]);
 });
 
-test('a worker that fails outside a request reaches every caller as worker-crashed, mid-generation too; a new load works', async () => {
-  const { errors, ids } = await page.evaluate(async () => {
-    const { Nucleus } = await import('/nucleus.js');
-    const lm = await Nucleus.load({ backend: 'cpu' });
-    const codeOf = (promise) => promise.then(() => null, (error) => ({ code: error.code, message: error.message }));
-    const generation = lm.generate({ prompt: 'Once upon a time', maxTokens: 64, temperature: 0 });
-    const iterator = generation[Symbol.asyncIterator]();
-    await iterator.next();
-    // The generation goes on while the worker fails: a step fails.
-    const crash = codeOf(lm.crashWorkerForTesting());
-    const rest = codeOf((async () => {
-      while (!(await iterator.next()).done);
-    })());
-    const errors = [await crash, await rest, await codeOf(lm.tokenize('x'))];
-    const fresh = await Nucleus.load({ backend: 'cpu' });
-    const ids = [];
-    for await (const step of fresh.generate({ prompt: 'The capital of France is', maxTokens: 2, temperature: 0 })) ids.push(step.id);
-    fresh.dispose();
-    return { errors, ids };
-  });
-  assert.deepEqual(errors.map((e) => e?.code), ['worker-crashed', 'worker-crashed', 'worker-crashed']);
-  assert.match(errors[0].message, /^the Nucleus worker \(.*nucleus-worker\.js\) failed: .*a crash for testing \(crashWorkerForTesting\); load the model again$/);
-  assert.deepEqual(ids, smollm.logit_cases.capital.greedy32.slice(0, 2));
-});
-
 test('an unknown backend is bad-options, named', async () => {
   const error = await page.evaluate(async () => {
     const { Nucleus } = await import('/nucleus.js');

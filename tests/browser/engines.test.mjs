@@ -1,30 +1,57 @@
 // Every browser engine: Chromium (playwright-core), Firefox ESR (puppeteer-core over WebDriver
 // BiDi) and WebKit (WebKitGTK's MiniBrowser through WebKitWebDriver), one suite for all three
 // behind browser.mjs's page interface (`ENGINES`). Firefox and WebKit have no WebGPU here, and
-// Chromium's is an emulation, so `Nucleus.load()` runs the CPU engine: threaded where the page can
-// share memory (Chromium, Firefox), on one thread saying why where it cannot (WebKitGTK: cross-origin
-// isolated but no SharedArrayBuffer). What is checked: the API's load ->
-// generate -> dispose cycle repeated in one page (each step's logits returned: WebKit once failed
-// the third load in a page with an out-of-bounds access) and from fresh profiles, each bounded in
-// time (Firefox once hung in its threads' start: its `new Worker` inside a worker blocked about
-// one start in a hundred, so the page now starts the helpers); the reference's greedy ids; a page
-// that is not isolated; scoring and attention; the playground end to end. No console warning where
-// the driver can read the console (Chromium, Firefox). `NUCLEUS_ENGINES=firefox,webkit` runs some.
+// Chromium's is an emulation, so `Nucleus.load()` runs the CPU engine: threaded where the page
+// can share memory (Chromium, Firefox), on one thread saying why where it cannot (WebKitGTK:
+// cross-origin isolated but no SharedArrayBuffer).
+//
+// What is checked: the API's load -> generate -> dispose cycle repeated in one page (each step's
+// logits returned: WebKit once failed the third load in a page with an out-of-bounds access) and
+// from fresh profiles, each bounded in time (Firefox once hung in its threads' start: its
+// `new Worker` inside a worker blocked about one start in a hundred, so the page now starts the
+// helpers); the reference's greedy ids; a page that is not isolated; scoring and attention; a
+// worker that dies reaching every caller as `worker-crashed`; the package from a CDN origin under
+// README's policy (WebKit refused the blob worker's static import from there: the blob now imports
+// dynamically); the playground end to end (a fork, an offline reload, Gemma 3 from the picker, a
+// local file). No console warning where the driver
+// can read the console (Chromium, Firefox). `NUCLEUS_ENGINES=firefox,webkit` runs some engines.
 
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync } from 'node:fs';
+import { readFileSync, rmSync } from 'node:fs';
 import path from 'node:path';
-import { BLANK_PAGE, REPO, startServer } from './server.mjs';
+import { BLANK_PAGE, MODEL_NAME, REPO, VERSION, startServer } from './server.mjs';
 import { ENGINES, keptThreads, within } from './browser.mjs';
+import { packagePath, startOrigins } from './origins.mjs';
+import { installFresh } from '../package/fresh.mjs';
 
-const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
-const capital = reference.logit_cases.capital;
+const fixture = (file) => JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures', file), 'utf8'));
+const capital = fixture('smollm2-135m-instruct-q4_1.json').logit_cases.capital;
+const gemmaCapital = fixture('gemma-3-270m-q4_k_m.json').logit_cases.capital;
+const QWEN3_FILE = path.join(REPO, 'tests/fixtures/tiny/qwen3.gguf');
+const qwen3Capital = fixture('tiny/qwen3.json').logit_cases.capital;
 /** A load that takes longer than this has hung (one takes about 2 s here). */
 const LOAD_LIMIT_MS = 60_000;
 /** Tokens each cycle generates, every step's logits row returned. */
 const CYCLE_TOKENS = 16;
 const engines = (process.env.NUCLEUS_ENGINES ?? Object.keys(ENGINES).join(',')).split(',');
+
+/** The packed package (`./build.sh dist`) on a CDN origin, the static example on a site's. */
+let fresh;
+let origins;
+
+before(async () => {
+  fresh = installFresh(VERSION);
+  origins = await startOrigins({
+    cdnRoutes: { [packagePath(VERSION)]: fresh.packageDir },
+    siteRoutes: { '/static/': path.join(REPO, 'examples/static') },
+  });
+});
+
+after(async () => {
+  await origins?.close();
+  if (fresh) rmSync(fresh.dir, { recursive: true, force: true });
+});
 
 /**
  * One cycle in `page`: load the default model, its greedy tokens for the capital prompt with every
@@ -128,19 +155,120 @@ for (const key of engines) {
       for (const sum of sums) assert.ok(Math.abs(sum - 1) < 1e-5, `a row sums to ${sum}`);
     });
 
-    test(`the playground in ${engine.name}: the model loads on the CPU engine, a greedy run gives the reference tokens and its chart`, async (t) => {
+    test(`a worker that fails in ${engine.name} reaches every caller as worker-crashed, mid-generation too; a new load works`, async (t) => {
+      const page = await browser.open(`${server.url}blank.html`);
+      t.after(() => page.close());
+      const { errors, ids } = await within(LOAD_LIMIT_MS, 'a crash and a new load', page.run(async (prompt) => {
+        const { Nucleus } = await import('/nucleus.js');
+        const lm = await Nucleus.load();
+        const codeOf = (promise) => promise.then(() => null, (error) => ({ code: error.code, message: error.message }));
+        const generation = lm.generate({ prompt: 'Once upon a time', maxTokens: 64, temperature: 0 });
+        const iterator = generation[Symbol.asyncIterator]();
+        await iterator.next();
+        // The generation goes on while the worker fails: a step fails.
+        const crash = codeOf(lm.crashWorkerForTesting());
+        const rest = codeOf((async () => {
+          while (!(await iterator.next()).done);
+        })());
+        const errors = [await crash, await rest, await codeOf(lm.tokenize('x'))];
+        const fresh = await Nucleus.load();
+        const ids = [];
+        for await (const step of fresh.generate({ prompt, maxTokens: 2, temperature: 0 })) ids.push(step.id);
+        fresh.dispose();
+        return { errors, ids };
+      }, capital.text));
+      assert.deepEqual(errors.map((e) => e?.code), ['worker-crashed', 'worker-crashed', 'worker-crashed']);
+      assert.match(errors[0].message, /^the Nucleus worker \(.*nucleus-worker\.js\) failed: .*a crash for testing \(crashWorkerForTesting\); load the model again$/);
+      assert.deepEqual(ids, capital.greedy32.slice(0, 2));
+    });
+
+    test(`the package from another origin in ${engine.name}, under the page's policy: the element generates the greedy reference; missing assets are worker-crashed`, async (t) => {
+      const page = await browser.open(`${origins.site.url}static/index.html`);
+      t.after(() => page.close());
+      await page.waitFor(() => ['ready', 'error'].includes(document.querySelector('nucleus-playground')?.dataset.state), LOAD_LIMIT_MS);
+      const [state, status] = await page.run(() => {
+        const element = document.querySelector('nucleus-playground');
+        return [element.dataset.state, element.shadowRoot.querySelector('.status').textContent];
+      });
+      assert.equal(state, 'ready', status);
+      await page.run(() => document.querySelector('nucleus-playground').shadowRoot.querySelector('.go').click());
+      await page.waitFor(() => /^Done/.test(document.querySelector('nucleus-playground').shadowRoot.querySelector('.status').textContent),
+        LOAD_LIMIT_MS);
+      const ids = await page.run(() => [...document.querySelector('nucleus-playground').shadowRoot.querySelectorAll('.token')]
+        .map((n) => Number(n.dataset.id)));
+      assert.deepEqual(ids, capital.greedy32.slice(0, 8));
+      // The engine (and, where threads run, their script) from the CDN; the model from its host.
+      const fromCdn = origins.cdn.requests.map((r) => r.replace(packagePath(VERSION), ''));
+      for (const file of ['nucleus-element.js', 'nucleus-worker.js', 'pkg/nucleus_sampler_web_bg.wasm']) {
+        assert.ok(fromCdn.includes(file), `${file} from the CDN`);
+      }
+      assert.ok(origins.models.requests.includes(`/${MODEL_NAME}`), 'the model from its host');
+      // Assets where the CDN has nothing: the worker cannot start, and says so.
+      const failed = await within(LOAD_LIMIT_MS, 'a load from missing assets', page.run(async (cdn) => {
+        const { Nucleus } = await import(`${cdn}nucleus.js`);
+        return Nucleus.load({ assets: `${cdn}missing/` }).then(() => null, (error) => [error.code, error.message]);
+      }, `${origins.cdn.url}${packagePath(VERSION).slice(1)}`));
+      assert.equal(failed?.[0], 'worker-crashed', failed?.[1]);
+      assert.match(failed[1], /^the Nucleus worker \(.*\/missing\/nucleus-worker\.js\) failed: /);
+    });
+
+    test(`the playground in ${engine.name}: a greedy run and its chart, a fork, a reload offline, Gemma 3 from the picker, a file`, async (t) => {
       const page = await browser.open(server.url);
       t.after(() => page.close());
-      await page.waitFor(() => document.body.dataset.state === 'ready', LOAD_LIMIT_MS);
-      await page.click('input[name="mode"][value="raw"]');
-      await page.fill('#prompt', capital.text);
-      await page.click('[data-preset="greedy"]');
-      await page.fill('#max-tokens', '3');
-      await page.click('#generate');
-      await page.waitFor(() => document.body.dataset.state === 'ready' && document.querySelectorAll('#tokens .token').length === 3,
-        LOAD_LIMIT_MS);
+      const idle = () => page.waitFor(() => document.body.dataset.state === 'ready'
+        && !document.getElementById('model-picker').dataset.loading, LOAD_LIMIT_MS);
+      const calls = () => page.run(() => Number(document.body.dataset.generateCalls ?? 0));
+      const afterCall = async (click) => {
+        const before = await calls();
+        await click();
+        await page.waitFor((c) => Number(document.body.dataset.generateCalls) > c && document.body.dataset.state === 'ready',
+          LOAD_LIMIT_MS, before);
+        return page.run(() => window.playground.steps.map((s) => ({ id: s.id, forced: Boolean(s.forced) })));
+      };
+      const greedy = async (prompt, maxTokens) => {
+        await page.click('input[name="mode"][value="raw"]');
+        await page.fill('#prompt', prompt);
+        await page.click('[data-preset="greedy"]');
+        await page.fill('#max-tokens', String(maxTokens));
+        return (await afterCall(() => page.click('#generate'))).map((s) => s.id);
+      };
+      const status = async () => (await page.texts('#status'))[0];
+
+      await idle();
+      assert.deepEqual(await greedy(capital.text, 3), capital.greedy32.slice(0, 3));
       assert.deepEqual(await page.texts('#tokens .token'), [' Paris', '.', '↵\n']);
       assert.equal((await page.texts('#chart svg')).length, 1, 'the chart is drawn');
+
+      // A fork at step 2 with its best other candidate: the first token kept, the second forced.
+      await page.click('#tokens .token:nth-child(2)');
+      assert.match((await page.texts('#fork-title'))[0], /^Fork at step 2: /);
+      const forked = await afterCall(() => page.click('#fork-choices button'));
+      assert.deepEqual(forked.slice(0, 2).map((s) => s.forced), [false, true]);
+      assert.equal(forked[0].id, capital.greedy32[0]);
+      assert.notEqual(forked[1].id, capital.greedy32[1]);
+
+      // A reload with the server answering nothing: the page and the model from the browser's stores.
+      await page.run(() => navigator.serviceWorker.ready.then(() => true));
+      server.setOffline(true);
+      try {
+        await page.reload();
+        await idle();
+        assert.match(await status(), /loaded in .* from the browser cache/);
+        assert.deepEqual(await greedy(capital.text, 1), capital.greedy32.slice(0, 1));
+      } finally {
+        server.setOffline(false);
+      }
+
+      await page.select('#model-choice', 'gemma3');
+      await idle();
+      assert.match(await status(), /^gemma-3-270m · gemma3 · Q4_K_M/);
+      assert.deepEqual(await greedy(gemmaCapital.text, 2), gemmaCapital.greedy.slice(0, 2), 'Gemma 3\'s reference');
+
+      await page.select('#model-choice', 'file');
+      await page.upload('#model-file', QWEN3_FILE);
+      await idle();
+      assert.match(await status(), /^qwen3 · qwen3 · Q8_0/);
+      assert.deepEqual(await greedy(qwen3Capital.text, qwen3Capital.greedy.length), qwen3Capital.greedy, 'Qwen3\'s reference');
       if (page.warnings) assert.deepEqual(page.warnings, []);
     });
   });

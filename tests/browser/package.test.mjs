@@ -16,8 +16,9 @@ import { execFileSync } from 'node:child_process';
 import { cpSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import path from 'node:path';
 
-import { MODEL_NAME, MODEL_PATH, REPO, VERSION, startOrigin } from './server.mjs';
+import { MODEL_NAME, REPO, VERSION } from './server.mjs';
 import { launch, open } from './browser.mjs';
+import { packagePath, startOrigins } from './origins.mjs';
 import { PACKAGE_NAME, installFresh } from '../package/fresh.mjs';
 
 const reference = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/smollm2-135m-instruct-q4_1.json'), 'utf8'));
@@ -26,12 +27,11 @@ const hello = reference.tokenizer_cases.find((c) => c.text === 'Hello world');
 const README = readFileSync(path.join(REPO, 'README.md'), 'utf8');
 /** The policy README.md lists for documentation authors (a code block of one line). */
 const POLICY = /\n(default-src 'self'; script-src [^\n]+)\n/.exec(README)[1];
-const CDN = 'https://cdn.jsdelivr.net';
-const MODEL_HOST = 'https://models.example.com';
 /** A second version of the package, beside the first (the same files, another version). */
 const SIDE_VERSION = `${VERSION}-side.1`;
 
 let fresh;
+let origins;
 let page;
 let cdn;
 let models;
@@ -71,16 +71,13 @@ before(async () => {
       .replace('<nucleus-playground ', '<nucleus-playground service-worker="sw.js" '));
   }
 
-  cdn = await startOrigin({ cors: true, routes: {
-    [`/npm/${PACKAGE_NAME}@${VERSION}/`]: fresh.packageDir,
-    // Served as some CDNs serve wasm, not as application/wasm: instantiated without streaming.
-    [`/npm/${PACKAGE_NAME}@${SIDE_VERSION}/`]: { path: side, types: { '.wasm': 'application/octet-stream' } },
-  } });
-  models = await startOrigin({ cors: true, routes: { [`/${MODEL_NAME}`]: MODEL_PATH } });
-  site = await startOrigin({
-    isolated: true,
-    rewrite: [[`${CDN}/`, cdn.url], [CDN, cdn.url.slice(0, -1)], [`${MODEL_HOST}/`, models.url], [MODEL_HOST, models.url.slice(0, -1)]],
-    routes: {
+  origins = await startOrigins({
+    cdnRoutes: {
+      [packagePath(VERSION)]: fresh.packageDir,
+      // Served as some CDNs serve wasm, not as application/wasm: instantiated without streaming.
+      [packagePath(SIDE_VERSION)]: { path: side, types: { '.wasm': 'application/octet-stream' } },
+    },
+    siteRoutes: {
       '/static/': path.join(REPO, 'examples/static'),
       '/docs/': path.join(fresh.dir, 'docs'),
       '/bundler/': fresh.dir,
@@ -88,6 +85,7 @@ before(async () => {
       '/v2/': path.join(fresh.dir, 'v2'),
     },
   });
+  ({ site, cdn, models } = origins);
   context = await launch();
   // Every page records the policy violations its document sees.
   await context.addInitScript(() => {
@@ -98,7 +96,7 @@ before(async () => {
 
 after(async () => {
   await context?.close();
-  for (const server of [site, cdn, models]) await server?.close();
+  await origins?.close();
   if (fresh) rmSync(fresh.dir, { recursive: true, force: true });
 });
 
