@@ -28,7 +28,8 @@ test('the service worker stores the whole package: every module the element, the
     seen.add(file);
     if (file.endsWith('.js')) importsOf(file).forEach(walk);
   };
-  ['nucleus-element.js', 'nucleus.js', 'nucleus-worker.js', 'trace.js'].forEach(walk);
+  // The roots: the modules a page imports, and the workers' scripts it starts.
+  ['nucleus-element.js', 'nucleus.js', 'nucleus-worker.js', 'nucleus-thread.js', 'trace.js'].forEach(walk);
   const missing = [...seen].filter((file) => !files.includes(file));
   assert.deepEqual(missing, [], 'imported but not in PACKAGE_FILES');
   // What the modules fetch by URL rather than import: the styles, the knobs, the wasm binaries.
