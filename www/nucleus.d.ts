@@ -77,8 +77,8 @@ export interface ModelInfo {
   fileBytes: number;
   /**
    * Where the model runs and why; the CPU engine's threads, and on the threaded engine the
-   * milliseconds of one decode step by thread count, from which the most threads within 25 % of
-   * the fastest were kept.
+   * milliseconds of one decode step by thread count, from which the most threads within twice
+   * the fastest's time were kept.
    */
   backend: { kind: 'webgpu' | 'cpu'; reason: string; threads: number; threadTimings?: Record<number, number> };
   device: string;

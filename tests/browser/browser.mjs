@@ -192,11 +192,11 @@ export const ENGINES = { chromium: chromiumEngine, firefox, webkit };
 
 /**
  * The thread count the threaded CPU engine should keep for its step timings (`info.backend.
- * threadTimings`, ms by count): the most within 25 % of the fastest (nucleus-worker.js's rule).
+ * threadTimings`, ms by count): the most within 2× the fastest (nucleus-worker.js's rule).
  */
 export function keptThreads(timings) {
   const fastest = Math.min(...Object.values(timings));
-  return Object.keys(timings).map(Number).sort((a, b) => a - b).findLast((n) => timings[n] <= fastest * 1.25);
+  return Object.keys(timings).map(Number).sort((a, b) => a - b).findLast((n) => timings[n] <= fastest * 2);
 }
 
 /** `promise`, or an error naming `what` when it has not settled after `ms`. */
