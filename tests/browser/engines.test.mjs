@@ -269,7 +269,9 @@ for (const key of engines) {
       await idle();
       assert.match(await status(), /^qwen3 · qwen3 · Q8_0/);
       assert.deepEqual(await greedy(qwen3Capital.text, qwen3Capital.greedy.length), qwen3Capital.greedy, 'Qwen3\'s reference');
-      if (page.warnings) assert.deepEqual(page.warnings, []);
+      // Firefox's Cache API once refused to keep Gemma's 253 MB in CI (an error without a
+      // message): the page says so and runs from the download, as designed; nothing else warns.
+      if (page.warnings) assert.deepEqual(page.warnings.filter((w) => !w.startsWith('nucleus: the model was not kept for next time')), []);
     });
   });
 }
