@@ -132,7 +132,7 @@ export async function storeModel(cache, url, bytes) {
     const left = Number.isFinite(quota) && Number.isFinite(usage) ? `; the browser lets this site keep ${mb(quota)} and `
       + `${mb(usage)} is in use, ${mb(Math.max(0, quota - usage))} free` : '';
     const full = error?.name === 'QuotaExceededError';
-    return codedError('storage-quota', `the model was not kept for next time: ${full ? 'the storage quota is full' : error?.message ?? error}`
+    return codedError('storage-quota', `the model was not kept for next time: ${full ? 'the storage quota is full' : error?.message || error?.name || String(error)}`
       + ` (keeping it needs ${mb(bytes.byteLength)}${left}); it runs from this download, and the next load downloads it again`);
   }
 }
