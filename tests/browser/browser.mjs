@@ -9,6 +9,7 @@ import { chromium } from 'playwright-core';
 import puppeteer from 'puppeteer-core';
 import { Builder, By } from 'selenium-webdriver';
 import { spawn } from 'node:child_process';
+import { rmSync } from 'node:fs';
 import { mkdtemp } from 'node:fs/promises';
 import { createServer } from 'node:net';
 import os from 'node:os';
@@ -21,11 +22,26 @@ const BASE_FLAGS = [
   '--disable-component-update', '--disable-sync', '--disable-quic',
 ];
 
-/** A browser context; `webgpu: false` leaves out --enable-unsafe-webgpu (no adapter then). */
+/** Profiles not yet removed: a test that dies before closing its browser leaves none behind. */
+const profiles = new Set();
+const removeProfile = (dir) => {
+  rmSync(dir, { recursive: true, force: true });
+  profiles.delete(dir);
+};
+process.on('exit', () => profiles.forEach(removeProfile));
+
+/**
+ * A browser context in a fresh profile, removed when the context closes (a profile holds the
+ * models the page cached: half a gigabyte each); `webgpu: false` leaves out
+ * --enable-unsafe-webgpu (no adapter then).
+ */
 export async function launch({ webgpu = true, viewport = { width: 1280, height: 900 } } = {}) {
   const userDataDir = await mkdtemp(path.join(os.tmpdir(), 'nucleus-chromium-'));
+  profiles.add(userDataDir);
   const args = webgpu ? [...BASE_FLAGS, '--enable-unsafe-webgpu'] : BASE_FLAGS;
-  return chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args, viewport });
+  const context = await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args, viewport });
+  context.on('close', () => removeProfile(userDataDir));
+  return context;
 }
 
 /** Opens `url` and forwards the page's console errors to the test output. */

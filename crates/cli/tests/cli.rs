@@ -25,12 +25,30 @@ fn model() -> String {
     path.to_string_lossy().into_owned()
 }
 
-fn temp_file(name: &str, bytes: &[u8]) -> String {
-    let dir = std::env::temp_dir().join(format!("nucleus-cli-test-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join(name);
-    std::fs::write(&path, bytes).unwrap();
-    path.to_string_lossy().into_owned()
+/// A file in this run's temporary folder, removed (with the folder, once empty) when dropped:
+/// the patched models are the reference model's size, too big to leave behind on every run.
+struct TempFile(PathBuf);
+
+impl TempFile {
+    fn new(name: &str, bytes: &[u8]) -> Self {
+        let dir = std::env::temp_dir().join(format!("nucleus-cli-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        Self(path)
+    }
+
+    fn path(&self) -> &str {
+        self.0.to_str().expect("a UTF-8 temporary path")
+    }
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+        // Fails while another test's file is still there; the last one removes the folder.
+        let _ = self.0.parent().map(std::fs::remove_dir);
+    }
 }
 
 /// Asserts a failure whose stderr is one line starting with "error: " and containing `needle`.
@@ -161,16 +179,16 @@ fn missing_file() {
 
 #[test]
 fn not_a_gguf() {
-    let path = temp_file("not-a-model.gguf", b"<html>404 Not Found</html>");
-    assert_error(&nucleus(&["generate", "--model", &path, "--prompt", "hi"]), "not a GGUF file");
+    let file = TempFile::new("not-a-model.gguf", b"<html>404 Not Found</html>");
+    assert_error(&nucleus(&["generate", "--model", file.path(), "--prompt", "hi"]), "not a GGUF file");
 }
 
 #[test]
 fn truncated_file_names_a_tensor() {
     let bytes = std::fs::read(model()).unwrap();
-    let path = temp_file("truncated.gguf", &bytes[..bytes.len() / 2]);
+    let file = TempFile::new("truncated.gguf", &bytes[..bytes.len() / 2]);
     assert_error(
-        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]),
+        &nucleus(&["generate", "--model", file.path(), "--prompt", "hi", "--backend", "cpu"]),
         "truncated GGUF file: tensor 'blk.",
     );
 }
@@ -187,9 +205,9 @@ fn patched(from: &[u8], to: &[u8]) -> Vec<u8> {
 fn unsupported_architecture_is_named() {
     // general.architecture: string of length 5, "llama".
     let bytes = patched(b"\x05\x00\x00\x00\x00\x00\x00\x00llama", b"\x05\x00\x00\x00\x00\x00\x00\x00gemma");
-    let path = temp_file("gemma.gguf", &bytes);
+    let file = TempFile::new("gemma.gguf", &bytes);
     assert_error(
-        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]),
+        &nucleus(&["generate", "--model", file.path(), "--prompt", "hi", "--backend", "cpu"]),
         "unsupported architecture 'gemma'",
     );
 }
@@ -203,14 +221,14 @@ fn unsupported_quant_type_is_named() {
     let mut with_type = entry.clone();
     with_type.extend(3u32.to_le_bytes());
     entry.extend(20u32.to_le_bytes()); // IQ4_NL: 32-element blocks like Q4_1 but smaller, so still inside the file
-    let path = temp_file("iq2.gguf", &patched(&with_type, &entry));
+    let file = TempFile::new("iq2.gguf", &patched(&with_type, &entry));
     assert_error(
-        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "cpu"]),
+        &nucleus(&["generate", "--model", file.path(), "--prompt", "hi", "--backend", "cpu"]),
         "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which this build cannot dequantize",
     );
     // The fused path (wgpu) names it too, before any computation: never wrong numbers.
     assert_error(
-        &nucleus(&["generate", "--model", &path, "--prompt", "hi", "--backend", "wgpu", "--path", "fused"]),
+        &nucleus(&["generate", "--model", file.path(), "--prompt", "hi", "--backend", "wgpu", "--path", "fused"]),
         "tensor 'blk.0.attn_q.weight' has type IQ4_NL, which the fused kernels cannot read",
     );
 }
