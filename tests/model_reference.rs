@@ -8,8 +8,8 @@
 use nucleus_gguf::GgufFile;
 use nucleus_model::{AttentionHeads, DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
 use nucleus_tests::{
-    GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, TINY_QWEN35, burn_cpu_device, cpu_device, gemma_bytes,
-    max_abs_diff, model_bytes, reference, tiny_attention, tiny_family, top_ids, wgpu_device,
+    GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, TINY_QWEN35, TINY_ROPE_SCALING, burn_cpu_device, cpu_device,
+    gemma_bytes, max_abs_diff, model_bytes, reference, tiny_attention, tiny_family, top_ids, wgpu_device,
 };
 use nucleus_tokenizer::Tokenizer;
 
@@ -208,18 +208,32 @@ fn gemma_fused_path_matches_reference() {
 #[test]
 fn tiny_families_match_transformers_on_every_path() {
     for family in TINY_FAMILIES {
-        let (bytes, reference) = tiny_family(family);
-        let file = format!("{family}.gguf");
-        let paths = [
-            ("cpu engine", cpu_device(), Path::Cpu),
-            ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
-            ("fused", wgpu_device(), Path::Fused),
-            ("wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
-            ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
-        ];
-        for (name, device, path) in paths {
-            check_model(&format!("{family}, {name}"), device, path, &file, &bytes, &reference, &[]);
-        }
+        check_tiny_on_every_path(family);
+    }
+}
+
+/// RoPE scaling as files carry it, on tiny models against transformers' float64 logits: YaRN
+/// (Qwen2) and linear on Gemma 3's global block only, every path, every case, the greedy tokens
+/// and the recompute. The cases run past the local blocks' window of 8.
+#[test]
+fn rope_scaling_matches_transformers_on_every_path() {
+    for family in TINY_ROPE_SCALING {
+        check_tiny_on_every_path(family);
+    }
+}
+
+fn check_tiny_on_every_path(family: &str) {
+    let (bytes, reference) = tiny_family(family);
+    let file = format!("{family}.gguf");
+    let paths = [
+        ("cpu engine", cpu_device(), Path::Cpu),
+        ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+        ("fused", wgpu_device(), Path::Fused),
+        ("wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
+        ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
+    ];
+    for (name, device, path) in paths {
+        check_model(&format!("{family}, {name}"), device, path, &file, &bytes, &reference, &[]);
     }
 }
 
@@ -681,13 +695,47 @@ fn gemma_decode_step_is_eight_dispatches_per_block_in_one_submission() {
 /// `bytes` with the u32 metadata value of `key` set to `value` (the key's string, its type 4,
 /// then the value).
 fn with_u32(bytes: &[u8], key: &str, value: u32) -> Vec<u8> {
+    with_value(bytes, key, 4, &value.to_le_bytes())
+}
+
+/// `bytes` with the value of metadata `key` (of GGUF type `kind`) replaced by `value`, of the
+/// same length: a string value here is its length (u64) and its bytes.
+fn with_value(bytes: &[u8], key: &str, kind: u32, value: &[u8]) -> Vec<u8> {
     let mut pattern = (key.len() as u64).to_le_bytes().to_vec();
     pattern.extend_from_slice(key.as_bytes());
-    pattern.extend_from_slice(&4u32.to_le_bytes());
-    let at = bytes.windows(pattern.len()).position(|w| w == pattern).expect("the key, a u32") + pattern.len();
+    pattern.extend_from_slice(&kind.to_le_bytes());
+    let at = bytes.windows(pattern.len()).position(|w| w == pattern).expect("the key, of that type") + pattern.len();
     let mut patched = bytes.to_vec();
-    patched[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    patched[at..at + value.len()].copy_from_slice(value);
     patched
+}
+
+/// RoPE scaling that no path computes, or values no scaling can use, are refused by name
+/// before anything is loaded.
+#[test]
+fn unusable_rope_scaling_is_refused_by_name() {
+    let (bytes, _) = tiny_family("qwen2-yarn");
+    let string = |text: &str| [(text.len() as u64).to_le_bytes().as_slice(), text.as_bytes()].concat();
+    let cases = [
+        (
+            with_value(&bytes, "qwen2.rope.scaling.type", 8, &string("long")),
+            "unsupported model feature: RoPE scaling ('long')",
+        ),
+        (
+            with_value(&bytes, "qwen2.rope.scaling.factor", 6, &(-4f32).to_le_bytes()),
+            "qwen2.rope.scaling.factor is -4, not a positive number",
+        ),
+        (
+            with_value(&bytes, "qwen2.rope.scaling.factor", 6, &f32::NAN.to_le_bytes()),
+            "qwen2.rope.scaling.factor is not a finite number",
+        ),
+        (with_u32(&bytes, "qwen2.rope.scaling.original_context_length", 0), "original_context_length is 0"),
+    ];
+    for (patched, expected) in cases {
+        let file = GgufFile::parse(&patched).unwrap();
+        let error = Model::load(&file, &cpu_device(), Path::Cpu).err().expect("refused").to_string();
+        assert!(error.contains(expected), "{error:?} does not say {expected:?}");
+    }
 }
 
 /// A Qwen3.5 file whose shapes do not hold together is refused by name before anything is

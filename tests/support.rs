@@ -155,6 +155,11 @@ impl LogitCase {
 /// `tools/make_tiny_families.py`): Llama 3, Qwen2, Qwen3.
 pub const TINY_FAMILIES: [&str; 3] = ["llama3", "qwen2", "qwen3"];
 
+/// Tiny models with RoPE scaling as files carry it (`rope.scaling.*`, made by
+/// `tools/make_tiny_families.py`): Qwen2 with YaRN (factor 4 over 64 original positions), Gemma 3
+/// with linear scaling by 8 on its global block only (six blocks, five local with a window of 8).
+pub const TINY_ROPE_SCALING: [&str; 2] = ["qwen2-yarn", "gemma3-linear"];
+
 /// The tiny Qwen3.5 (`fixtures/tiny/qwen35.gguf`, made by `tools/make_tiny_qwen35.py`): Gated
 /// DeltaNet blocks beside gated attention, the real 248,320-row vocabulary. The CPU engine runs
 /// it; the GPU paths refuse it by name.

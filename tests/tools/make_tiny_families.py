@@ -28,7 +28,7 @@ import pathlib
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFWriter, LlamaFileType
+from gguf import GGUFWriter, LlamaFileType, RopeScalingType
 from gguf.quants import dequantize, quantize
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
@@ -113,6 +113,37 @@ FAMILIES = {
         "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q8_0, "attn_v": Q.Q5_0, "attn_output": Q.Q5_1,
                   "ffn_gate": Q.Q8_0, "ffn_up": Q.Q4_1, "ffn_down": Q.Q5_0},
     },
+    # RoPE scaling as files carry it (`rope.scaling.*`), on tiny models of families above.
+    # YaRN: factor 4 over an original 64 positions, Qwen2.5's way of reaching 128k.
+    "qwen2-yarn": {
+        **QWEN_TOKENIZER,
+        "architecture": "qwen2",
+        "tied": True,
+        "heads": (4, 2, 16),
+        "hidden": 64,
+        "ffn": 128,
+        "rope_theta": 1000000.0,
+        "rope": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+        "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q8_0, "attn_v": Q.Q5_1, "attn_output": Q.Q8_0,
+                  "ffn_gate": Q.Q4_1, "ffn_up": Q.Q5_0, "ffn_down": Q.Q8_0},
+    },
+    # Gemma 3 (4B and larger): linear scaling by 8 on its global blocks only; five local blocks
+    # with a window of 8 keys and base 10,000 for each global one; norms stored as 1 + w.
+    "gemma3-linear": {
+        **QWEN_TOKENIZER,
+        "add_bos": True,
+        "architecture": "gemma3",
+        "tied": True,
+        "heads": (4, 2, 32),
+        "hidden": 64,
+        "ffn": 128,
+        "layers": 6,
+        "window": 8,
+        "rope_theta": 1000000.0,
+        "rope": {"rope_type": "linear", "factor": 8.0},
+        "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q5_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_1,
+                  "ffn_gate": Q.Q8_0, "ffn_up": Q.Q5_1, "ffn_down": Q.Q8_0},
+    },
 }
 
 
@@ -161,7 +192,8 @@ def unpermute(w, n_head, n_head_kv):
 
 
 def make(name, family, seed):
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+    from transformers import (Gemma3ForCausalLM, Gemma3TextConfig, LlamaConfig, LlamaForCausalLM, Qwen2Config,
+                              Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
     tokenizer = train_tokenizer(family)
     vocab = tokenizer.get_vocab()
@@ -169,26 +201,33 @@ def make(name, family, seed):
     assert [vocab[t] for t in tokens] == list(range(len(tokens)))
     n_vocab = len(tokens)
     heads, kv_heads, head_dim = family["heads"]
-    hidden, ffn, layers = family["hidden"], family["ffn"], 2
+    hidden, ffn, layers = family["hidden"], family["ffn"], family.get("layers", 2)
+    arch = family["architecture"]
     bos, eos = vocab[family["bos"]], vocab[family["eos"]]
     common = dict(vocab_size=n_vocab, hidden_size=hidden, intermediate_size=ffn, num_hidden_layers=layers,
                   num_attention_heads=heads, num_key_value_heads=kv_heads, max_position_embeddings=256,
                   rms_norm_eps=1e-6, tie_word_embeddings=family["tied"], bos_token_id=bos, eos_token_id=eos,
                   attn_implementation="eager")
-    rope = {"rope_type": "default", "rope_theta": family["rope_theta"]}
+    rope = {"rope_type": "default", **family.get("rope", {}), "rope_theta": family["rope_theta"]}
     if name == "llama3":
         rope = {"rope_type": "llama3", "rope_theta": family["rope_theta"], "factor": 8.0, "low_freq_factor": 1.0,
                 "high_freq_factor": 4.0, "original_max_position_embeddings": 32}
         config, cls = LlamaConfig(**common, head_dim=head_dim, rope_parameters=rope), LlamaForCausalLM
-    elif name == "qwen2":
+    elif arch == "qwen2":
         config, cls = Qwen2Config(**common, rope_parameters=rope), Qwen2ForCausalLM
+    elif arch == "gemma3":
+        # transformers' Gemma 3 scales queries by query_pre_attn_scalar^-0.5; llama.cpp by
+        # head_dim^-0.5 (all but the 27B): the two agree when it is the head dimension.
+        rope = {"full_attention": rope, "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}}
+        config = Gemma3TextConfig(**common, head_dim=head_dim, rope_parameters=rope, sliding_window=family["window"],
+                                  query_pre_attn_scalar=head_dim, hidden_activation="gelu_pytorch_tanh")
+        cls = Gemma3ForCausalLM
     else:
         config, cls = Qwen3Config(**common, head_dim=head_dim, rope_parameters=rope), Qwen3ForCausalLM
     torch.manual_seed(seed)
     model = cls(config).to(torch.float64).eval()
     rng = np.random.default_rng(seed)
 
-    arch = family["architecture"]
     writer = GGUFWriter(str(OUT / f"{name}.gguf"), arch)
     writer.add_name(f"tiny {name}")
     writer.add_context_length(256)
@@ -203,9 +242,20 @@ def make(name, family, seed):
     if name == "llama3":
         writer.add_vocab_size(n_vocab)
         writer.add_rope_dimension_count(head_dim)
-    if name == "qwen3":
+    if arch in ("qwen3", "gemma3"):
         writer.add_key_length(head_dim)
         writer.add_value_length(head_dim)
+    if arch == "gemma3":
+        writer.add_sliding_window(family["window"])
+    # convert_hf_to_gguf.py's ModelBase.set_gguf_parameters (the global blocks' parameters).
+    scaling = family.get("rope", {})
+    if scaling.get("rope_type") == "linear":
+        writer.add_rope_scaling_type(RopeScalingType.LINEAR)
+        writer.add_rope_scaling_factor(scaling["factor"])
+    elif scaling.get("rope_type") == "yarn":
+        writer.add_rope_scaling_type(RopeScalingType.YARN)
+        writer.add_rope_scaling_factor(scaling["factor"])
+        writer.add_rope_scaling_orig_ctx_len(scaling["original_max_position_embeddings"])
     writer.add_tokenizer_model("gpt2")
     writer.add_tokenizer_pre(family["pre"])
     writer.add_token_list(tokens)
@@ -241,6 +291,12 @@ def make(name, family, seed):
     def norm(n):
         return 1.0 + 0.2 * rng.normal(size=n)
 
+    # Gemma's RMSNorm multiplies by 1 + w; its files store 1 + w (the converter's norm_shift).
+    shift = (lambda w: w + 1.0, lambda w: w - 1.0) if arch == "gemma3" else (None, None)
+
+    def put_norm(gguf_name, hf_name, n):
+        put(gguf_name, hf_name, norm(n) - (1.0 if arch == "gemma3" else 0.0), None, *shift)
+
     # A small embedding and strong sub-layers, so that a tied output layer does not simply repeat the
     # last token and greedy decoding goes somewhere.
     put("token_embd.weight", "model.embed_tokens.weight", rng.normal(0, 0.35, size=(n_vocab, hidden)))
@@ -249,22 +305,27 @@ def make(name, family, seed):
     types = family["types"]
     for i in range(layers):
         hf, g = f"model.layers.{i}", f"blk.{i}"
-        put(f"{g}.attn_norm.weight", f"{hf}.input_layernorm.weight", norm(hidden))
+        put_norm(f"{g}.attn_norm.weight", f"{hf}.input_layernorm.weight", hidden)
         put(f"{g}.attn_q.weight", f"{hf}.self_attn.q_proj.weight", matrix(heads * head_dim, hidden), types["attn_q"], *q_perm)
         put(f"{g}.attn_k.weight", f"{hf}.self_attn.k_proj.weight", matrix(kv_heads * head_dim, hidden), types["attn_k"], *k_perm)
         put(f"{g}.attn_v.weight", f"{hf}.self_attn.v_proj.weight", matrix(kv_heads * head_dim, hidden), types["attn_v"])
         if arch == "qwen2":
             for proj, n in [("q", heads), ("k", kv_heads), ("v", kv_heads)]:
                 put(f"{g}.attn_{proj}.bias", f"{hf}.self_attn.{proj}_proj.bias", 0.5 * rng.normal(size=n * head_dim))
-        if arch == "qwen3":
-            put(f"{g}.attn_q_norm.weight", f"{hf}.self_attn.q_norm.weight", norm(head_dim))
-            put(f"{g}.attn_k_norm.weight", f"{hf}.self_attn.k_norm.weight", norm(head_dim))
+        if arch in ("qwen3", "gemma3"):
+            put_norm(f"{g}.attn_q_norm.weight", f"{hf}.self_attn.q_norm.weight", head_dim)
+            put_norm(f"{g}.attn_k_norm.weight", f"{hf}.self_attn.k_norm.weight", head_dim)
         put(f"{g}.attn_output.weight", f"{hf}.self_attn.o_proj.weight", matrix(hidden, heads * head_dim, 2.0), types["attn_output"])
-        put(f"{g}.ffn_norm.weight", f"{hf}.post_attention_layernorm.weight", norm(hidden))
+        if arch == "gemma3":
+            put_norm(f"{g}.post_attention_norm.weight", f"{hf}.post_attention_layernorm.weight", hidden)
+            put_norm(f"{g}.ffn_norm.weight", f"{hf}.pre_feedforward_layernorm.weight", hidden)
+            put_norm(f"{g}.post_ffw_norm.weight", f"{hf}.post_feedforward_layernorm.weight", hidden)
+        else:
+            put_norm(f"{g}.ffn_norm.weight", f"{hf}.post_attention_layernorm.weight", hidden)
         put(f"{g}.ffn_gate.weight", f"{hf}.mlp.gate_proj.weight", matrix(ffn, hidden), types["ffn_gate"])
         put(f"{g}.ffn_up.weight", f"{hf}.mlp.up_proj.weight", matrix(ffn, hidden), types["ffn_up"])
         put(f"{g}.ffn_down.weight", f"{hf}.mlp.down_proj.weight", matrix(hidden, ffn, 2.0), types["ffn_down"])
-    put("output_norm.weight", "model.norm.weight", norm(hidden))
+    put_norm("output_norm.weight", "model.norm.weight", hidden)
     if not family["tied"]:
         put("output.weight", "lm_head.weight", matrix(n_vocab, hidden), Q.Q8_0)
     if name == "llama3":
@@ -365,7 +426,11 @@ def broken_variants():
 
 
 if __name__ == "__main__":
+    # Every family, or those named: `make_tiny_families.py qwen2-yarn` (seeds stay each family's).
+    import sys
     OUT.mkdir(parents=True, exist_ok=True)
     for seed, (name, family) in enumerate(FAMILIES.items()):
-        make(name, family, 1000 + seed)
-    broken_variants()
+        if len(sys.argv) < 2 or name in sys.argv[1:]:
+            make(name, family, 1000 + seed)
+    if len(sys.argv) < 2:
+        broken_variants()

@@ -39,9 +39,10 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
                 c.context_length
             );
             println!(
-                "  rope base {} over {} dims, rms eps {:e}, output {}",
+                "  rope base {} over {} dims (scaling: {}), rms eps {:e}, output {}",
                 c.rope_freq_base,
                 c.rope_dims,
+                c.rope_scaling,
                 c.rms_norm_eps,
                 if tied { "tied to the token embedding" } else { "own output.weight" }
             );

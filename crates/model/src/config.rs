@@ -4,6 +4,7 @@ use nucleus_gguf::GgufFile;
 
 use crate::ModelError;
 use crate::architecture::{self, Architecture, Mixer};
+use crate::rope::{RopeFrequencies, RopeScaling};
 
 /// Shape and constants of a model of one of the supported families.
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,8 @@ pub struct ModelConfig {
     /// Dimensions of each head that RoPE rotates (GGUF `rope.dimension_count`; all of them).
     pub rope_dims: usize,
     pub rope_freq_base: f64,
+    /// How the file stretches RoPE for a longer context (its global blocks only, in Gemma 3).
+    pub rope_scaling: RopeScaling,
     pub rms_norm_eps: f64,
     pub vocab_size: usize,
     /// Positions the model runs: the file's trained context, or fewer when the engine asks
@@ -88,11 +91,11 @@ impl DeltaNetConfig {
     }
 }
 
-/// How one block attends: its window (`None`: every earlier position) and its RoPE base.
+/// How one block attends: its window (`None`: every earlier position) and its RoPE frequencies.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BlockAttention {
     pub window: Option<usize>,
-    pub rope_base: f64,
+    pub rope: RopeFrequencies,
 }
 
 impl ModelConfig {
@@ -147,12 +150,8 @@ impl ModelConfig {
             Some(_) => file.get_f64(&key("rope.freq_base"))?,
             None => 10_000.0,
         };
-        if let Some(kind) = file.get(&key("rope.scaling.type")).and_then(|v| v.as_str()).filter(|&t| t != "none") {
-            return Err(ModelError::Unsupported(format!("RoPE scaling ('{kind}')")));
-        }
-        if file.get(&key("rope.scaling.factor")).and_then(|v| v.as_f64()).is_some_and(|f| f != 0.0 && f != 1.0) {
-            return Err(ModelError::Unsupported("RoPE scaling (rope.scaling.factor)".into()));
-        }
+        let context_length = usize_key("context_length")?;
+        let rope_scaling = RopeScaling::from_gguf(file, &architecture_name, context_length)?;
         for softcap in ["attn_logit_softcapping", "final_logit_softcapping"] {
             if file.get(&key(softcap)).and_then(|v| v.as_f64()).is_some_and(|f| f != 0.0) {
                 return Err(ModelError::Unsupported(format!("logit soft-capping ({architecture_name}.{softcap})")));
@@ -183,9 +182,10 @@ impl ModelConfig {
             head_dim,
             rope_dims,
             rope_freq_base,
+            rope_scaling,
             rms_norm_eps: file.get_f64(&key("attention.layer_norm_rms_epsilon"))?,
             vocab_size,
-            context_length: usize_key("context_length")?,
+            context_length,
             sliding_window,
             delta_net,
             skipped_mtp_blocks,
@@ -263,13 +263,19 @@ impl ModelConfig {
     }
 
     /// How block `block` attends: Gemma 3's local blocks see a window of keys and rotate with
-    /// their own base; every other block sees every earlier position.
+    /// their own base, unscaled (llama.cpp's `rope_freq_scale_train_swa = 1`, transformers'
+    /// `sliding_attention` RoPE); every other block sees every earlier position and rotates
+    /// with the file's base and scaling.
     pub fn block_attention(&self, block: usize) -> BlockAttention {
-        let global = BlockAttention { window: None, rope_base: self.rope_freq_base };
+        let global = BlockAttention {
+            window: None,
+            rope: RopeFrequencies { base: self.rope_freq_base, scaling: self.rope_scaling },
+        };
         match (self.architecture().sliding_window, self.sliding_window) {
-            (Some(pattern), Some(window)) if !(block + 1).is_multiple_of(pattern.period) => {
-                BlockAttention { window: Some(window), rope_base: pattern.local_rope_base }
-            }
+            (Some(pattern), Some(window)) if !(block + 1).is_multiple_of(pattern.period) => BlockAttention {
+                window: Some(window),
+                rope: RopeFrequencies { base: pattern.local_rope_base, scaling: RopeScaling::None },
+            },
             _ => global,
         }
     }
@@ -355,6 +361,7 @@ mod tests {
             head_dim: 256,
             rope_dims: 256,
             rope_freq_base: 1e6,
+            rope_scaling: RopeScaling::Linear { factor: 8.0 },
             rms_norm_eps: 1e-6,
             vocab_size: 262_144,
             context_length: 32_768,
@@ -369,8 +376,11 @@ mod tests {
         let config = gemma();
         let global: Vec<usize> = (0..18).filter(|&b| config.block_attention(b).window.is_none()).collect();
         assert_eq!(global, [5, 11, 17]);
-        assert_eq!(config.block_attention(0), BlockAttention { window: Some(512), rope_base: 10_000.0 });
-        assert_eq!(config.block_attention(5), BlockAttention { window: None, rope_base: 1e6 });
+        // Gemma 3 4B's linear scaling turns its global blocks only.
+        let local = RopeFrequencies { base: 10_000.0, scaling: RopeScaling::None };
+        let global = RopeFrequencies { base: 1e6, scaling: RopeScaling::Linear { factor: 8.0 } };
+        assert_eq!(config.block_attention(0), BlockAttention { window: Some(512), rope: local });
+        assert_eq!(config.block_attention(5), BlockAttention { window: None, rope: global });
         assert_eq!(config.q_dim(), 1024);
         assert_eq!(config.embedding_scale(), 640f32.sqrt());
     }

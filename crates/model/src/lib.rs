@@ -54,6 +54,7 @@ pub use fused::{FusedLogits, MAX_ROWS};
 #[cfg(feature = "gpu")]
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::{LinearKernel, MAX_SCORE_TOP_K, RowScore, TargetScore};
+pub use rope::{RopeFrequencies, RopeScaling, Yarn};
 pub use state::MAX_CHECKPOINTS;
 pub use weights::{parameter_count, vocabulary_parts};
 
@@ -782,6 +783,7 @@ mod tests {
             head_dim: 64,
             rope_dims: 64,
             rope_freq_base: 100_000.0,
+            rope_scaling: RopeScaling::None,
             rms_norm_eps: 1e-5,
             vocab_size: 49_152,
             context_length: 8192,
