@@ -5,7 +5,7 @@
 //! equal to a full recompute within 1e-4. SmolLM2-135M (Llama) and Gemma 3 270M; tiny Llama 3,
 //! Qwen2, Qwen3 and Qwen3.5 files.
 
-use nucleus_gguf::GgufFile;
+use nucleus_gguf::{GgufFile, SharedBytes};
 use nucleus_model::{AttentionHeads, DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
 use nucleus_tests::{
     GEMMA3, LogitCase, Reference, SMOLLM2, TINY_FAMILIES, TINY_QWEN35, TINY_ROPE_SCALING, burn_cpu_device, cpu_device,
@@ -708,6 +708,23 @@ fn with_value(bytes: &[u8], key: &str, kind: u32, value: &[u8]) -> Vec<u8> {
     let mut patched = bytes.to_vec();
     patched[at..at + value.len()].copy_from_slice(value);
     patched
+}
+
+/// A file parsed shared (the CLI's memory map, the browser's downloaded bytes) gives the CPU
+/// engine its matrices where they lie: none copied, the same logits as from a copy.
+#[test]
+fn the_cpu_engine_reads_a_shared_files_matrices_where_they_lie() {
+    let (bytes, reference) = tiny_family("qwen3");
+    let shared = SharedBytes::new(bytes.clone());
+    let file = GgufFile::parse_shared(&shared).unwrap();
+    let in_place = Model::load(&file, &cpu_device(), Path::Cpu).unwrap();
+    let copied = Model::load(&GgufFile::parse(&bytes).unwrap(), &cpu_device(), Path::Cpu).unwrap();
+    let matrices: u64 = file.tensors.iter().filter(|t| t.dims.len() == 2).map(|t| t.byte_len()).sum();
+    assert_eq!(in_place.memory().in_file_bytes, matrices);
+    assert_eq!(copied.memory().in_file_bytes, 0);
+    assert_eq!(in_place.memory().weight_bytes, copied.memory().weight_bytes);
+    let ids = &reference.logit_cases["count"].ids;
+    assert_eq!(last_logits(&in_place, ids), last_logits(&copied, ids));
 }
 
 /// RoPE scaling that no path computes, or values no scaling can use, are refused by name

@@ -24,14 +24,19 @@ const BASE_FLAGS = [
 
 /** Profiles not yet removed: a test that dies before closing its browser leaves none behind. */
 const profiles = new Set();
+/** Removes a profile; the browser may still be flushing it, so a few tries, and never a failure. */
 const removeProfile = (dir) => {
-  rmSync(dir, { recursive: true, force: true });
-  profiles.delete(dir);
+  try {
+    rmSync(dir, { recursive: true, force: true, maxRetries: 10, retryDelay: 100 });
+    profiles.delete(dir);
+  } catch (error) {
+    console.warn(`  [browser.mjs] could not remove the profile ${dir}: ${error.message}`);
+  }
 };
 process.on('exit', () => profiles.forEach(removeProfile));
 
 /**
- * A browser context in a fresh profile, removed when the context closes (a profile holds the
+ * A browser context in a fresh profile, removed once the context is closed (a profile holds the
  * models the page cached: half a gigabyte each); `webgpu: false` leaves out
  * --enable-unsafe-webgpu (no adapter then).
  */
@@ -40,7 +45,12 @@ export async function launch({ webgpu = true, viewport = { width: 1280, height: 
   profiles.add(userDataDir);
   const args = webgpu ? [...BASE_FLAGS, '--enable-unsafe-webgpu'] : BASE_FLAGS;
   const context = await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args, viewport });
-  context.on('close', () => removeProfile(userDataDir));
+  // After close() has resolved the browser has exited and written its last file.
+  const close = context.close.bind(context);
+  context.close = async (...options) => {
+    await close(...options);
+    removeProfile(userDataDir);
+  };
   return context;
 }
 

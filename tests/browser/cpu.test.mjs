@@ -87,6 +87,11 @@ test('Nucleus.load() picks the CPU engine where the only WebGPU adapter emulates
   assert.match(info.adapter.vendor + info.adapter.architecture + info.adapter.description, /swiftshader/i);
   // The weights stay in their GGUF blocks: no larger than the file.
   assert.ok(info.weightBytes <= modelBytes * 1.1, `${info.weightBytes} bytes of weights for a file of ${modelBytes}`);
+  // And they are read where they lie in the downloaded file: wasm memory holds the file once, not
+  // the file and a copy of its weights (2.1 times the file before).
+  const { wasmMemoryBytes } = await page.evaluate(() => window.lm.diagnostics());
+  console.log(`  wasm memory ${(wasmMemoryBytes / 2 ** 20).toFixed(1)} MiB for a file of ${(modelBytes / 2 ** 20).toFixed(1)} MiB`);
+  assert.ok(wasmMemoryBytes < 1.4 * modelBytes, `${wasmMemoryBytes} bytes of wasm memory for a file of ${modelBytes}`);
   // The threaded start warns of nothing (wasm-bindgen's deprecated initialisation, among others).
   await page.evaluate(() => window.lm.tokenize('x'));
   assert.deepEqual(warnings, []);

@@ -14,7 +14,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 use nucleus_engine::{
     BeamRequest, Engine, GenerateRequest, LinearKernel, LoadOptions, ModelDevice, Path, Prompt, PromptLookup,
-    ResponseFormat, SpeculationStats, Stopwatch, Timing, Transfer, Usage,
+    ResponseFormat, SharedBytes, SpeculationStats, Stopwatch, Timing, Transfer, Usage,
 };
 use nucleus_sampler::{SamplingParams, parse_logit_bias};
 use nucleus_tokenizer::ChatMessage;
@@ -69,9 +69,20 @@ impl ModelArg {
         self.model.clone().unwrap_or_else(default_model_path)
     }
 
-    fn read(&self) -> Result<Vec<u8>, String> {
+    /// The file, memory-mapped: nothing is copied, the CPU engine reads its matrices where they
+    /// lie, and the pages the system brings in are the file's own (shared with its page cache).
+    fn read(&self) -> Result<SharedBytes, String> {
         let path = self.path();
-        std::fs::read(&path).map_err(|e| format!("cannot read model file {}: {e}", path.display()))
+        let cannot = |e: std::io::Error| format!("cannot read model file {}: {e}", path.display());
+        let file = std::fs::File::open(&path).map_err(cannot)?;
+        if file.metadata().map_err(cannot)?.len() == 0 {
+            return Ok(SharedBytes::new(Vec::new()));
+        }
+        // SAFETY: the map is read-only and private to this process. What it cannot rule out is
+        // another process truncating or rewriting the file while it is mapped (llama.cpp's maps
+        // share that): a model file is not written while it runs.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(cannot)?;
+        Ok(SharedBytes::new(map))
     }
 }
 
@@ -372,7 +383,8 @@ pub(crate) fn load_engine(
         None => device.backend.device()?,
     };
     let options = LoadOptions { context_length: context, path: Some(device.path(&target)), ..LoadOptions::default() };
-    let engine = Engine::load(&bytes, &target, options).map_err(|e| format!("{}: {e}", model.path().display()))?;
+    let engine = Engine::load_shared(&bytes, &target, options, |_| {})
+        .map_err(|e| format!("{}: {e}", model.path().display()))?;
     // Said once the model runs: a file that does not load gets its one error line alone.
     if let Some(why) = why {
         eprintln!("[nucleus] running on the CPU engine: {why}");

@@ -48,6 +48,7 @@ pub use constraint::ResponseFormat;
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use lens::{DEFAULT_LENS_CANDIDATES, LensLayer, LensReport, LensRequest, LensToken, MAX_LENS_CANDIDATES};
+pub use nucleus_gguf::SharedBytes;
 pub use nucleus_model::{LinearKernel, MAX_ATTENTION_ROWS, ModelDevice, Path};
 pub use nucleus_sampler::json::{OptionError, camel_case};
 pub use report::{
@@ -201,8 +202,29 @@ impl Engine {
         options: LoadOptions,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, EngineError> {
-        let file = GgufFile::parse(bytes)?;
-        let trained = ModelConfig::from_gguf(&file)?;
+        Self::load_parsed(&GgufFile::parse(bytes)?, bytes.len(), device, options, progress)
+    }
+
+    /// As [`Engine::load_with_progress`], from shared bytes (a memory map, the downloaded file in
+    /// wasm memory): the CPU engine then keeps its matrices where they lie in them instead of
+    /// copying them, and the bytes live as long as the engine.
+    pub fn load_shared(
+        bytes: &SharedBytes,
+        device: &ModelDevice,
+        options: LoadOptions,
+        progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, EngineError> {
+        Self::load_parsed(&GgufFile::parse_shared(bytes)?, bytes.len(), device, options, progress)
+    }
+
+    fn load_parsed(
+        file: &GgufFile,
+        file_bytes: usize,
+        device: &ModelDevice,
+        options: LoadOptions,
+        progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, EngineError> {
+        let trained = ModelConfig::from_gguf(file)?;
         let capacity = match options.context_length {
             None => trained.context_length,
             Some(n) if (1..=trained.context_length).contains(&n) => n,
@@ -212,7 +234,7 @@ impl Engine {
         };
         // The model runs the positions asked for: its RoPE tables and KV cache are sized by them.
         let config = ModelConfig { context_length: capacity, ..trained };
-        let tokenizer = Tokenizer::from_gguf(&file)?;
+        let tokenizer = Tokenizer::from_gguf(file)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(EngineError::Model(nucleus_model::ModelError::Invalid(format!(
                 "the tokenizer has {} tokens but the model {}",
@@ -225,22 +247,22 @@ impl Engine {
         #[cfg(feature = "gpu")]
         if let (Path::Fused, Some(gpu)) = (path, device.gpu()) {
             let limits = MemoryLimits::of_device(&gpu.limits(), options.memory_budget);
-            MemoryPlan::fused(&file, &config, capacity)?.check(&limits)?;
+            MemoryPlan::fused(file, &config, capacity)?.check(&limits)?;
         }
-        let model = Model::load_parsed(&file, config, device, path, progress)?;
+        let model = Model::load_parsed(file, config, device, path, progress)?;
         let cache = model.new_cache(capacity)?;
         let config = model.config();
         let info = ModelInfo {
             name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
             basename: file.get_str("general.basename").ok().map(str::to_string),
             size_label: file.get_str("general.size_label").ok().map(str::to_string),
-            quantization: quantization(&file),
+            quantization: quantization(file),
             architecture: config.architecture.clone(),
             vocab_size: config.vocab_size,
             chat_template: tokenizer.chat_template().is_some(),
             context_length: capacity,
-            parameters: nucleus_model::parameter_count(&file, config)? as usize,
-            file_bytes: bytes.len(),
+            parameters: nucleus_model::parameter_count(file, config)? as usize,
+            file_bytes,
             path: path.as_str(),
             weight_bytes: model.memory().weight_bytes,
             kv_bytes_per_token: config.kv_token_bytes(),

@@ -1,7 +1,9 @@
 //! A reader for GGUF, the file format of llama.cpp, and a dequantizer for its common tensor types.
 //!
-//! The crate does no I/O: [`GgufFile::parse`] takes the bytes of a whole file (read from disk by the
-//! CLI, fetched by the browser) and borrows them. Every length, count and offset read from the
+//! The crate does no I/O: [`GgufFile::parse`] takes the bytes of a whole file (mapped from disk by
+//! the CLI, fetched by the browser) and borrows them; [`GgufFile::parse_shared`] takes them
+//! shared ([`SharedBytes`]), so that a model can keep its tensors where they lie
+//! ([`GgufFile::shared_tensor_bytes`]) instead of copying them. Every length, count and offset read from the
 //! file is checked against the bytes actually present, so a truncated or corrupt file gives a
 //! [`GgufError`] naming what is wrong, never a panic.
 //!
@@ -18,12 +20,14 @@
 //! with `rows` rows of `cols` columns has `dims = [cols, rows]`.
 
 mod dequant;
+mod shared;
 mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
 
 pub use dequant::{can_dequantize, dequantize, dequantize_into, f16_to_f32, k_scale_min};
+pub use shared::{SharedBytes, SharedSlice};
 pub use types::{GgmlType, file_type_name};
 
 /// Everything that can be wrong with a GGUF file.
@@ -209,6 +213,8 @@ pub struct GgufFile<'a> {
     /// Offset of the data section within the file.
     pub data_offset: u64,
     bytes: &'a [u8],
+    /// The same bytes shared, when parsed with [`GgufFile::parse_shared`].
+    shared: Option<SharedBytes>,
 }
 
 const GGUF_MAGIC: [u8; 4] = *b"GGUF";
@@ -266,11 +272,29 @@ impl<'a> GgufFile<'a> {
             },
         };
         let data_offset = (reader.pos as u64).div_ceil(alignment) * alignment;
-        let file = Self { version, metadata, tensors, alignment, data_offset, bytes };
+        let file = Self { version, metadata, tensors, alignment, data_offset, bytes, shared: None };
         for tensor in &file.tensors {
             file.check_tensor(tensor)?;
         }
         Ok(file)
+    }
+
+    /// Parses shared bytes: as [`GgufFile::parse`], and [`GgufFile::shared_tensor_bytes`] then
+    /// gives each tensor's bytes where they lie.
+    pub fn parse_shared(bytes: &'a SharedBytes) -> Result<Self, GgufError> {
+        Ok(Self { shared: Some(bytes.clone()), ..Self::parse(bytes)? })
+    }
+
+    /// A tensor's bytes, shared: where they lie in the file when it was parsed shared, else a
+    /// copy.
+    pub fn shared_tensor_bytes(&self, tensor: &TensorInfo) -> SharedSlice {
+        match &self.shared {
+            Some(shared) => {
+                let start = (self.data_offset + tensor.offset) as usize;
+                shared.slice(start..start + tensor.byte_len() as usize)
+            }
+            None => SharedSlice::copy_of(self.tensor_bytes(tensor)),
+        }
     }
 
     fn check_tensor(&self, tensor: &TensorInfo) -> Result<(), GgufError> {

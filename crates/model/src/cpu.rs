@@ -16,7 +16,7 @@ use std::ops::Range;
 use nucleus_cpu::delta_net::{self, DeltaInputs, DeltaShape};
 use nucleus_cpu::ops::{AttentionShape, attention, attention_weights, inverse_rms, rms_norm};
 use nucleus_cpu::{Matrix, matmul, matmuls};
-use nucleus_gguf::{GgmlType, GgufFile, TensorInfo};
+use nucleus_gguf::{GgmlType, GgufFile, SharedSlice, TensorInfo};
 
 use crate::architecture::{Architecture, FeedForward, Norm, Role};
 use crate::rope::RopeTables;
@@ -26,8 +26,9 @@ use crate::{LoadProgress, LogitLens, Logits, ModelConfig, ModelError};
 
 /// A weight as the CPU engine holds it.
 pub(crate) enum CpuWeight {
-    /// A matrix `[rows, cols]` in its GGUF blocks.
-    Blocks { ggml_type: GgmlType, bytes: Vec<u8>, rows: usize, cols: usize },
+    /// A matrix `[rows, cols]` in its GGUF blocks: where they lie in the file when it was
+    /// parsed shared ([`GgufFile::parse_shared`]: no copy), else copied out of it.
+    Blocks { ggml_type: GgmlType, bytes: SharedSlice, rows: usize, cols: usize },
     /// A vector (a norm's γ, a bias), f32.
     Vector(Vec<f32>),
 }
@@ -160,6 +161,12 @@ impl CpuModel {
 
     pub(crate) fn weight_bytes(&self) -> u64 {
         self.weights.all().map(CpuWeight::bytes).sum()
+    }
+
+    /// Bytes of the matrices read where they lie in the file.
+    pub(crate) fn in_file_bytes(&self) -> u64 {
+        let in_file = |w: &CpuWeight| matches!(w, CpuWeight::Blocks { bytes, .. } if !bytes.is_copy());
+        self.weights.all().filter(|w| in_file(w)).map(CpuWeight::bytes).sum()
     }
 
     pub(crate) fn new_cache(&self) -> CpuCache {
@@ -508,7 +515,7 @@ fn load(file: &GgufFile, role: Role, info: &TensorInfo) -> Result<CpuWeight, Mod
     if info.dims.len() == 1 || role == Role::DeltaConv {
         return Ok(CpuWeight::Vector(file.dequantize(&info.name)?));
     }
-    Ok(CpuWeight::Blocks { ggml_type: info.ggml_type, bytes: file.tensor_bytes(info).to_vec(), rows, cols })
+    Ok(CpuWeight::Blocks { ggml_type: info.ggml_type, bytes: file.shared_tensor_bytes(info), rows, cols })
 }
 
 /// GELU in its tanh form: `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`.

@@ -430,6 +430,10 @@ async fn read_tensor(logits: Tensor<2>) -> Result<Vec<Vec<f32>>, ModelError> {
 pub struct ModelMemory {
     /// The weights as uploaded (GGUF blocks on the fused and CPU paths, f32 on the Burn path).
     pub weight_bytes: u64,
+    /// Of those, the bytes read where they lie in the file (the CPU engine's matrices from a
+    /// file parsed shared, [`GgufFile::parse_shared`]): memory the model does not hold apart
+    /// from the file's.
+    pub in_file_bytes: u64,
 }
 
 impl Model {
@@ -546,14 +550,15 @@ impl Model {
 
     /// Bytes the model holds on its device.
     pub fn memory(&self) -> ModelMemory {
-        let weight_bytes = match &self.route {
+        match &self.route {
             #[cfg(feature = "gpu")]
-            Route::Fused(model) => model.weight_bytes(),
-            Route::Cpu(model) => model.weight_bytes(),
+            Route::Fused(model) => ModelMemory { weight_bytes: model.weight_bytes(), in_file_bytes: 0 },
+            Route::Cpu(model) => {
+                ModelMemory { weight_bytes: model.weight_bytes(), in_file_bytes: model.in_file_bytes() }
+            }
             #[cfg(feature = "burn-ops")]
-            Route::Burn(model) => model.weight_bytes(),
-        };
-        ModelMemory { weight_bytes }
+            Route::Burn(model) => ModelMemory { weight_bytes: model.weight_bytes(), in_file_bytes: 0 },
+        }
     }
 
     /// A cache for up to `capacity` positions (at most the model's context length).

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
     AttentionRequest, BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions,
-    ModelDevice, OptionError, PrefillProgress, ScoreRequest, js_name, js_option_error,
+    ModelDevice, OptionError, PrefillProgress, ScoreRequest, SharedBytes, js_name, js_option_error,
 };
 use nucleus_model::LoadProgress;
 use wasm_bindgen::prelude::*;
@@ -164,7 +164,9 @@ pub async fn load_engine(
             }));
         }
     };
-    let bytes = bytes.to_vec();
+    // The file's one copy in wasm memory: the CPU engine reads its matrices there (shared), the
+    // fused path uploads from it and lets it go.
+    let bytes = SharedBytes::new(bytes.to_vec());
     let total = bytes.len() as f64;
     let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
     let options = LoadOptions {
@@ -172,7 +174,7 @@ pub async fn load_engine(
         memory_budget: memory_budget.map(|n| n as u64),
         ..LoadOptions::default()
     };
-    let engine = Engine::load_with_progress(&bytes, &device, options, |p: LoadProgress| {
+    let engine = Engine::load_shared(&bytes, &device, options, |p: LoadProgress| {
         let _ = on_progress.call3(
             &JsValue::NULL,
             &"upload".into(),
