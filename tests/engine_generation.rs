@@ -1,6 +1,9 @@
 //! The generation loop on the real model: streaming, stop strings, cache reuse, seeded sampling.
 
-use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, ResponseFormat, Step};
+use nucleus_engine::{
+    BeamRequest, Engine, GenerateRequest, GgufError, GgufHeader, HostLimit, LoadOptions, Prompt, PromptLookup,
+    ResponseFormat, Step, plan,
+};
 use nucleus_sampler::{FinishReason, SamplingParams, Verdict};
 use nucleus_tests::{cpu_device, model_bytes, reference, run, wgpu_device};
 use nucleus_tokenizer::ChatMessage;
@@ -624,4 +627,42 @@ fn a_constrained_step_on_the_gpu_decode_tail_masks_as_the_whole_row_does() {
 
 fn ids_of_steps(steps: &[Step]) -> Vec<u32> {
     steps.iter().map(|s| s.id).collect()
+}
+
+/// A load is planned from the file's first bytes (the browser asks before downloading the rest):
+/// a prefix that ends inside the header asks for more; the whole header gives the whole file's
+/// plan; past a memory limit an asked context is refused naming the most that fits, and without
+/// one the plan is for that many positions; a file larger than the limit is refused whatever the
+/// context. The tiny Qwen3.5: its header holds a 248,320-token vocabulary.
+#[test]
+fn a_load_is_planned_from_the_files_first_bytes() {
+    let (bytes, _) = nucleus_tests::tiny_family(nucleus_tests::TINY_QWEN35);
+    let whole = nucleus_gguf::GgufFile::parse(&bytes).unwrap();
+    let (header_len, file_len) = (whole.data_offset as usize, bytes.len() as u64);
+    match GgufHeader::parse(&bytes[..header_len / 2], file_len) {
+        Err(GgufError::Truncated { needed, len, .. }) => assert!(len == header_len as u64 / 2 && needed > len),
+        other => panic!("half a header parsed: {other:?}"),
+    }
+    let header = GgufHeader::parse(&bytes[..header_len], file_len).unwrap();
+    let (device, unasked) = (cpu_device(), LoadOptions::default());
+    let planned = plan(&header, &device, &unasked, None).unwrap();
+    assert_eq!(planned, plan(whole.header(), &device, &unasked, None).unwrap());
+    assert_eq!((planned.path, planned.file_bytes, planned.context_length), ("cpu", file_len, 1024));
+    assert!(planned.host_bytes > file_len + planned.kv_cache_bytes + planned.state_bytes, "{planned:?}");
+
+    let limit = HostLimit { bytes: planned.host_bytes - 1, name: "the test's limit" };
+    let asked = LoadOptions { context_length: Some(1024), ..LoadOptions::default() };
+    let refused = plan(&header, &device, &asked, Some(limit)).unwrap_err();
+    assert_eq!(refused.code(), "out-of-memory");
+    assert!(
+        refused.to_string().ends_with("more than the test's limit (31.9 MiB): contextLength 1023 or less would fit"),
+        "{refused}"
+    );
+    let capped = plan(&header, &device, &unasked, Some(limit)).unwrap();
+    assert_eq!((capped.context_length, capped.trained_context_length), (1023, 1024));
+    assert!(capped.host_bytes <= limit.bytes);
+
+    let smaller = HostLimit { bytes: file_len - 1, name: "the test's limit" };
+    let too_big = plan(&header, &device, &unasked, Some(smaller)).unwrap_err();
+    assert!(too_big.to_string().contains("does not fit in the test's limit"), "{too_big}");
 }

@@ -7,29 +7,67 @@
 // RESUMES times, and the progress goes on from there. A server that ignores Range (status 200)
 // sends the whole file again, and the download restarts from zero. The result is the whole file or
 // an error: never a part of one.
+//
+// A load is planned from the file's first bytes as they arrive (its header: the model's shape,
+// what it will need): a model that cannot run here is refused then, and the rest of the file is
+// never downloaded (or read, for a file given to the page).
 
 import { codedError } from './protocol.js';
 
 /** Resumes after a dropped connection before the download fails. */
 export const RESUMES = 3;
+/** The first bytes of a file a load is planned from; more (what the plan asks, or twice as many) while its header goes on. */
+export const HEADER_FIRST_BYTES = 1 << 20;
+/** The most bytes a plan waits for: a header longer than that is planned with the whole file. */
+export const HEADER_MAX_BYTES = 64 << 20;
 /** The first bytes of every GGUF file. */
 const GGUF_MAGIC = 'GGUF';
+
+/**
+ * @callback Plan  what loading a file takes, from its first bytes (the worker's wasm.planLoad):
+ *   `{ needBytes }` while they end inside its header; rejects with a typed error when the model
+ *   cannot run here
+ * @param {Uint8Array} prefix
+ * @param {number} fileLength
+ * @returns {Promise<object>}
+ */
+
+/**
+ * Calls `plan` with the first bytes of a file of `total` bytes as they come in (`received(chunks,
+ * loaded)` after each chunk), until it answers with more than `{ needBytes }`: HEADER_FIRST_BYTES,
+ * then what it asks or twice as many, up to HEADER_MAX_BYTES. Nothing without a plan or a total.
+ * @param {Plan | undefined} plan
+ * @param {number} total
+ */
+function headerPlanner(plan, total) {
+  let wanted = HEADER_FIRST_BYTES;
+  let done = !plan || !total;
+  return async (chunks, loaded) => {
+    if (done || (loaded < wanted && loaded < total)) return;
+    const answer = await plan(concatenate(chunks, loaded), total);
+    done = !answer?.needBytes || loaded >= total || wanted >= HEADER_MAX_BYTES;
+    wanted = Math.max(answer?.needBytes ?? 0, 2 * wanted);
+  };
+}
 
 /**
  * Downloads `url` whole. `report(loaded, total)` is called as bytes arrive (`total` 0 when the
  * server did not say). Rejects with `fetch-failed` (HTTP `status` when there is one) or, when the
  * file does not begin like a GGUF file (an HTML error page served with status 200), `bad-model`
- * naming what it begins with.
+ * naming what it begins with; or with `plan`'s refusal, from the file's first bytes, the rest not
+ * downloaded.
  * @param {string} url
  * @param {(loaded: number, total: number) => void} report
+ * @param {Plan} [plan]
  * @returns {Promise<Uint8Array>}
  */
-export async function downloadModel(url, report) {
+export async function downloadModel(url, report, plan) {
   const chunks = [];
   let loaded = 0;
   let total = 0;
   let validator = null;
   let lastError = null;
+  let planned = null;
   for (let attempt = 0; attempt <= RESUMES; attempt += 1) {
     const resuming = loaded > 0;
     let response;
@@ -52,15 +90,19 @@ export async function downloadModel(url, report) {
       loaded = 0;
     }
     total = totalOf(response, loaded) || total;
+    planned ??= headerPlanner(plan, total);
     validator = response.headers.get('etag') ?? response.headers.get('last-modified') ?? validator;
     try {
-      await readInto(response, chunks, (n) => {
+      await readInto(response, chunks, async (n) => {
         loaded += n;
         if (chunks.length === 1 || loaded - n < GGUF_MAGIC.length) checkMagic(url, chunks);
         report(loaded, total);
+        await planned(chunks, loaded);
       });
     } catch (error) {
-      if (error.code === 'bad-model') throw error;
+      // A typed refusal (not GGUF, a model that cannot run here) ends the download; a broken
+      // connection resumes it.
+      if (error.code) throw error;
       lastError = error;
       continue;
     }
@@ -146,32 +188,42 @@ function totalOf(response, offset) {
   return length ? length + (response.status === 206 ? offset : 0) : 0;
 }
 
+/** Reads a body into `chunks`, awaiting `received(bytes)` after each; a failure cancels the rest. */
 async function readInto(response, chunks, received) {
   const reader = response.body.getReader();
-  for (;;) {
-    const { done, value } = await reader.read();
-    if (done) return;
-    chunks.push(value);
-    received(value.byteLength);
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) return;
+      chunks.push(value);
+      await received(value.byteLength);
+    }
+  } catch (error) {
+    reader.cancel().catch(() => {});
+    throw error;
   }
 }
 
 /**
  * A file given to the page, read whole (`report(loaded, total)` as it comes), checked to begin like
- * a GGUF file: else `bad-model` naming what it begins with (a PNG dropped on the page).
+ * a GGUF file: else `bad-model` naming what it begins with (a PNG dropped on the page); planned
+ * from its first bytes as a download is.
  * @param {Blob} file
  * @param {string} name
  * @param {(loaded: number, total: number) => void} report
+ * @param {Plan} [plan]
  * @returns {Promise<Uint8Array>}
  */
-export async function readFile(file, name, report) {
+export async function readFile(file, name, report, plan) {
   const chunks = [];
   let loaded = 0;
+  const planned = headerPlanner(plan, file.size);
   report(0, file.size);
-  await readInto({ body: file.stream() }, chunks, (n) => {
+  await readInto({ body: file.stream() }, chunks, async (n) => {
     loaded += n;
     if (chunks.length === 1) checkMagic(name, chunks);
     report(loaded, file.size);
+    await planned(chunks, loaded);
   });
   checkMagic(name, chunks, true);
   return concatenate(chunks, loaded);

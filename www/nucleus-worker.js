@@ -204,7 +204,7 @@ async function chooseBackend(asked) {
  * file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and downloaded
  * again, never used; a download that does not match is `bad-model`.
  */
-async function fetchModel(url, useCache, expectedSha256, progress) {
+async function fetchModel(url, useCache, expectedSha256, progress, plan) {
   const cache = await modelCache(useCache);
   const stored = cache ? await cache.match(url) : undefined;
   if (stored) {
@@ -214,12 +214,29 @@ async function fetchModel(url, useCache, expectedSha256, progress) {
     // A stored copy that is not the whole file, or not the file, is dropped and downloaded again.
     await cache.delete(url).catch(() => {});
   }
-  const bytes = await downloadModel(url, (loaded, total) => progress('download', loaded, total, false));
+  const bytes = await downloadModel(url, (loaded, total) => progress('download', loaded, total, false), plan);
   const sha256 = await sha256Hex(bytes);
   if (expectedSha256 && sha256 !== expectedSha256) {
     throw fail('bad-model', `${url} is not the model expected: its sha256 is ${sha256}, not ${expectedSha256}`);
   }
   return { bytes, sha256, cache, fromCache: false };
+}
+
+/**
+ * What loading a file takes here, from its first bytes as they arrive (wasm.planLoad: the load's
+ * own checks, and this browser's WebAssembly memory), asked before the rest is downloaded or read
+ * (download.js). A model that cannot fit is refused then with the load's typed error, naming the
+ * largest contextLength that fits; without a contextLength asked, the CPU engine runs the most of
+ * the trained context that fits. `plan.latest` is the last answer.
+ */
+function planner(backend, contextLength, memoryBudget) {
+  const plan = async (prefix, fileLength) => {
+    plan.latest = JSON.parse(await wasm.planLoad(prefix, fileLength, backend, contextLength ?? undefined,
+      memoryBudget ?? undefined));
+    return plan.latest;
+  };
+  plan.latest = null;
+  return plan;
 }
 
 /** The models' cache, when the load may use it and the browser has one. */
@@ -231,8 +248,8 @@ async function modelCache(useCache) {
  * A file given to the page, as fetchModel: its bytes (checked to be GGUF before the engine sees
  * them), and the key it is kept under (LOCAL_MODELS).
  */
-async function readGivenFile(file, name, useCache, progress) {
-  const bytes = await readFile(file, name, (loaded, total) => progress('read', loaded, total, false));
+async function readGivenFile(file, name, useCache, progress, plan) {
+  const bytes = await readFile(file, name, (loaded, total) => progress('read', loaded, total, false), plan);
   const sha256 = await sha256Hex(bytes);
   const url = new URL(`${LOCAL_MODELS}/${sha256}/${encodeURIComponent(name)}`, self.location.href).href;
   return { url, bytes, sha256, cache: await modelCache(useCache), fromCache: false };
@@ -248,11 +265,14 @@ const handlers = {
     ({ module: wasm, memory: wasmMemory } = loaded);
     facts.backend.threads = 1;
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
+    const plan = planner(facts.backend.kind, contextLength, memoryBudget);
     const { url, bytes, sha256, cache, fromCache } = file
-      ? await readGivenFile(file, name, useCache, progress)
-      : { url: given, ...await fetchModel(given, useCache, expectedSha256, progress) };
+      ? await readGivenFile(file, name, useCache, progress, plan)
+      : { url: given, ...await fetchModel(given, useCache, expectedSha256, progress, plan) };
+    const planned = plan.latest?.contextLength ? plan.latest : null;
     try {
-      engine = await wasm.loadEngine(bytes, facts.backend.kind, contextLength ?? undefined, memoryBudget ?? undefined,
+      engine = await wasm.loadEngine(bytes, facts.backend.kind, contextLength ?? planned?.contextLength,
+        memoryBudget ?? undefined,
         (phase, loaded, total) => progress(phase, loaded, total, fromCache));
     } catch (error) {
       // A stored copy that no longer loads is dropped, so the next load downloads it again.
@@ -273,6 +293,7 @@ const handlers = {
     loadMs = performance.now() - started;
     return {
       ...JSON.parse(engine.info(file ? name : String(url))), ...facts, url, sha256, loadMs, fromCache,
+      plan: planned ?? null,
       cacheError: cacheError && { code: cacheError.code, message: cacheError.message },
     };
   },

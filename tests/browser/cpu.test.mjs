@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { startServer, MODEL_PATH, GEMMA_NAME, BLANK_PAGE } from './server.mjs';
+import { startServer, MODEL_PATH, GEMMA_NAME, QWEN35_NAME, BLANK_PAGE } from './server.mjs';
 import { keptThreads, launch, open } from './browser.mjs';
 import { FIXTURES, assertScoreMatchesReference, lastLogits } from './reference.mjs';
 
@@ -134,6 +134,36 @@ test('Gemma 3 on the CPU engine: logits, top 20 and greedy tokens equal the refe
     const run = await greedyRun(caseData.text, caseData.greedy.length);
     assertMatchesReference(run, caseData, caseData.greedy, `Gemma 3 "${name}"`);
   }
+});
+
+test('a model that cannot fit is refused from its first bytes, naming the context that would; unasked, the CPU engine runs the most that fits', async () => {
+  // Qwen3.5-0.8B's shape: its 262,144 trained positions of KV cache are 6 GiB, more than a
+  // WebAssembly memory holds (4 GiB).
+  const url = `/models/${QWEN35_NAME}`;
+  const refused = await page.evaluate(async (model) => {
+    const { Nucleus } = await import('/nucleus.js');
+    window.lm?.dispose();
+    window.lm = null;
+    let downloaded = 0;
+    const onProgress = (p) => { if (p.phase === 'download') downloaded = Math.max(downloaded, p.loaded); };
+    try {
+      await Nucleus.load({ model, contextLength: 262_144, onProgress, cache: false });
+      return { code: null };
+    } catch (error) {
+      return { code: error.code, message: error.message, downloaded };
+    }
+  }, url);
+  assert.equal(refused.code, 'out-of-memory', refused.message);
+  assert.match(refused.message, /^the CPU engine needs .* more than this browser's WebAssembly memory \(4096\.0 MiB\): contextLength (\d+) or less would fit$/);
+  const fits = Number(/contextLength (\d+) or less/.exec(refused.message)[1]);
+  // Refused from the header: a few MiB of the 527 MB file were downloaded, not the rest.
+  assert.ok(refused.downloaded < 64 * 2 ** 20, `${refused.downloaded} bytes downloaded before the refusal`);
+  console.log(`  refused after ${(refused.downloaded / 2 ** 20).toFixed(1)} MiB: ${refused.message}`);
+  // Without a contextLength, the load runs the most of the trained context that fits.
+  const info = await loadInPage({ model: url, cache: false });
+  assert.equal(info.contextLength, fits);
+  assert.deepEqual([info.plan.contextLength, info.plan.trainedContextLength, info.plan.path], [fits, 262_144, 'cpu']);
+  assert.ok(info.plan.hostBytes < 2 ** 32 && info.plan.hostBytes > info.fileBytes, JSON.stringify(info.plan));
 });
 
 test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the reference does, nothing read back; their attention', async () => {

@@ -3,9 +3,35 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use nucleus_gguf::GgufFile;
-use nucleus_model::ModelConfig;
+use nucleus_gguf::{GgufFile, GgufHeader};
+use nucleus_model::{HostPlan, MemoryPlan, ModelConfig};
 use nucleus_tokenizer::Tokenizer;
+
+/// What the model will hold at its whole context and at 4,096 positions, on the CPU engine (the
+/// process's memory: the file, read in place, and the rest) and on the fused path (the GPU): the
+/// plan a load checks, from the header alone.
+fn print_memory_plan(header: &GgufHeader, config: &ModelConfig) {
+    let mib = |bytes: u64| bytes as f64 / 1048576.0;
+    let shorter = (config.context_length > 4096).then_some(4096);
+    for context in std::iter::once(config.context_length).chain(shorter) {
+        let config = ModelConfig { context_length: context, ..config.clone() };
+        match HostPlan::new(header, &config, context) {
+            Ok(host) => println!(
+                "  memory at {context} positions: CPU engine {:.1} MiB (file {:.1}, KV cache and RoPE tables {:.1}, \
+                 state, vectors and logits {:.1}){}",
+                mib(host.total_bytes()),
+                mib(host.file),
+                mib(host.kv_cache + host.rope_tables),
+                mib(host.recurrent_state + host.vectors + host.logits),
+                match MemoryPlan::fused(header, &config, context) {
+                    Ok(gpu) => format!("; fused path {:.1} MiB on the GPU", mib(gpu.total_bytes())),
+                    Err(e) => format!("; fused path: {e}"),
+                }
+            ),
+            Err(e) => println!("  memory: {e}"),
+        }
+    }
+}
 
 pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
     let file = GgufFile::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -74,6 +100,7 @@ pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
                 Ok(n) => println!("  parameters {n} ({:.1} MB as f32 on the device)", n as f64 * 4.0 / 1e6),
                 Err(e) => println!("  not loadable: {e}"),
             }
+            print_memory_plan(&file, &c);
         }
         Err(e) => println!("  not loadable: {e}"),
     }

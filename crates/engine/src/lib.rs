@@ -23,6 +23,7 @@ mod constraint;
 mod error;
 mod generation;
 mod lens;
+mod plan;
 mod report;
 mod request;
 mod score;
@@ -32,8 +33,6 @@ mod wire;
 
 use nucleus_gguf::GgufFile;
 use nucleus_model::{DeviceLogits, KvCache, LoadProgress, Logits, Model, ModelConfig};
-#[cfg(feature = "gpu")]
-use nucleus_model::{MemoryLimits, MemoryPlan};
 use nucleus_sampler::{Sampler, StopConditions, StopTracker};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
@@ -48,9 +47,10 @@ pub use constraint::ResponseFormat;
 pub use error::EngineError;
 pub use generation::GenerationState;
 pub use lens::{DEFAULT_LENS_CANDIDATES, LensLayer, LensReport, LensRequest, LensToken, MAX_LENS_CANDIDATES};
-pub use nucleus_gguf::SharedBytes;
+pub use nucleus_gguf::{GgufError, GgufHeader, SharedBytes};
 pub use nucleus_model::{LinearKernel, MAX_ATTENTION_ROWS, ModelDevice, Path};
 pub use nucleus_sampler::json::{OptionError, camel_case};
+pub use plan::{HostLimit, LoadPlan, plan};
 pub use report::{
     ExplainedCandidate, GenerationResult, MaskReport, PrefillProgress, Step, StepExplanation, Timing, TopCandidate,
     Transfer, Usage,
@@ -225,15 +225,9 @@ impl Engine {
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, EngineError> {
         let trained = ModelConfig::from_gguf(file)?;
-        let capacity = match options.context_length {
-            None => trained.context_length,
-            Some(n) if (1..=trained.context_length).contains(&n) => n,
-            Some(n) => {
-                return Err(EngineError::bad_option("context_length", format!("1..={}", trained.context_length), n));
-            }
-        };
+        let capacity = plan::context_length(&trained, &options)?;
         // The model runs the positions asked for: its RoPE tables and KV cache are sized by them.
-        let config = ModelConfig { context_length: capacity, ..trained };
+        let config = ModelConfig { context_length: capacity, ..trained.clone() };
         let tokenizer = Tokenizer::from_gguf(file)?;
         if tokenizer.vocab_size() != config.vocab_size {
             return Err(EngineError::Model(nucleus_model::ModelError::Invalid(format!(
@@ -243,12 +237,8 @@ impl Engine {
             ))));
         }
         let path = options.path.unwrap_or_else(|| Path::default_for(device, &config));
-        // Everything the fused path will hold, checked before anything is uploaded.
-        #[cfg(feature = "gpu")]
-        if let (Path::Fused, Some(gpu)) = (path, device.gpu()) {
-            let limits = MemoryLimits::of_device(&gpu.limits(), options.memory_budget);
-            MemoryPlan::fused(file, &config, capacity)?.check(&limits)?;
-        }
+        // Everything the model will hold, checked before anything is uploaded.
+        plan::checked(file, &config, device, &options, None, trained.context_length)?;
         let model = Model::load_parsed(file, config, device, path, progress)?;
         let cache = model.new_cache(capacity)?;
         let config = model.config();

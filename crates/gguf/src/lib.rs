@@ -202,9 +202,12 @@ impl TensorInfo {
     }
 }
 
-/// A parsed GGUF file borrowing its bytes.
+/// A GGUF file's header: its version, metadata, tensor table and where the data starts. Read
+/// from a whole file (a [`GgufFile`] derefs to its header) or from the file's first bytes alone
+/// ([`GgufHeader::parse`], an HTTP Range read): enough to know a model's shape and what it will
+/// need before the rest is downloaded.
 #[derive(Debug)]
-pub struct GgufFile<'a> {
+pub struct GgufHeader {
     pub version: u32,
     pub metadata: BTreeMap<String, MetadataValue>,
     pub tensors: Vec<TensorInfo>,
@@ -212,18 +215,38 @@ pub struct GgufFile<'a> {
     pub alignment: u64,
     /// Offset of the data section within the file.
     pub data_offset: u64,
+    /// Bytes of the whole file; every tensor lies inside them.
+    pub file_len: u64,
+}
+
+/// A parsed GGUF file borrowing its bytes.
+#[derive(Debug)]
+pub struct GgufFile<'a> {
+    header: GgufHeader,
     bytes: &'a [u8],
     /// The same bytes shared, when parsed with [`GgufFile::parse_shared`].
     shared: Option<SharedBytes>,
 }
 
+impl std::ops::Deref for GgufFile<'_> {
+    type Target = GgufHeader;
+
+    fn deref(&self) -> &GgufHeader {
+        &self.header
+    }
+}
+
 const GGUF_MAGIC: [u8; 4] = *b"GGUF";
 const DEFAULT_ALIGNMENT: u64 = 32;
 
-impl<'a> GgufFile<'a> {
-    /// Parses the header, metadata and tensor table, and checks that every tensor lies inside `bytes`.
-    pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
-        let mut reader = Reader { bytes, pos: 0 };
+impl GgufHeader {
+    /// Parses the header from `prefix`, the first bytes of a file of `file_len` bytes, and checks
+    /// that every tensor lies inside `file_len`. A prefix that ends inside the header gives
+    /// [`GgufError::Truncated`] with `len` the prefix's length and `needed` past it: read at least
+    /// that many bytes and parse again.
+    pub fn parse(prefix: &[u8], file_len: u64) -> Result<Self, GgufError> {
+        let prefix = &prefix[..prefix.len().min(usize::try_from(file_len).unwrap_or(usize::MAX))];
+        let mut reader = Reader { bytes: prefix, pos: 0, file_len };
         let magic: [u8; 4] = reader.take(4, "the magic number")?.try_into().expect("4 bytes");
         if magic != GGUF_MAGIC {
             return Err(GgufError::BadMagic(magic));
@@ -246,7 +269,9 @@ impl<'a> GgufFile<'a> {
             metadata.insert(key, value);
         }
 
-        let mut tensors = Vec::with_capacity(tensor_count as usize);
+        // Reserved for what the bytes at hand can hold: a header read from a file's first bytes
+        // checks counts against the whole file's length, which a corrupt header could make huge.
+        let mut tensors = Vec::with_capacity(reader.at_most(tensor_count, 8));
         for _ in 0..tensor_count {
             let name = reader.string("a tensor name")?;
             let n_dims = reader.u32(&format!("the rank of tensor '{name}'"))?;
@@ -272,29 +297,11 @@ impl<'a> GgufFile<'a> {
             },
         };
         let data_offset = (reader.pos as u64).div_ceil(alignment) * alignment;
-        let file = Self { version, metadata, tensors, alignment, data_offset, bytes, shared: None };
-        for tensor in &file.tensors {
-            file.check_tensor(tensor)?;
+        let header = Self { version, metadata, tensors, alignment, data_offset, file_len };
+        for tensor in &header.tensors {
+            header.check_tensor(tensor)?;
         }
-        Ok(file)
-    }
-
-    /// Parses shared bytes: as [`GgufFile::parse`], and [`GgufFile::shared_tensor_bytes`] then
-    /// gives each tensor's bytes where they lie.
-    pub fn parse_shared(bytes: &'a SharedBytes) -> Result<Self, GgufError> {
-        Ok(Self { shared: Some(bytes.clone()), ..Self::parse(bytes)? })
-    }
-
-    /// A tensor's bytes, shared: where they lie in the file when it was parsed shared, else a
-    /// copy.
-    pub fn shared_tensor_bytes(&self, tensor: &TensorInfo) -> SharedSlice {
-        match &self.shared {
-            Some(shared) => {
-                let start = (self.data_offset + tensor.offset) as usize;
-                shared.slice(start..start + tensor.byte_len() as usize)
-            }
-            None => SharedSlice::copy_of(self.tensor_bytes(tensor)),
-        }
+        Ok(header)
     }
 
     fn check_tensor(&self, tensor: &TensorInfo) -> Result<(), GgufError> {
@@ -319,11 +326,11 @@ impl<'a> GgufFile<'a> {
             .checked_add(tensor.offset)
             .and_then(|start| start.checked_add(elements / block * tensor.ggml_type.block_layout().1))
             .ok_or_else(|| GgufError::Corrupt(format!("tensor '{}' has an impossible offset", tensor.name)))?;
-        if end > self.bytes.len() as u64 {
+        if end > self.file_len {
             return Err(GgufError::Truncated {
                 what: format!("tensor '{}'", tensor.name),
                 needed: end,
-                len: self.bytes.len() as u64,
+                len: self.file_len,
             });
         }
         Ok(())
@@ -332,19 +339,6 @@ impl<'a> GgufFile<'a> {
     /// The tensor called `name`.
     pub fn tensor(&self, name: &str) -> Option<&TensorInfo> {
         self.tensors.iter().find(|t| t.name == name)
-    }
-
-    /// The raw (possibly quantized) bytes of a tensor.
-    pub fn tensor_bytes(&self, tensor: &TensorInfo) -> &'a [u8] {
-        let start = (self.data_offset + tensor.offset) as usize;
-        &self.bytes[start..start + tensor.byte_len() as usize]
-    }
-
-    /// The tensor called `name`, dequantized to f32 in file order (`dims[0]` fastest).
-    pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufError> {
-        let tensor = self.tensor(name).ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
-        dequantize(tensor.ggml_type, self.tensor_bytes(tensor), tensor.element_count() as usize)
-            .ok_or_else(|| GgufError::UnsupportedDequantization { name: name.to_string(), ggml_type: tensor.ggml_type })
     }
 
     pub fn get(&self, key: &str) -> Option<&MetadataValue> {
@@ -404,17 +398,57 @@ impl<'a> GgufFile<'a> {
             })
             .collect()
     }
+}
 
-    /// Total bytes of the file.
-    pub fn file_len(&self) -> usize {
-        self.bytes.len()
+impl<'a> GgufFile<'a> {
+    /// Parses the header, metadata and tensor table, and checks that every tensor lies inside `bytes`.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
+        Ok(Self { header: GgufHeader::parse(bytes, bytes.len() as u64)?, bytes, shared: None })
+    }
+
+    /// Parses shared bytes: as [`GgufFile::parse`], and [`GgufFile::shared_tensor_bytes`] then
+    /// gives each tensor's bytes where they lie.
+    pub fn parse_shared(bytes: &'a SharedBytes) -> Result<Self, GgufError> {
+        Ok(Self { shared: Some(bytes.clone()), ..Self::parse(bytes)? })
+    }
+
+    /// The header alone (metadata and tensor table).
+    pub fn header(&self) -> &GgufHeader {
+        &self.header
+    }
+
+    /// The raw (possibly quantized) bytes of a tensor.
+    pub fn tensor_bytes(&self, tensor: &TensorInfo) -> &'a [u8] {
+        let start = (self.data_offset + tensor.offset) as usize;
+        &self.bytes[start..start + tensor.byte_len() as usize]
+    }
+
+    /// A tensor's bytes, shared: where they lie in the file when it was parsed shared, else a
+    /// copy.
+    pub fn shared_tensor_bytes(&self, tensor: &TensorInfo) -> SharedSlice {
+        match &self.shared {
+            Some(shared) => {
+                let start = (self.data_offset + tensor.offset) as usize;
+                shared.slice(start..start + tensor.byte_len() as usize)
+            }
+            None => SharedSlice::copy_of(self.tensor_bytes(tensor)),
+        }
+    }
+
+    /// The tensor called `name`, dequantized to f32 in file order (`dims[0]` fastest).
+    pub fn dequantize(&self, name: &str) -> Result<Vec<f32>, GgufError> {
+        let tensor = self.tensor(name).ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
+        dequantize(tensor.ggml_type, self.tensor_bytes(tensor), tensor.element_count() as usize)
+            .ok_or_else(|| GgufError::UnsupportedDequantization { name: name.to_string(), ggml_type: tensor.ggml_type })
     }
 }
 
-/// A bounds-checked little-endian cursor.
+/// A bounds-checked little-endian cursor over a file's first bytes (or all of them).
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Bytes of the whole file, which counts are checked against.
+    file_len: u64,
 }
 
 /// Arrays nest; real files use one level. Deeper nesting is taken as corruption.
@@ -437,8 +471,14 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// `count` items of at least `min_bytes_each`, or as many as the bytes at hand can hold.
+    fn at_most(&self, count: u64, min_bytes_each: u64) -> usize {
+        let present = (self.bytes.len() - self.pos) as u64 / min_bytes_each;
+        count.min(present) as usize
+    }
+
     fn check_count(&self, count: u64, min_bytes_each: u64, what: &str) -> Result<(), GgufError> {
-        let remaining = (self.bytes.len() - self.pos) as u64;
+        let remaining = self.file_len.saturating_sub(self.pos as u64);
         if count.saturating_mul(min_bytes_each) > remaining {
             return Err(GgufError::Corrupt(format!("{what} {count} cannot fit in the {remaining} bytes that follow")));
         }
@@ -486,7 +526,7 @@ impl<'a> Reader<'a> {
                 let item_type = self.u32(&what())?;
                 let len = self.u64(&what())?;
                 self.check_count(len, 1, &format!("length of array '{key}'"))?;
-                let mut items = Vec::with_capacity(len as usize);
+                let mut items = Vec::with_capacity(self.at_most(len, 1));
                 for _ in 0..len {
                     items.push(self.value(item_type, key, depth + 1)?);
                 }

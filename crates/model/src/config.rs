@@ -1,6 +1,6 @@
 //! The hyper-parameters of a model, read from GGUF metadata, and what follows from them per block.
 
-use nucleus_gguf::GgufFile;
+use nucleus_gguf::GgufHeader;
 
 use crate::ModelError;
 use crate::architecture::{self, Architecture, Mixer};
@@ -101,7 +101,7 @@ pub struct BlockAttention {
 impl ModelConfig {
     /// Reads `{arch}.*` keys. Fails on an unsupported architecture, a missing key, or
     /// inconsistent numbers (heads that do not divide, and so on).
-    pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
+    pub fn from_gguf(file: &GgufHeader) -> Result<Self, ModelError> {
         let architecture_name = file.get_str("general.architecture")?.to_string();
         let architecture = architecture::by_name(&architecture_name)
             .ok_or_else(|| ModelError::UnsupportedArchitecture(architecture_name.clone()))?;
@@ -289,7 +289,7 @@ impl ModelConfig {
 
 /// Qwen3.5's `{arch}.ssm.*` keys and its layer pattern, checked: value heads a multiple of key
 /// heads, the inner size their product, a convolution of at least one tap.
-fn delta_net_config(file: &GgufFile, arch: &str, block_count: usize) -> Result<DeltaNetConfig, ModelError> {
+fn delta_net_config(file: &GgufHeader, arch: &str, block_count: usize) -> Result<DeltaNetConfig, ModelError> {
     let key = |name: &str| format!("{arch}.{name}");
     let usize_key = |name: &str| -> Result<usize, ModelError> { Ok(file.get_u64(&key(name))? as usize) };
     let recurrent: Vec<bool> = match file.get(&key("attention.recurrent_layers")) {

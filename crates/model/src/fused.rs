@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::backend::wgpu::wgpu;
-use nucleus_gguf::{GgufFile, TensorInfo};
+use nucleus_gguf::{GgufFile, GgufHeader, TensorInfo};
 use nucleus_kernels::TailRequest;
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound,
@@ -336,7 +336,7 @@ impl ScratchSizes {
 /// Every weight buffer the fused path uploads for `file`, in the order it uploads them: each
 /// tensor in its [`upload_format`] (a vocabulary-sized one marked as divisible into rows), and
 /// per block its attention vectors. What the memory plan counts; the load checks the same list.
-pub(crate) fn planned_weights(file: &GgufFile, config: &ModelConfig) -> Result<Vec<PlannedBuffer>, ModelError> {
+pub(crate) fn planned_weights(file: &GgufHeader, config: &ModelConfig) -> Result<Vec<PlannedBuffer>, ModelError> {
     let mut planned = Vec::new();
     for (role, block, info) in weights::tensors(file, config)? {
         if role == Role::AttentionNorm {

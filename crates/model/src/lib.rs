@@ -31,6 +31,7 @@ mod cpu;
 mod device;
 #[cfg(feature = "gpu")]
 mod fused;
+mod host_plan;
 #[cfg(feature = "gpu")]
 mod memory;
 mod rope;
@@ -51,6 +52,7 @@ pub use config::{BlockAttention, DeltaNetConfig, ModelConfig};
 pub use device::ModelDevice;
 #[cfg(feature = "gpu")]
 pub use fused::{FusedLogits, MAX_ROWS};
+pub use host_plan::{HostPlan, WASM32_MEMORY_BYTES};
 #[cfg(feature = "gpu")]
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::{LinearKernel, MAX_SCORE_TOP_K, RowScore, TargetScore};

@@ -11,8 +11,9 @@
 //! and the largest context length that would.
 
 use burn::backend::wgpu::wgpu;
-use nucleus_gguf::GgufFile;
+use nucleus_gguf::GgufHeader;
 
+use crate::host_plan::mib;
 use crate::{ModelConfig, ModelError};
 
 /// What the device allows: each buffer, each binding, and (optionally) all of them together.
@@ -83,7 +84,7 @@ impl MemoryPlan {
     /// The fused path's buffers for `file` (whose configuration is `config`) at `context_length`
     /// (the RoPE tables at the configuration's). Fails as the load would on a tensor the fused
     /// kernels cannot read, missing or of the wrong shape: before anything is uploaded.
-    pub fn fused(file: &GgufFile, config: &ModelConfig, context_length: usize) -> Result<Self, ModelError> {
+    pub fn fused(file: &GgufHeader, config: &ModelConfig, context_length: usize) -> Result<Self, ModelError> {
         let weights = crate::fused::planned_weights(file, config)?;
         let mut scratch: Vec<PlannedBuffer> = crate::fused::ScratchSizes::new(config)
             .named()
@@ -203,10 +204,6 @@ impl MemoryPlan {
         }
         Ok(())
     }
-}
-
-fn mib(bytes: u64) -> String {
-    format!("{:.1} MiB", bytes as f64 / (1u64 << 20) as f64)
 }
 
 #[cfg(test)]

@@ -7,7 +7,7 @@
 //! One table per distinct [`RopeFrequencies`] (Gemma 3's local blocks rotate with base 10,000
 //! and no scaling, its global ones with the file's base and scaling).
 
-use nucleus_gguf::GgufFile;
+use nucleus_gguf::{GgufFile, GgufHeader};
 
 use crate::architecture::Role;
 use crate::{ModelConfig, ModelError};
@@ -55,7 +55,7 @@ impl RopeScaling {
     /// Reads `{arch}.rope.scaling.*`. A factor without a type is linear (llama.cpp's default);
     /// a factor of 0 or 1, or type `none`, is no scaling. Other types (LongRoPE, dynamic NTK) are
     /// refused by name, as is any value that is not a positive finite number.
-    pub(crate) fn from_gguf(file: &GgufFile, arch: &str, trained_context: usize) -> Result<Self, ModelError> {
+    pub(crate) fn from_gguf(file: &GgufHeader, arch: &str, trained_context: usize) -> Result<Self, ModelError> {
         let key = |name: &str| format!("{arch}.rope.scaling.{name}");
         let number = |name: &str| -> Result<Option<f64>, ModelError> {
             let Some(value) = file.get(&key(name)) else { return Ok(None) };
@@ -177,13 +177,11 @@ impl RopeTables {
     }
 
     /// Tables a configuration needs (one per distinct frequencies), before the file is read.
-    #[cfg(feature = "gpu")]
     pub(crate) fn count(config: &ModelConfig) -> usize {
         distinct_frequencies(config).0.len()
     }
 
     /// Bytes of one position's row in one table as the fused path uploads it (f32 pairs).
-    #[cfg(feature = "gpu")]
     pub(crate) fn position_bytes(config: &ModelConfig) -> u64 {
         (config.rope_dims / 2) as u64 * 8
     }

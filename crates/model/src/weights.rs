@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ops::Range;
 
-use nucleus_gguf::{GgufError, GgufFile, TensorInfo};
+use nucleus_gguf::{GgufError, GgufHeader, TensorInfo};
 
 use crate::architecture::{Mixer, Role};
 use crate::{LoadProgress, ModelConfig, ModelError};
@@ -196,12 +196,15 @@ fn table(config: &ModelConfig, tied: bool) -> Vec<(Role, usize, Vec<u64>)> {
 }
 
 /// Whether `file` ties the output layer to the token embedding (it has no `output.weight`).
-pub fn tied_output(file: &GgufFile) -> bool {
+pub fn tied_output(file: &GgufHeader) -> bool {
     file.tensor(&Role::Output.tensor_name(0)).is_none()
 }
 
 /// The weights the model loads, each checked against its expected shape.
-pub fn tensors<'f>(file: &'f GgufFile, config: &ModelConfig) -> Result<Vec<(Role, usize, &'f TensorInfo)>, ModelError> {
+pub fn tensors<'f>(
+    file: &'f GgufHeader,
+    config: &ModelConfig,
+) -> Result<Vec<(Role, usize, &'f TensorInfo)>, ModelError> {
     let architecture = config.architecture();
     table(config, tied_output(file))
         .into_iter()
@@ -218,7 +221,7 @@ pub fn tensors<'f>(file: &'f GgufFile, config: &ModelConfig) -> Result<Vec<(Role
 
 /// Refuses, before anything is loaded, a weight of a type `nucleus_gguf` cannot dequantize (the
 /// Burn and CPU paths read every format through it).
-pub fn check_dequantizable(file: &GgufFile, config: &ModelConfig) -> Result<(), ModelError> {
+pub fn check_dequantizable(file: &GgufHeader, config: &ModelConfig) -> Result<(), ModelError> {
     for (_, _, info) in tensors(file, config)? {
         if !nucleus_gguf::can_dequantize(info.ggml_type) {
             return Err(
@@ -230,14 +233,14 @@ pub fn check_dequantizable(file: &GgufFile, config: &ModelConfig) -> Result<(), 
 }
 
 /// Parameters of the model: the elements of every tensor it loads (a tied output layer once).
-pub fn parameter_count(file: &GgufFile, config: &ModelConfig) -> Result<u64, ModelError> {
+pub fn parameter_count(file: &GgufHeader, config: &ModelConfig) -> Result<u64, ModelError> {
     Ok(tensors(file, config)?.iter().map(|(_, _, info)| info.element_count()).sum())
 }
 
 /// Loads every tensor of the model with `upload` (checked against its expected shape first),
 /// calling `progress` after each.
 pub fn load<T>(
-    file: &GgufFile,
+    file: &GgufHeader,
     config: &ModelConfig,
     mut progress: impl FnMut(LoadProgress),
     mut upload: impl FnMut(Role, &TensorInfo) -> Result<T, ModelError>,

@@ -18,7 +18,7 @@ mod spm;
 use std::collections::HashSet;
 
 use aho_corasick::{AhoCorasick, MatchKind};
-use nucleus_gguf::{GgufError, GgufFile};
+use nucleus_gguf::{GgufError, GgufHeader};
 use tokenizers::models::bpe::{BPE, Vocab};
 use tokenizers::{AddedToken, Tokenizer as HfTokenizer};
 
@@ -86,7 +86,7 @@ pub struct Tokenizer {
 
 impl Tokenizer {
     /// Builds the tokenizer described by `tokenizer.*` keys of `file`.
-    pub fn from_gguf(file: &GgufFile) -> Result<Self, TokenizerError> {
+    pub fn from_gguf(file: &GgufHeader) -> Result<Self, TokenizerError> {
         let model_name = file.get_str("tokenizer.ggml.model")?.to_string();
         if model_name != "gpt2" && model_name != "llama" {
             return Err(TokenizerError::UnsupportedModel(model_name));

@@ -8,10 +8,11 @@ use std::rc::Rc;
 
 use js_sys::{Function, Promise, Reflect, Uint8Array};
 use nucleus_engine::{
-    AttentionRequest, BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, LensRequest, LoadOptions,
-    ModelDevice, OptionError, PrefillProgress, ScoreRequest, SharedBytes, js_name, js_option_error,
+    AttentionRequest, BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, GgufError, GgufHeader,
+    HostLimit, LensRequest, LoadOptions, ModelDevice, OptionError, PrefillProgress, ScoreRequest, SharedBytes, js_name,
+    js_option_error,
 };
-use nucleus_model::LoadProgress;
+use nucleus_model::{LoadProgress, WASM32_MEMORY_BYTES};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
@@ -147,33 +148,11 @@ pub async fn load_engine(
     memory_budget: Option<f64>,
     on_progress: Function,
 ) -> Result<WasmEngine, JsValue> {
-    let device = match backend.as_str() {
-        #[cfg(feature = "gpu")]
-        "webgpu" => device().await?,
-        #[cfg(not(feature = "gpu"))]
-        "webgpu" => {
-            return Err(js_error("no-webgpu", "this build of the engine (the threaded CPU engine) has no WebGPU"));
-        }
-        "cpu" => ModelDevice::cpu(),
-        #[cfg(feature = "burn-cpu")]
-        "burn-cpu" => ModelDevice::burn_cpu(),
-        other => {
-            return Err(option_error(OptionError {
-                message: format!("backend must be 'webgpu' or 'cpu' here, got {other:?}"),
-                option: "backend".into(),
-            }));
-        }
-    };
-    // The file's one copy in wasm memory: the CPU engine reads its matrices there (shared), the
-    // fused path uploads from it and lets it go.
+    let device = backend_device(&backend).await?;
     let bytes = SharedBytes::new(bytes.to_vec());
     let total = bytes.len() as f64;
     let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
-    let options = LoadOptions {
-        context_length: context_length.map(|n| n as usize),
-        memory_budget: memory_budget.map(|n| n as u64),
-        ..LoadOptions::default()
-    };
+    let options = load_options(context_length, memory_budget);
     let engine = Engine::load_shared(&bytes, &device, options, |p: LoadProgress| {
         let _ = on_progress.call3(
             &JsValue::NULL,
@@ -184,6 +163,67 @@ pub async fn load_engine(
     })
     .map_err(engine_error)?;
     Ok(WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) })
+}
+
+/// The device a load on `backend` runs on: `"webgpu"` (the worker's WebGPU device) or `"cpu"`.
+async fn backend_device(backend: &str) -> Result<ModelDevice, JsValue> {
+    match backend {
+        #[cfg(feature = "gpu")]
+        "webgpu" => device().await,
+        #[cfg(not(feature = "gpu"))]
+        "webgpu" => Err(js_error("no-webgpu", "this build of the engine (the threaded CPU engine) has no WebGPU")),
+        "cpu" => Ok(ModelDevice::cpu()),
+        #[cfg(feature = "burn-cpu")]
+        "burn-cpu" => Ok(ModelDevice::burn_cpu()),
+        other => Err(option_error(OptionError {
+            message: format!("backend must be 'webgpu' or 'cpu' here, got {other:?}"),
+            option: "backend".into(),
+        })),
+    }
+}
+
+fn load_options(context_length: Option<u32>, memory_budget: Option<f64>) -> LoadOptions {
+    LoadOptions {
+        context_length: context_length.map(|n| n as usize),
+        memory_budget: memory_budget.map(|n| n as u64),
+        ..LoadOptions::default()
+    }
+}
+
+/// What loading the model whose file begins with `prefix` (`file_length` bytes in all) takes on
+/// `backend`, checked as the load will check it and against this browser's WebAssembly memory,
+/// before the rest of the file is downloaded: the plan as JSON (`LoadPlan`, camelCase), or
+/// `{"needBytes": n}` when `prefix` ends inside the header (read `n` bytes and ask again). A model
+/// that cannot run here is refused with the load's typed error: `out-of-memory` naming the context
+/// that would fit, `unsupported-model`, `bad-model`, `bad-options`.
+#[wasm_bindgen(js_name = planLoad)]
+pub async fn plan_load(
+    prefix: Uint8Array,
+    file_length: f64,
+    backend: String,
+    context_length: Option<u32>,
+    memory_budget: Option<f64>,
+) -> Result<String, JsValue> {
+    let device = backend_device(&backend).await?;
+    let prefix = prefix.to_vec();
+    let file_length = file_length as u64;
+    let header = match GgufHeader::parse(&prefix, file_length) {
+        Err(GgufError::Truncated { needed, len, .. }) if len == prefix.len() as u64 && needed <= file_length => {
+            return Ok(serde_json::json!({ "needBytes": needed }).to_string());
+        }
+        parsed => parsed.map_err(|e| engine_error(e.into()))?,
+    };
+    let limit = HostLimit { bytes: WASM32_MEMORY_BYTES, name: "this browser's WebAssembly memory" };
+    let plan = nucleus_engine::plan(&header, &device, &load_options(context_length, memory_budget), Some(limit))
+        .map_err(engine_error)?;
+    Ok(serde_json::to_string(&plan).expect("a plan serializes"))
+}
+
+/// The most bytes a WebAssembly memory holds (4 GiB): the file's copy lives there on every
+/// backend, and everything the CPU engine holds.
+#[wasm_bindgen(js_name = wasmMemoryLimit)]
+pub fn wasm_memory_limit() -> f64 {
+    WASM32_MEMORY_BYTES as f64
 }
 
 struct Inner {
