@@ -9,7 +9,9 @@ spot with the family's pre-tokenizer (Hugging Face `tokenizers`), a model with r
 (gguf-py's writer; Llama's Q and K permuted for RoPE on adjacent pairs, Llama 3's frequency
 factors computed as the converter computes them), its matrices quantized to Q8_0, Q5_0, Q5_1, Q4_0
 and Q4_1 by gguf-py. The reference: transformers' float64 forward pass (eager attention) on the
-weights the GGUF holds, dequantized by gguf-py; the tokenizer's ids for a set of strings.
+weights the GGUF holds, dequantized by gguf-py; the tokenizer's ids for a set of strings. Two more
+carry RoPE scaling as the converter writes it (`rope.scaling.*`): Qwen2 with YaRN, and a six-block
+Gemma 3 (local blocks with a window, norms stored as 1 + w) with linear scaling on its global block.
 
 Writes tests/fixtures/tiny/{family}.gguf and tests/fixtures/tiny/{family}.json, read by
 tests/model_reference.rs and tests/tokenizer_reference.rs, {family}-attention.json (every head's
@@ -18,7 +20,7 @@ attention weights on one prompt, read by tests/attention_reference.rs), and thre
 and the browser tests). Deterministic (fixed seeds).
 
     python3 -m venv /tmp/venv && /tmp/venv/bin/pip install torch transformers==5.24.0 tokenizers==0.23.3 gguf==0.19.0
-    /tmp/venv/bin/python tests/tools/make_tiny_families.py
+    /tmp/venv/bin/python tests/tools/make_tiny_families.py [family ...]
 """
 import json
 import math
@@ -113,37 +115,33 @@ FAMILIES = {
         "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q8_0, "attn_v": Q.Q5_0, "attn_output": Q.Q5_1,
                   "ffn_gate": Q.Q8_0, "ffn_up": Q.Q4_1, "ffn_down": Q.Q5_0},
     },
-    # RoPE scaling as files carry it (`rope.scaling.*`), on tiny models of families above.
-    # YaRN: factor 4 over an original 64 positions, Qwen2.5's way of reaching 128k.
-    "qwen2-yarn": {
-        **QWEN_TOKENIZER,
-        "architecture": "qwen2",
-        "tied": True,
-        "heads": (4, 2, 16),
-        "hidden": 64,
-        "ffn": 128,
-        "rope_theta": 1000000.0,
-        "rope": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
-        "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q8_0, "attn_v": Q.Q5_1, "attn_output": Q.Q8_0,
-                  "ffn_gate": Q.Q4_1, "ffn_up": Q.Q5_0, "ffn_down": Q.Q8_0},
-    },
-    # Gemma 3 (4B and larger): linear scaling by 8 on its global blocks only; five local blocks
-    # with a window of 8 keys and base 10,000 for each global one; norms stored as 1 + w.
-    "gemma3-linear": {
-        **QWEN_TOKENIZER,
-        "add_bos": True,
-        "architecture": "gemma3",
-        "tied": True,
-        "heads": (4, 2, 32),
-        "hidden": 64,
-        "ffn": 128,
-        "layers": 6,
-        "window": 8,
-        "rope_theta": 1000000.0,
-        "rope": {"rope_type": "linear", "factor": 8.0},
-        "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q5_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_1,
-                  "ffn_gate": Q.Q8_0, "ffn_up": Q.Q5_1, "ffn_down": Q.Q8_0},
-    },
+}
+
+# RoPE scaling as files carry it (`rope.scaling.*`), on tiny models of the families above (added
+# after them: each family's seed is its position). YaRN: factor 4 over an original 64 positions,
+# Qwen2.5's way of reaching 128k.
+FAMILIES["qwen2-yarn"] = {
+    **FAMILIES["qwen2"],
+    "rope": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 64},
+    "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q8_0, "attn_v": Q.Q5_1, "attn_output": Q.Q8_0,
+              "ffn_gate": Q.Q4_1, "ffn_up": Q.Q5_0, "ffn_down": Q.Q8_0},
+}
+# Gemma 3 (4B and larger): linear scaling by 8 on its global blocks only; five local blocks
+# with a window of 8 keys and base 10,000 for each global one; norms stored as 1 + w.
+FAMILIES["gemma3-linear"] = {
+    **QWEN_TOKENIZER,
+    "add_bos": True,
+    "architecture": "gemma3",
+    "tied": True,
+    "heads": (4, 2, 32),
+    "hidden": 64,
+    "ffn": 128,
+    "layers": 6,
+    "window": 8,
+    "rope_theta": 1000000.0,
+    "rope": {"rope_type": "linear", "factor": 8.0},
+    "types": {"attn_q": Q.Q8_0, "attn_k": Q.Q5_0, "attn_v": Q.Q8_0, "attn_output": Q.Q4_1,
+              "ffn_gate": Q.Q8_0, "ffn_up": Q.Q5_1, "ffn_down": Q.Q8_0},
 }
 
 
