@@ -266,14 +266,17 @@ const handlers = {
     facts.backend.threads = 1;
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
     const plan = planner(facts.backend.kind, contextLength, memoryBudget);
+    // Once the header is read, every progress report carries the plan (the page shows it).
+    const known = () => (plan.latest?.contextLength ? plan.latest : null);
+    const reported = (phase, loaded, total, cached) => progress(phase, loaded, total, cached, known());
     const { url, bytes, sha256, cache, fromCache } = file
-      ? await readGivenFile(file, name, useCache, progress, plan)
-      : { url: given, ...await fetchModel(given, useCache, expectedSha256, progress, plan) };
-    const planned = plan.latest?.contextLength ? plan.latest : null;
+      ? await readGivenFile(file, name, useCache, reported, plan)
+      : { url: given, ...await fetchModel(given, useCache, expectedSha256, reported, plan) };
+    const planned = known();
     try {
       engine = await wasm.loadEngine(bytes, facts.backend.kind, contextLength ?? planned?.contextLength,
         memoryBudget ?? undefined,
-        (phase, loaded, total) => progress(phase, loaded, total, fromCache));
+        (phase, loaded, total) => reported(phase, loaded, total, fromCache));
     } catch (error) {
       // A stored copy that no longer loads is dropped, so the next load downloads it again.
       if (fromCache) await cache.delete(url).catch(() => {});
@@ -441,8 +444,8 @@ function gpuQueueOf({ queueAtStart, queueAfterFirstStep, steps }) {
 /** @param {MessageEvent<import('./protocol.js').Request>} event */
 self.onmessage = async ({ data }) => {
   const { id, type } = data;
-  const progress = (phase, loaded, total, cached) =>
-    self.postMessage({ id, type: REPLY.progress, phase, loaded, total, cached });
+  const progress = (phase, loaded, total, cached, plan) =>
+    self.postMessage({ id, type: REPLY.progress, phase, loaded, total, cached, ...(plan && { plan }) });
   try {
     const handler = Object.hasOwn(handlers, type) ? handlers[type] : null;
     if (!handler) throw fail('internal', `unknown request ${type}`);

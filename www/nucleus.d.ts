@@ -43,6 +43,8 @@ export interface LoadProgress {
   total: number;
   /** The file came from the browser's cache. */
   cached: boolean;
+  /** What the load will take, once the file's header has been read (before the rest of it). */
+  plan?: LoadPlan;
 }
 
 export interface LoadOptions {

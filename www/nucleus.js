@@ -121,7 +121,8 @@ class WorkerClient {
       const request = this.#pending.get(data.id);
       if (!request) return;
       if (data.type === REPLY.progress) {
-        request.onProgress?.({ phase: data.phase, loaded: data.loaded, total: data.total, cached: data.cached });
+        request.onProgress?.({ phase: data.phase, loaded: data.loaded, total: data.total, cached: data.cached,
+          ...(data.plan && { plan: data.plan }) });
         return;
       }
       this.#pending.delete(data.id);

@@ -1315,10 +1315,10 @@ async function loadModel(choice = state.modelChoice) {
     next = await Nucleus.load({
       model: choice.file ?? choice.url,
       backend,
-      onProgress: ({ phase, loaded, total, cached }) => {
+      onProgress: ({ phase, loaded, total, cached, plan }) => {
         const mb = (n) => (n / 1e6).toFixed(1);
         $('load-label').textContent = `${phases[phase]} ${choice.label}${cached && phase === 'download' ? ' (from the browser cache)' : ''}: `
-          + `${mb(loaded)} of ${mb(total)} MB`;
+          + `${mb(loaded)} of ${mb(total)} MB${plan ? ` · ${planText(plan)}` : ''}`;
         $('load-bar').value = total ? loaded / total : 0;
       },
     });
@@ -1364,6 +1364,16 @@ async function loadModel(choice = state.modelChoice) {
 }
 
 /** A model that did not load: the picker says which and why; what was loaded stays. */
+/**
+ * What a load will take, from its plan (read from the file's header before the rest downloads):
+ * "needs 612 MB in this tab for 8,192 positions", and the GPU's share on WebGPU.
+ */
+function planText({ hostBytes, deviceBytes, contextLength }) {
+  const mb = (n) => Math.round(n / 1e6).toLocaleString('en-US');
+  return `needs ${mb(hostBytes)} MB in this tab${deviceBytes ? ` and ${mb(deviceBytes)} MB on the GPU` : ''} `
+    + `for ${contextLength.toLocaleString('en-US')} positions`;
+}
+
 function showModelError(choice, error) {
   const fits = /contextLength (\d+) or less would fit/.exec(error.message)?.[1];
   $('model-error').textContent = `${choice.label} could not load (${error.code}): ${error.message}`

@@ -52,9 +52,10 @@
  *   | ResultRequest | DiagnosticsRequest | LoseDeviceRequest | PanicRequest | CrashWorkerRequest} Request
  *
  * @typedef {{ id: number, type: 'progress', phase: 'download' | 'read' | 'parse' | 'upload', loaded: number,
- *   total: number, cached: boolean }} LoadProgressReply
+ *   total: number, cached: boolean, plan?: object }} LoadProgressReply
  *   `loaded` and `total` in bytes (`read`: a file given to the page); `cached`: the file came from the
- *   browser's cache.
+ *   browser's cache; `plan`: what the load will take (LoadPlan, nucleus.d.ts), once the file's
+ *   header has been read.
  * @typedef {{ id: number, type: 'progress', phase: 'prefill', loaded: number, total: number,
  *   cached: number }} PrefillProgressReply
  *   `loaded` and `total` in prompt tokens; `cached`: the prompt tokens the KV cache already held.

@@ -159,8 +159,18 @@ test('a model that cannot fit is refused from its first bytes, naming the contex
   // Refused from the header: a few MiB of the 527 MB file were downloaded, not the rest.
   assert.ok(refused.downloaded < 64 * 2 ** 20, `${refused.downloaded} bytes downloaded before the refusal`);
   console.log(`  refused after ${(refused.downloaded / 2 ** 20).toFixed(1)} MiB: ${refused.message}`);
-  // Without a contextLength, the load runs the most of the trained context that fits.
-  const info = await loadInPage({ model: url, cache: false });
+  // Without a contextLength, the load runs the most of the trained context that fits, and its
+  // progress says what it will take from the header on, while the rest downloads.
+  const { info, first } = await page.evaluate(async (model) => {
+    const { Nucleus } = await import('/nucleus.js');
+    let first = null;
+    const onProgress = ({ phase, loaded, total, plan }) => { first ??= plan && { phase, loaded, total, plan }; };
+    window.lm = await Nucleus.load({ model, onProgress, cache: false });
+    return { info: window.lm.info, first };
+  }, url);
+  assert.equal(first?.phase, 'download', JSON.stringify(first));
+  assert.ok(first.loaded < first.total / 4, `the plan came after ${first.loaded} of ${first.total} bytes`);
+  assert.deepEqual(first.plan, info.plan);
   assert.equal(info.contextLength, fits);
   assert.deepEqual([info.plan.contextLength, info.plan.trainedContextLength, info.plan.path], [fits, 262_144, 'cpu']);
   assert.ok(info.plan.hostBytes < 2 ** 32 && info.plan.hostBytes > info.fileBytes, JSON.stringify(info.plan));
