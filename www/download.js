@@ -51,6 +51,20 @@ function headerPlanner(plan, total) {
 }
 
 /**
+ * `plan` for a file already whole in memory (a stored copy): the same answers, from its first
+ * bytes only (never the whole file copied for it).
+ * @param {Uint8Array} bytes
+ * @param {Plan} plan
+ */
+export async function planBytes(bytes, plan) {
+  const planned = headerPlanner(plan, bytes.byteLength);
+  for (let n = HEADER_FIRST_BYTES; ; n *= 2) {
+    await planned([bytes], Math.min(n, bytes.byteLength));
+    if (n >= bytes.byteLength || n >= HEADER_MAX_BYTES) return;
+  }
+}
+
+/**
  * Downloads `url` whole. `report(loaded, total)` is called as bytes arrive (`total` 0 when the
  * server did not say). Rejects with `fetch-failed` (HTTP `status` when there is one) or, when the
  * file does not begin like a GGUF file (an HTML error page served with status 200), `bad-model`

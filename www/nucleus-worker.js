@@ -7,7 +7,7 @@ import {
   ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
   codedError, emulatedAdapter, threadsProblem,
 } from './protocol.js';
-import { downloadModel, readFile, readStored, sha256Hex, storeModel } from './download.js';
+import { downloadModel, planBytes, readFile, readStored, sha256Hex, storeModel } from './download.js';
 
 /** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
 let engine = null;
@@ -200,8 +200,8 @@ async function chooseBackend(asked) {
 
 /**
  * The model's bytes, from the Cache API when a previous load stored a whole copy, else downloaded
- * (download.js: resumed after a dropped connection, checked to begin like a GGUF file), with the
- * file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and downloaded
+ * (download.js: resumed after a dropped connection, checked to begin like a GGUF file, planned
+ * from its first bytes with `plan`), with the file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and downloaded
  * again, never used; a download that does not match is `bad-model`.
  */
 async function fetchModel(url, useCache, expectedSha256, progress, plan) {
@@ -210,7 +210,11 @@ async function fetchModel(url, useCache, expectedSha256, progress, plan) {
   if (stored) {
     const bytes = await readStored(stored, (loaded, size) => progress('download', loaded, size, true));
     const sha256 = bytes && await sha256Hex(bytes);
-    if (bytes && (!expectedSha256 || sha256 === expectedSha256)) return { bytes, sha256, cache, fromCache: true };
+    if (bytes && (!expectedSha256 || sha256 === expectedSha256)) {
+      // Planned as a download is (a stored copy loads with the context a download would).
+      await planBytes(bytes, plan);
+      return { bytes, sha256, cache, fromCache: true };
+    }
     // A stored copy that is not the whole file, or not the file, is dropped and downloaded again.
     await cache.delete(url).catch(() => {});
   }

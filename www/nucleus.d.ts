@@ -100,7 +100,7 @@ export interface ModelInfo {
   cacheError?: { code: 'storage-quota'; message: string } | null;
   /**
    * What the load was planned to take, from the file's first bytes before the rest was downloaded
-   * or read (null where the server sends no ranges, or the model came from the cache): the memory
+   * or read (null where the server gave no length): the memory
    * in the page's WebAssembly memory (`hostBytes`: everything on the CPU engine, the file's copy
    * on WebGPU) and on the GPU (`deviceBytes`), the KV cache at the whole context and the state.
    */

@@ -174,6 +174,11 @@ test('a model that cannot fit is refused from its first bytes, naming the contex
   assert.equal(info.contextLength, fits);
   assert.deepEqual([info.plan.contextLength, info.plan.trainedContextLength, info.plan.path], [fits, 262_144, 'cpu']);
   assert.ok(info.plan.hostBytes < 2 ** 32 && info.plan.hostBytes > info.fileBytes, JSON.stringify(info.plan));
+  // A copy kept in the browser is planned the same way: it loads with the same context.
+  await loadInPage({ model: url });
+  const stored = await loadInPage({ model: url });
+  assert.equal(stored.fromCache, true);
+  assert.deepEqual([stored.contextLength, stored.plan?.contextLength], [fits, fits]);
 });
 
 test('scoring a text on the CPU engine: SmolLM2 and Gemma 3 rate it as the reference does, nothing read back; their attention', async () => {

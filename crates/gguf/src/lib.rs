@@ -204,8 +204,8 @@ impl TensorInfo {
 
 /// A GGUF file's header: its version, metadata, tensor table and where the data starts. Read
 /// from a whole file (a [`GgufFile`] derefs to its header) or from the file's first bytes alone
-/// ([`GgufHeader::parse`], an HTTP Range read): enough to know a model's shape and what it will
-/// need before the rest is downloaded.
+/// ([`GgufHeader::parse`]: a download's first chunks): enough to know a model's shape and what it
+/// will need before the rest is downloaded.
 #[derive(Debug)]
 pub struct GgufHeader {
     pub version: u32,
