@@ -1,7 +1,7 @@
 //! What loading a model will take, from its header alone: the context it will run, the path it
 //! will take, the memory in the process (the browser's wasm memory) and on the GPU. The browser
-//! asks with a download's first bytes, before the rest arrives, the CLI's `inspect` prints it, and every load checks the same plan before anything is uploaded: one owner
-//! for "does it fit".
+//! asks with a download's first bytes, before the rest arrives; every load checks the same plan
+//! before anything is uploaded: one owner for "does it fit".
 
 use nucleus_gguf::GgufHeader;
 use nucleus_model::{HostPlan, ModelConfig, ModelDevice, ModelError, Path};
