@@ -235,7 +235,7 @@ async function fetchModel(url, useCache, expectedSha256, progress, plan) {
  */
 function planner(backend, contextLength, memoryBudget) {
   const plan = async (prefix, fileLength) => {
-    plan.latest = JSON.parse(await wasm.planLoad(prefix, fileLength, backend, contextLength ?? undefined,
+    plan.latest = JSON.parse(wasm.planLoad(prefix, fileLength, backend, contextLength ?? undefined,
       memoryBudget ?? undefined));
     return plan.latest;
   };
@@ -269,6 +269,8 @@ const handlers = {
     ({ module: wasm, memory: wasmMemory } = loaded);
     facts.backend.threads = 1;
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
+    // The WebGPU device first: the load is planned on it, between the download's chunks.
+    if (facts.backend.kind === 'webgpu') await wasm.prepareBackend(facts.backend.kind);
     const plan = planner(facts.backend.kind, contextLength, memoryBudget);
     // Once the header is read, every progress report carries the plan (the page shows it).
     const known = () => (plan.latest?.contextLength ? plan.latest : null);

@@ -190,24 +190,45 @@ fn load_options(context_length: Option<u32>, memory_budget: Option<f64>) -> Load
     }
 }
 
+/// Makes `backend`'s device ahead of a load (the WebGPU device, asynchronously), so that
+/// [`plan_load`] can plan on it: the worker calls it before the download when it loads on WebGPU.
+#[wasm_bindgen(js_name = prepareBackend)]
+pub async fn prepare_backend(backend: String) -> Result<(), JsValue> {
+    backend_device(&backend).await.map(|_| ())
+}
+
+/// `backend`'s device when it is at hand without waiting: the CPU, or the WebGPU device
+/// [`prepare_backend`] made.
+fn ready_device(backend: &str) -> Result<ModelDevice, JsValue> {
+    match backend {
+        #[cfg(feature = "gpu")]
+        "webgpu" => DEVICE
+            .with(|d| d.borrow().clone())
+            .ok_or_else(|| js_error("internal", "the WebGPU device is made (prepareBackend) before a load is planned")),
+        "cpu" => Ok(ModelDevice::cpu()),
+        // Refused as a load refuses it.
+        _ => Err(js_error("internal", format!("no device is prepared for the backend {backend:?}"))),
+    }
+}
+
 /// What loading the model whose file begins with `prefix` (`file_length` bytes in all) takes on
 /// `backend`, checked as the load will check it and against this browser's WebAssembly memory,
 /// before the rest of the file is downloaded: the plan as JSON (`LoadPlan`, camelCase), or
 /// `{"needBytes": n}` when `prefix` ends inside the header (read `n` bytes and ask again). A model
 /// that cannot run here is refused with the load's typed error: `out-of-memory` naming the context
-/// that would fit, `unsupported-model`, `bad-model`, `bad-options`.
+/// that would fit, `unsupported-model`, `bad-model`, `bad-options`. Synchronous (called between a
+/// download's chunks): on WebGPU after [`prepare_backend`].
 #[wasm_bindgen(js_name = planLoad)]
-pub async fn plan_load(
-    prefix: Uint8Array,
+pub fn plan_load(
+    prefix: &[u8],
     file_length: f64,
-    backend: String,
+    backend: &str,
     context_length: Option<u32>,
     memory_budget: Option<f64>,
 ) -> Result<String, JsValue> {
-    let device = backend_device(&backend).await?;
-    let prefix = prefix.to_vec();
+    let device = ready_device(backend)?;
     let file_length = file_length as u64;
-    let header = match GgufHeader::parse(&prefix, file_length) {
+    let header = match GgufHeader::parse(prefix, file_length) {
         Err(GgufError::Truncated { needed, len, .. }) if len == prefix.len() as u64 && needed <= file_length => {
             return Ok(serde_json::json!({ "needBytes": needed }).to_string());
         }
