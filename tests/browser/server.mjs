@@ -27,11 +27,15 @@ export const GEMMA_PATH = process.env.NUCLEUS_GEMMA ?? path.join(os.homedir(), '
 /** The file with Qwen3.5-0.8B's shapes and random weights (`./build.sh model` makes it). */
 export const QWEN35_NAME = 'qwen35-0.8b-shape-q4_k_m.gguf';
 export const QWEN35_PATH = process.env.NUCLEUS_QWEN35 ?? path.join(os.homedir(), '.cache/nucleus/models', QWEN35_NAME);
-/** The models served at /models/, as `./build.sh serve` serves them. */
+/** The file with Gemma 3 1B's shapes and random weights, the bench's bigger model (`./build.sh bench` makes it). */
+export const GEMMA1B_NAME = 'gemma3-1b-shape-q4_k_m.gguf';
+export const GEMMA1B_PATH = process.env.NUCLEUS_GEMMA1B ?? path.join(os.homedir(), '.cache/nucleus/models', GEMMA1B_NAME);
+/** The models served at /models/, as `./build.sh serve` serves them (and the bench's bigger one). */
 const MODELS = {
   [`/models/${MODEL_NAME}`]: MODEL_PATH,
   [`/models/${GEMMA_NAME}`]: GEMMA_PATH,
   [`/models/${QWEN35_NAME}`]: QWEN35_PATH,
+  [`/models/${GEMMA1B_NAME}`]: GEMMA1B_PATH,
 };
 
 const TYPES = {
