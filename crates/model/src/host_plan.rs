@@ -47,6 +47,7 @@ impl HostPlan {
             .filter(|(role, _, info)| info.dims.len() == 1 || *role == Role::DeltaConv)
             .map(|(_, _, info)| info.element_count() * 4)
             .sum();
+        // The state, its checkpoints and the one kept before a multi-token pass (state.rs).
         let copies = crate::state::MAX_CHECKPOINTS as u64 + 2;
         let position_bytes =
             config.kv_token_bytes() + RopeTables::count(config) as u64 * RopeTables::position_bytes(config);
