@@ -206,7 +206,7 @@ fn ready_device(backend: &str) -> Result<ModelDevice, JsValue> {
             .with(|d| d.borrow().clone())
             .ok_or_else(|| js_error("internal", "the WebGPU device is made (prepareBackend) before a load is planned")),
         "cpu" => Ok(ModelDevice::cpu()),
-        // Refused as a load refuses it.
+        // The worker asks with a backend its choice gave (webgpu or cpu); anything else is a bug.
         _ => Err(js_error("internal", format!("no device is prepared for the backend {backend:?}"))),
     }
 }
