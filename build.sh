@@ -338,8 +338,16 @@ cmd_test() {
   log "browser tests (headless chromium, SwiftShader WebGPU; Firefox ESR and WebKit, the CPU engine)"
   # One file at a time: each loads the model in its own browser.
   for suite in tests/browser/*.test.mjs; do
-    node --test "$suite"
+    browser_suite "$suite"
   done
+}
+
+# node --test SUITE, each test bounded (the longest takes about 80 s here): a browser that stops
+# answering fails its test and the run goes on, instead of holding CI until its time is up; a
+# handle left open by a hung browser does not keep the suite's process alive either.
+BROWSER_TEST_LIMIT_MS=600000
+browser_suite() {
+  node --test --test-timeout="$BROWSER_TEST_LIMIT_MS" --test-force-exit "$1"
 }
 
 # The Firefox and WebKit suite alone (tests/browser/engines.test.mjs), after the wasm build.
@@ -351,7 +359,7 @@ cmd_test_engines() {
   cmd_web
   ensure_other_engines
   log "browser tests in Firefox ESR and WebKit (the CPU engine)"
-  node --test tests/browser/engines.test.mjs
+  browser_suite tests/browser/engines.test.mjs
 }
 
 # The browser's wasm modules, each: cargo (wasm32, the size-optimised `wasm-release` profile) ->

@@ -161,28 +161,47 @@ async function freePort() {
   return port;
 }
 
+/** The longest a WebDriver session may take to start, open its page or quit (each takes a second here). */
+const SESSION_LIMIT_MS = 60_000;
+
 /**
  * WebKit: one WebKitWebDriver under its own Xvfb per `launch()`, a WebDriver session (a fresh
- * MiniBrowser process and profile) per page.
+ * MiniBrowser process and profile) per page. Starting, opening and quitting a session are bounded:
+ * a MiniBrowser that stops answering fails the test that used it, naming the step, instead of
+ * holding the suite (a quit that does not answer ends the driver and its browsers; the next page
+ * starts a new driver).
  */
 const webkit = {
   name: 'WebKit',
   async launch() {
-    const port = await freePort();
-    const driver = spawn('xvfb-run', ['-a', WEBKIT_DRIVER, `--port=${port}`], { stdio: 'ignore', detached: true });
-    const server = `http://127.0.0.1:${port}`;
-    for (let tries = 0; ; tries += 1) {
-      const up = await fetch(`${server}/status`).then((r) => r.ok, () => false);
-      if (up) break;
-      if (tries === 100) throw new Error(`${WEBKIT_DRIVER} did not start on port ${port}`);
-      await new Promise((resolve) => setTimeout(resolve, 100));
-    }
+    let driver = null;
+    const startDriver = async () => {
+      const port = await freePort();
+      const child = spawn('xvfb-run', ['-a', WEBKIT_DRIVER, `--port=${port}`], { stdio: 'ignore', detached: true });
+      const server = `http://127.0.0.1:${port}`;
+      for (let tries = 0; ; tries += 1) {
+        const up = await fetch(`${server}/status`).then((r) => r.ok, () => false);
+        if (up) break;
+        if (tries === 100) throw new Error(`${WEBKIT_DRIVER} did not start on port ${port}`);
+        await new Promise((resolve) => setTimeout(resolve, 100));
+      }
+      return { child, server };
+    };
+    const endDriver = () => {
+      try {
+        process.kill(-driver?.child.pid);
+      } catch {
+        // already gone
+      }
+      driver = null;
+    };
     return {
       async open(url) {
-        const session = await new Builder().usingServer(server).withCapabilities({
-          browserName: 'MiniBrowser', 'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] },
-        }).build();
-        await session.manage().setTimeouts({ script: 300_000 });
+        driver ??= await startDriver();
+        const session = await within(SESSION_LIMIT_MS, 'starting a WebKit session', new Builder().usingServer(driver.server)
+          .withCapabilities({ browserName: 'MiniBrowser', 'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] } })
+          .build());
+        await session.manage().setTimeouts({ script: 300_000, pageLoad: SESSION_LIMIT_MS });
         await session.get(url);
         const run = (fn, arg) => session.executeScript(`return (${fn})(arguments[0]);`, arg);
         return {
@@ -199,15 +218,18 @@ const webkit = {
           texts: (selector) => run((s) => [...document.querySelectorAll(s)].map((n) => n.textContent), selector),
           warnings: null,
           reload: () => session.navigate().refresh(),
-          close: () => session.quit(),
+          async close() {
+            try {
+              await within(SESSION_LIMIT_MS, 'quitting a WebKit session', session.quit());
+            } catch (error) {
+              endDriver();
+              throw error;
+            }
+          },
         };
       },
       async close() {
-        try {
-          process.kill(-driver.pid);
-        } catch {
-          // already gone
-        }
+        endDriver();
       },
     };
   },
