@@ -11,6 +11,10 @@
 // A load is planned from the file's first bytes as they arrive (its header: the model's shape,
 // what it will need): a model that cannot run here is refused then, and the rest of the file is
 // never downloaded (or read, for a file given to the page).
+//
+// Every chunk goes straight into the file's place in WebAssembly memory (a `ModelFile`, where
+// the CPU engine then reads its weights), and the Cache API's copy is written from there a slice
+// at a time: the page never holds a whole copy of the file in JS.
 
 import { codedError } from './protocol.js';
 
@@ -24,69 +28,73 @@ export const HEADER_MAX_BYTES = 64 << 20;
 const GGUF_MAGIC = 'GGUF';
 
 /**
- * @callback Plan  what loading a file takes, from its first bytes (the worker's wasm.planLoad):
- *   `{ needBytes }` while they end inside its header; rejects with a typed error when the model
- *   cannot run here
- * @param {Uint8Array} prefix
- * @param {number} fileLength
- * @returns {Promise<object>}
+ * @typedef {object} ModelFile  where a file's bytes go as they arrive: the worker's
+ *   `wasm.ModelFile`, the file's place in WebAssembly memory (hashed there as it fills), so that
+ *   the page never holds a whole copy in JS
+ * @property {(chunk: Uint8Array) => void} append  the next bytes
+ * @property {() => void} clear  forget what came (a server that sends the file again from zero)
+ * @property {(length: number) => void} reserve  take room for the whole file at once
+ * @property {(offset: number, length: number) => Uint8Array} read  a copy of some bytes
+ * @property {number} length  the bytes received
  */
 
 /**
- * Calls `plan` with the first bytes of a file of `total` bytes as they come in (`received(chunks,
- * loaded)` after each chunk), until it answers with more than `{ needBytes }`: HEADER_FIRST_BYTES,
- * then what it asks or twice as many, up to HEADER_MAX_BYTES. Nothing without a plan or a total.
+ * @callback Plan  what loading a file takes, from the first bytes `file` holds (the worker's
+ *   wasm.planLoad): `{ needBytes }` while they end inside its header; throws a typed error when
+ *   the model cannot run here
+ * @param {ModelFile} file
+ * @param {number} fileLength
+ * @returns {object}
+ */
+
+/**
+ * Calls `plan` as `file` fills with a file of `total` bytes (after each chunk), until it answers
+ * with more than `{ needBytes }`: at HEADER_FIRST_BYTES, then at what it asks or twice as many, up
+ * to HEADER_MAX_BYTES. Once planned (at once without a plan), the whole file's room is taken; with
+ * no total known, the file grows as it comes.
  * @param {Plan | undefined} plan
  * @param {number} total
+ * @param {ModelFile} file
  */
-function headerPlanner(plan, total) {
+function headerPlanner(plan, total, file) {
   let wanted = HEADER_FIRST_BYTES;
-  let done = !plan || !total;
-  return async (chunks, loaded) => {
+  let done = false;
+  const finish = () => {
+    done = true;
+    if (total) file.reserve(total);
+  };
+  if (!plan || !total) finish();
+  return (loaded) => {
     if (done || (loaded < wanted && loaded < total)) return;
-    const answer = await plan(concatenate(chunks, loaded), total);
-    done = !answer?.needBytes || loaded >= total || wanted >= HEADER_MAX_BYTES;
+    const answer = plan(file, total);
+    const last = !answer?.needBytes || loaded >= total || wanted >= HEADER_MAX_BYTES;
     wanted = Math.max(answer?.needBytes ?? 0, 2 * wanted);
+    if (last) finish();
   };
 }
 
 /**
- * `plan` for a file already whole in memory (a stored copy): the same answers, from its first
- * bytes only (never the whole file copied for it).
- * @param {Uint8Array} bytes
- * @param {Plan} plan
- */
-export async function planBytes(bytes, plan) {
-  const planned = headerPlanner(plan, bytes.byteLength);
-  for (let n = HEADER_FIRST_BYTES; ; n *= 2) {
-    await planned([bytes], Math.min(n, bytes.byteLength));
-    if (n >= bytes.byteLength || n >= HEADER_MAX_BYTES) return;
-  }
-}
-
-/**
- * Downloads `url` whole. `report(loaded, total)` is called as bytes arrive (`total` 0 when the
- * server did not say). Rejects with `fetch-failed` (HTTP `status` when there is one) or, when the
- * file does not begin like a GGUF file (an HTML error page served with status 200), `bad-model`
- * naming what it begins with; or with `plan`'s refusal, from the file's first bytes, the rest not
- * downloaded.
+ * Downloads `url` whole into `file`. `report(loaded, total)` is called as bytes arrive (`total` 0
+ * when the server did not say). Rejects with `fetch-failed` (HTTP `status` when there is one) or,
+ * when the file does not begin like a GGUF file (an HTML error page served with status 200),
+ * `bad-model` naming what it begins with; or with `plan`'s refusal, from the file's first bytes,
+ * the rest not downloaded.
  * @param {string} url
+ * @param {ModelFile} file  empty
  * @param {(loaded: number, total: number) => void} report
  * @param {Plan} [plan]
- * @returns {Promise<Uint8Array>}
+ * @returns {Promise<void>}
  */
-export async function downloadModel(url, report, plan) {
-  const chunks = [];
-  let loaded = 0;
+export async function downloadModel(url, file, report, plan) {
   let total = 0;
   let validator = null;
   let lastError = null;
   let planned = null;
   for (let attempt = 0; attempt <= RESUMES; attempt += 1) {
-    const resuming = loaded > 0;
+    const resuming = file.length > 0;
     let response;
     try {
-      const headers = resuming ? { Range: `bytes=${loaded}-`, ...(validator && { 'If-Range': validator }) } : {};
+      const headers = resuming ? { Range: `bytes=${file.length}-`, ...(validator && { 'If-Range': validator }) } : {};
       response = await fetch(url, { headers });
     } catch (error) {
       // Nothing reached yet: the URL itself fails (offline, refused, CORS).
@@ -98,20 +106,16 @@ export async function downloadModel(url, report, plan) {
       throw codedError('fetch-failed', `could not fetch ${url}: HTTP ${response.status} ${response.statusText}`.trim(),
         { status: response.status });
     }
-    if (resuming && response.status !== 206) {
-      // The server ignored the Range request (or the file changed): start again from zero.
-      chunks.length = 0;
-      loaded = 0;
-    }
-    total = totalOf(response, loaded) || total;
-    planned ??= headerPlanner(plan, total);
+    // The server ignored the Range request (or the file changed): start again from zero.
+    if (resuming && response.status !== 206) file.clear();
+    total = totalOf(response, file.length) || total;
+    planned ??= headerPlanner(plan, total, file);
     validator = response.headers.get('etag') ?? response.headers.get('last-modified') ?? validator;
     try {
-      await readInto(response, chunks, async (n) => {
-        loaded += n;
-        if (chunks.length === 1 || loaded - n < GGUF_MAGIC.length) checkMagic(url, chunks);
-        report(loaded, total);
-        await planned(chunks, loaded);
+      await readInto(response, file, (n) => {
+        if (file.length - n < GGUF_MAGIC.length) checkMagic(url, file);
+        report(file.length, total);
+        planned(file.length);
       });
     } catch (error) {
       // A typed refusal (not GGUF, a model that cannot run here) ends the download; a broken
@@ -120,65 +124,83 @@ export async function downloadModel(url, report, plan) {
       lastError = error;
       continue;
     }
-    if (total && loaded < total) {
-      lastError = new Error(`the connection closed after ${loaded} of ${total} bytes`);
+    if (total && file.length < total) {
+      lastError = new Error(`the connection closed after ${file.length} of ${total} bytes`);
       continue;
     }
-    if (total && loaded > total) {
-      throw codedError('fetch-failed', `${url} sent ${loaded} bytes where it announced ${total}`);
+    if (total && file.length > total) {
+      throw codedError('fetch-failed', `${url} sent ${file.length} bytes where it announced ${total}`);
     }
-    checkMagic(url, chunks, true);
-    return concatenate(chunks, loaded);
+    checkMagic(url, file, true);
+    return;
   }
-  const reached = total ? `${loaded} of ${total} bytes` : `${loaded} bytes`;
+  const reached = total ? `${file.length} of ${total} bytes` : `${file.length} bytes`;
   throw codedError('fetch-failed', `could not fetch ${url}: the download broke at ${reached}, ${RESUMES} resumes `
     + `tried (${lastError?.message ?? 'no reason given'}); try again on a steadier connection`);
 }
 
 /**
- * Reads a stored copy of a model (a Cache API response) whole, reporting bytes as they arrive.
- * Resolves to null when it is not a whole GGUF file (fewer or more bytes than its recorded
- * Content-Length, or not beginning like GGUF): the caller drops it and downloads again.
+ * Reads a stored copy of a model (a Cache API response) whole into `file`, reporting bytes as
+ * they arrive. Resolves to false when it is not a whole GGUF file (fewer or more bytes than its
+ * recorded Content-Length, or not beginning like GGUF): the caller drops it and downloads again.
  * @param {Response} response
+ * @param {ModelFile} file  empty
  * @param {(loaded: number, total: number) => void} report
- * @returns {Promise<Uint8Array | null>}
+ * @returns {Promise<boolean>}
  */
-export async function readStored(response, report) {
+export async function readStored(response, file, report) {
   const total = Number(response.headers.get('content-length')) || 0;
-  const chunks = [];
-  let loaded = 0;
-  report(loaded, total);
-  await readInto(response, chunks, (n) => {
-    loaded += n;
-    report(loaded, total);
-  });
-  if (total && loaded !== total) return null;
+  if (total) file.reserve(total);
+  report(0, total);
+  await readInto(response, file, () => report(file.length, total));
+  if (total && file.length !== total) return false;
   try {
-    checkMagic('the stored model', chunks, true);
+    checkMagic('the stored model', file, true);
   } catch {
-    return null;
+    return false;
   }
-  return concatenate(chunks, loaded);
-}
-
-/** A file's SHA-256 as lowercase hex (WebCrypto: off the calling thread, on a copy of the bytes). */
-export async function sha256Hex(bytes) {
-  const digest = await crypto.subtle.digest('SHA-256', bytes);
-  return Array.from(new Uint8Array(digest), (b) => b.toString(16).padStart(2, '0')).join('');
+  return true;
 }
 
 /**
- * Keeps a downloaded model in `cache` under `url`. Resolves to null when it was stored, else to
- * the `storage-quota` error (not thrown: the model then runs from the download, and the next
- * load downloads it again), saying how much was needed and how much the browser had left.
+ * Plans a file already whole in `file` (a stored copy) as its download would be: the same
+ * answers, so it loads with the same context.
+ * @param {ModelFile} file
+ * @param {Plan} plan
+ */
+export function planWhole(file, plan) {
+  headerPlanner(plan, file.length, file)(file.length);
+}
+
+/** The bytes of the stored copy's body a slice at a time: what is copied out of wasm memory at once. */
+export const STORE_SLICE_BYTES = 4 << 20;
+
+/**
+ * Keeps a downloaded model in `cache` under `url`, read out of `file` a slice at a time (never a
+ * whole copy in JS). Resolves to null when it was stored, else to the `storage-quota` error (not
+ * thrown: the model then runs from the download, and the next load downloads it again), saying
+ * how much was needed and how much the browser had left.
  * @param {Cache} cache
  * @param {string} url
- * @param {Uint8Array} bytes
+ * @param {Pick<ModelFile, 'length' | 'read'>} file
  * @returns {Promise<Error | null>}
  */
-export async function storeModel(cache, url, bytes) {
-  const stored = new Response(bytes, { headers: { 'content-type': 'application/octet-stream',
-    'content-length': String(bytes.byteLength) } });
+export async function storeModel(cache, url, file) {
+  const { length } = file;
+  let offset = 0;
+  const body = new ReadableStream({
+    pull(controller) {
+      if (offset >= length) {
+        controller.close();
+        return;
+      }
+      const slice = file.read(offset, STORE_SLICE_BYTES);
+      offset += slice.byteLength;
+      controller.enqueue(slice);
+    },
+  }, { highWaterMark: 0 });
+  const stored = new Response(body, { headers: { 'content-type': 'application/octet-stream',
+    'content-length': String(length) } });
   try {
     await cache.put(url, stored);
     return null;
@@ -189,7 +211,7 @@ export async function storeModel(cache, url, bytes) {
       + `${mb(usage)} is in use, ${mb(Math.max(0, quota - usage))} free` : '';
     const full = error?.name === 'QuotaExceededError';
     return codedError('storage-quota', `the model was not kept for next time: ${full ? 'the storage quota is full' : error?.message || error?.name || String(error)}`
-      + ` (keeping it needs ${mb(bytes.byteLength)}${left}); it runs from this download, and the next load downloads it again`);
+      + ` (keeping it needs ${mb(length)}${left}); it runs from this download, and the next load downloads it again`);
   }
 }
 
@@ -202,15 +224,15 @@ function totalOf(response, offset) {
   return length ? length + (response.status === 206 ? offset : 0) : 0;
 }
 
-/** Reads a body into `chunks`, awaiting `received(bytes)` after each; a failure cancels the rest. */
-async function readInto(response, chunks, received) {
+/** Reads a body into `file`, calling `received(bytes)` after each chunk; a failure cancels the rest. */
+async function readInto(response, file, received) {
   const reader = response.body.getReader();
   try {
     for (;;) {
       const { done, value } = await reader.read();
       if (done) return;
-      chunks.push(value);
-      await received(value.byteLength);
+      file.append(value);
+      received(value.byteLength);
     }
   } catch (error) {
     reader.cancel().catch(() => {});
@@ -219,49 +241,34 @@ async function readInto(response, chunks, received) {
 }
 
 /**
- * A file given to the page, read whole (`report(loaded, total)` as it comes), checked to begin like
- * a GGUF file: else `bad-model` naming what it begins with (a PNG dropped on the page); planned
- * from its first bytes as a download is.
- * @param {Blob} file
+ * A file given to the page, read whole into `file` (`report(loaded, total)` as it comes), checked
+ * to begin like a GGUF file: else `bad-model` naming what it begins with (a PNG dropped on the
+ * page); planned from its first bytes as a download is.
+ * @param {Blob} blob
  * @param {string} name
+ * @param {ModelFile} file  empty
  * @param {(loaded: number, total: number) => void} report
  * @param {Plan} [plan]
- * @returns {Promise<Uint8Array>}
+ * @returns {Promise<void>}
  */
-export async function readFile(file, name, report, plan) {
-  const chunks = [];
-  let loaded = 0;
-  const planned = headerPlanner(plan, file.size);
-  report(0, file.size);
-  await readInto({ body: file.stream() }, chunks, async (n) => {
-    loaded += n;
-    if (chunks.length === 1) checkMagic(name, chunks);
-    report(loaded, file.size);
-    await planned(chunks, loaded);
+export async function readFile(blob, name, file, report, plan) {
+  const planned = headerPlanner(plan, blob.size, file);
+  report(0, blob.size);
+  await readInto({ body: blob.stream() }, file, (n) => {
+    if (file.length - n < GGUF_MAGIC.length) checkMagic(name, file);
+    report(file.length, blob.size);
+    planned(file.length);
   });
-  checkMagic(name, chunks, true);
-  return concatenate(chunks, loaded);
+  checkMagic(name, file, true);
 }
 
 /** A `bad-model` error as soon as the first bytes show the file is not GGUF (`whole`: all came). */
-function checkMagic(url, chunks, whole = false) {
-  const head = concatenate(chunks.slice(0, 4), Math.min(64, chunks.slice(0, 4).reduce((n, c) => n + c.byteLength, 0)));
+function checkMagic(url, file, whole = false) {
+  const head = file.read(0, 64);
   if (head.length < GGUF_MAGIC.length && !whole) return;
   const magic = String.fromCharCode(...head.subarray(0, GGUF_MAGIC.length));
   if (magic === GGUF_MAGIC) return;
   const text = new TextDecoder('utf-8', { fatal: false }).decode(head.subarray(0, 40)).replace(/\s+/g, ' ');
   throw codedError('bad-model', `${url} is not a GGUF model file: it begins ${JSON.stringify(text)}`
     + (/^\s*</.test(text) ? ' (a web page: is the URL right?)' : ''));
-}
-
-function concatenate(chunks, length) {
-  const bytes = new Uint8Array(length);
-  let offset = 0;
-  for (const chunk of chunks) {
-    if (offset >= length) break;
-    const part = chunk.subarray(0, length - offset);
-    bytes.set(part, offset);
-    offset += part.byteLength;
-  }
-  return bytes;
 }

@@ -7,7 +7,7 @@ import {
   ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
   codedError, emulatedAdapter, threadsProblem,
 } from './protocol.js';
-import { downloadModel, planBytes, readFile, readStored, sha256Hex, storeModel } from './download.js';
+import { downloadModel, planWhole, readFile, readStored, storeModel } from './download.js';
 
 /** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
 let engine = null;
@@ -199,43 +199,61 @@ async function chooseBackend(asked) {
 }
 
 /**
- * The model's bytes, from the Cache API when a previous load stored a whole copy, else downloaded
- * (download.js: resumed after a dropped connection, checked to begin like a GGUF file, planned
- * from its first bytes with `plan`), with the file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and downloaded
- * again, never used; a download that does not match is `bad-model`.
+ * The model's file (a `wasm.ModelFile`: its bytes in wasm memory), from the Cache API when a
+ * previous load stored a whole copy, else downloaded (download.js: resumed after a dropped
+ * connection, checked to begin like a GGUF file, planned from its first bytes with `plan`), with
+ * the file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and
+ * downloaded again, never used; a download that does not match is `bad-model`. A failure frees
+ * the file.
  */
 async function fetchModel(url, useCache, expectedSha256, progress, plan) {
   const cache = await modelCache(useCache);
   const stored = cache ? await cache.match(url) : undefined;
   if (stored) {
-    const bytes = await readStored(stored, (loaded, size) => progress('download', loaded, size, true));
-    const sha256 = bytes && await sha256Hex(bytes);
-    if (bytes && (!expectedSha256 || sha256 === expectedSha256)) {
+    const file = await filled((file) => readStored(stored, file, (loaded, size) => progress('download', loaded, size, true)));
+    const sha256 = file.length && file.sha256();
+    if (sha256 && (!expectedSha256 || sha256 === expectedSha256)) {
       // Planned as a download is (a stored copy loads with the context a download would).
-      await planBytes(bytes, plan);
-      return { bytes, sha256, cache, fromCache: true };
+      await filled(() => planWhole(file, plan), file);
+      return { file, sha256, cache, fromCache: true };
     }
     // A stored copy that is not the whole file, or not the file, is dropped and downloaded again.
+    file.free();
     await cache.delete(url).catch(() => {});
   }
-  const bytes = await downloadModel(url, (loaded, total) => progress('download', loaded, total, false), plan);
-  const sha256 = await sha256Hex(bytes);
+  const file = await filled((file) => downloadModel(url, file, (loaded, total) => progress('download', loaded, total, false), plan));
+  const sha256 = file.sha256();
   if (expectedSha256 && sha256 !== expectedSha256) {
+    file.free();
     throw fail('bad-model', `${url} is not the model expected: its sha256 is ${sha256}, not ${expectedSha256}`);
   }
-  return { bytes, sha256, cache, fromCache: false };
+  return { file, sha256, cache, fromCache: false };
 }
 
 /**
- * What loading a file takes here, from its first bytes as they arrive (wasm.planLoad: the load's
- * own checks, and this browser's WebAssembly memory), asked before the rest is downloaded or read
- * (download.js). A model that cannot fit is refused then with the load's typed error, naming the
- * largest contextLength that fits; without a contextLength asked, the CPU engine runs the most of
- * the trained context that fits. `plan.latest` is the last answer.
+ * `fill(file)` on a new `wasm.ModelFile` (or the one given), which it resolves to; a failure
+ * frees it. A stored copy's `fill` resolves to false when it is not whole: the file is emptied.
+ */
+async function filled(fill, file = new wasm.ModelFile()) {
+  try {
+    if ((await fill(file)) === false) file.clear();
+    return file;
+  } catch (error) {
+    file.free();
+    throw error;
+  }
+}
+
+/**
+ * What loading a file takes here, from the first bytes a `ModelFile` holds as they arrive
+ * (wasm.planLoad: the load's own checks, and this browser's WebAssembly memory), asked before the
+ * rest is downloaded or read (download.js). A model that cannot fit is refused then with the
+ * load's typed error, naming the largest contextLength that fits; without a contextLength asked,
+ * the CPU engine runs the most of the trained context that fits. `plan.latest` is the last answer.
  */
 function planner(backend, contextLength, memoryBudget) {
-  const plan = async (prefix, fileLength) => {
-    plan.latest = JSON.parse(wasm.planLoad(prefix, fileLength, backend, contextLength ?? undefined,
+  const plan = (file, fileLength) => {
+    plan.latest = JSON.parse(wasm.planLoad(file, fileLength, backend, contextLength ?? undefined,
       memoryBudget ?? undefined));
     return plan.latest;
   };
@@ -252,11 +270,11 @@ async function modelCache(useCache) {
  * A file given to the page, as fetchModel: its bytes (checked to be GGUF before the engine sees
  * them), and the key it is kept under (LOCAL_MODELS).
  */
-async function readGivenFile(file, name, useCache, progress, plan) {
-  const bytes = await readFile(file, name, (loaded, total) => progress('read', loaded, total, false), plan);
-  const sha256 = await sha256Hex(bytes);
+async function readGivenFile(given, name, useCache, progress, plan) {
+  const file = await filled((file) => readFile(given, name, file, (loaded, total) => progress('read', loaded, total, false), plan));
+  const sha256 = file.sha256();
   const url = new URL(`${LOCAL_MODELS}/${sha256}/${encodeURIComponent(name)}`, self.location.href).href;
-  return { url, bytes, sha256, cache: await modelCache(useCache), fromCache: false };
+  return { url, file, sha256, cache: await modelCache(useCache), fromCache: false };
 }
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
@@ -275,30 +293,36 @@ const handlers = {
     // Once the header is read, every progress report carries the plan (the page shows it).
     const known = () => (plan.latest?.contextLength ? plan.latest : null);
     const reported = (phase, loaded, total, cached) => progress(phase, loaded, total, cached, known());
-    const { url, bytes, sha256, cache, fromCache } = file
+    const { url, file: model, sha256, cache, fromCache } = file
       ? await readGivenFile(file, name, useCache, reported, plan)
       : { url: given, ...await fetchModel(given, useCache, expectedSha256, reported, plan) };
     const planned = known();
+    let cacheError = null;
     try {
-      engine = await wasm.loadEngine(bytes, facts.backend.kind, contextLength ?? planned?.contextLength,
-        memoryBudget ?? undefined,
-        (phase, loaded, total) => reported(phase, loaded, total, fromCache));
-    } catch (error) {
-      // A stored copy that no longer loads is dropped, so the next load downloads it again.
-      if (fromCache) await cache.delete(url).catch(() => {});
-      throw error;
-    }
-    if (loaded.helpers > 0) {
-      const { threads: running, note } = await startHelpers(loaded.helpers, id);
-      if (note) facts.backend.reason += ` (${note})`;
-      if (running > 1) {
-        const { threads, timings } = measuredThreads(running);
-        Object.assign(facts.backend, { threads, threadTimings: timings });
-        if (threads < running) facts.backend.reason += ` (${threads} of ${running} threads: more were slower)`;
+      try {
+        engine = await wasm.loadEngine(model, facts.backend.kind, contextLength ?? planned?.contextLength,
+          memoryBudget ?? undefined,
+          (phase, loaded, total) => reported(phase, loaded, total, fromCache));
+      } catch (error) {
+        // A stored copy that no longer loads is dropped, so the next load downloads it again.
+        if (fromCache) await cache.delete(url).catch(() => {});
+        throw error;
       }
+      if (loaded.helpers > 0) {
+        const { threads: running, note } = await startHelpers(loaded.helpers, id);
+        if (note) facts.backend.reason += ` (${note})`;
+        if (running > 1) {
+          const { threads, timings } = measuredThreads(running);
+          Object.assign(facts.backend, { threads, threadTimings: timings });
+          if (threads < running) facts.backend.reason += ` (${threads} of ${running} threads: more were slower)`;
+        }
+      }
+      cacheError = cache && !fromCache ? await storeModel(cache, url, model) : null;
+      if (cacheError) console.warn(`nucleus: ${cacheError.message}`);
+    } finally {
+      // The engine holds what it reads of the file (the CPU engine: the file's bytes, in place).
+      model.free();
     }
-    const cacheError = cache && !fromCache ? await storeModel(cache, url, bytes) : null;
-    if (cacheError) console.warn(`nucleus: ${cacheError.message}`);
     loadMs = performance.now() - started;
     return {
       ...JSON.parse(engine.info(file ? name : String(url))), ...facts, url, sha256, loadMs, fromCache,

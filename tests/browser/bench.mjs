@@ -19,7 +19,7 @@
 
 import { spawnSync } from 'node:child_process';
 import { createServer } from 'node:http';
-import { createReadStream, existsSync, readFileSync, statSync } from 'node:fs';
+import { createReadStream, existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import path from 'node:path';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
@@ -84,15 +84,48 @@ async function promptOf(count, n) {
   throw new Error('the filler text is too short');
 }
 
-/** Nucleus in a fresh page of `server`: load with `backend`, then `runs` greedy runs after a warm-up. */
+/**
+ * `work`'s result and the largest resident memory any Chromium renderer process reached while it
+ * ran (sampled every 20 ms from /proc: the page and its worker run in one renderer), in bytes;
+ * undefined where there is no /proc.
+ */
+async function rendererPeak(work) {
+  if (!existsSync('/proc/self/status')) return { result: await work, peakBytes: undefined };
+  let peakBytes = 0;
+  const sample = () => {
+    for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+      try {
+        if (!readFileSync(`/proc/${pid}/cmdline`, 'utf8').includes('--type=renderer')) continue;
+        const kib = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, 'utf8'))?.[1];
+        peakBytes = Math.max(peakBytes, Number(kib ?? 0) * 1024);
+      } catch {
+        // the process ended while it was read
+      }
+    }
+  };
+  const timer = setInterval(sample, 20);
+  try {
+    return { result: await work, peakBytes };
+  } finally {
+    clearInterval(timer);
+  }
+}
+
+/**
+ * Nucleus in a fresh page of `server`: load with `backend` (the renderer's peak memory measured
+ * while it loads), then `runs` greedy runs after a warm-up.
+ */
 async function nucleusRow(context, server, model, backend, prompt) {
   const page = await open(context, `${server.url}blank.html`);
   try {
-    return await page.evaluate(async ({ url, backend, prompt, genTokens, runs }) => {
+    const { result: loadMs, peakBytes } = await rendererPeak(page.evaluate(async ({ url, backend }) => {
       const { Nucleus } = await import('/nucleus.js');
       const started = performance.now();
-      const lm = await Nucleus.load({ model: url, cache: false, backend });
-      const loadMs = performance.now() - started;
+      window.lm = await Nucleus.load({ model: url, cache: false, backend });
+      return performance.now() - started;
+    }, { url: model.url, backend }));
+    const measured = await page.evaluate(async ({ prompt, genTokens, runs }) => {
+      const { lm } = window;
       const results = [];
       for (let run = 0; run <= runs; run++) {
         // A different first word each run, so the KV cache does not hold the prompt already.
@@ -102,8 +135,9 @@ async function nucleusRow(context, server, model, backend, prompt) {
       }
       const { wasmMemoryBytes } = await lm.diagnostics();
       lm.dispose();
-      return { loadMs, info: lm.info, results, wasmMemoryBytes };
-    }, { url: model.url, backend, prompt, genTokens, runs });
+      return { info: lm.info, results, wasmMemoryBytes };
+    }, { prompt, genTokens, runs });
+    return { ...measured, loadMs, rendererPeakBytes: peakBytes };
   } finally {
     await page.close();
   }
@@ -246,7 +280,8 @@ try {
       const engine = info.backend.kind === 'cpu' ? `Nucleus CPU engine (${backend === 'auto' ? 'auto' : 'cpu'})`
         : `Nucleus WebGPU (${info.adapter.vendor || info.adapter.architecture})`;
       row(model, 'Chromium', engine, info.backend.threads, { loadMs: measured.loadMs, ...fromResults(measured.results),
-        memoryMiB: measured.wasmMemoryBytes / 2 ** 20, promptTokens: measured.results[0].usage.promptTokens });
+        memoryMiB: measured.wasmMemoryBytes / 2 ** 20, rendererMiB: measured.rendererPeakBytes / 2 ** 20,
+        promptTokens: measured.results[0].usage.promptTokens });
     }
     if (WLLAMA_DIR && peerThreads.length) {
       const version = JSON.parse(readFileSync(path.join(WLLAMA_DIR, 'package.json'), 'utf8')).version;
@@ -299,14 +334,17 @@ for (const model of chosen) {
 const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
 console.log(`\n${os.availableParallelism()} cores (${cpu}); headless Chromium (${browserFacts}); ${promptTokens}-token prompt, `
   + `${genTokens} tokens generated greedily, median of ${runs} runs after a warm-up`);
-console.log('memory: the wasm memory in Chromium (Nucleus), the process\'s peak resident memory natively');
+console.log('memory: the wasm memory in Chromium (Nucleus), the process\'s peak resident memory natively; '
+  + 'renderer: the Chromium renderer\'s peak resident memory while Nucleus loads');
 const cell = (value, digits = 1) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
 for (const model of chosen) {
   console.log(`\n${model.name}`);
-  console.log(`| where | engine | threads | load (ms) | time to first token (ms) | prefill (tok/s) | decode (tok/s) | memory (MiB) |`);
-  console.log('|---|---|---:|---:|---:|---:|---:|---:|');
+  const file = statSync(model.file).size / 2 ** 20;
+  console.log(`file: ${file.toFixed(1)} MiB`);
+  console.log(`| where | engine | threads | load (ms) | time to first token (ms) | prefill (tok/s) | decode (tok/s) | memory (MiB) | renderer (MiB) |`);
+  console.log('|---|---|---:|---:|---:|---:|---:|---:|---:|');
   for (const r of table.filter((t) => t.model === model.name)) {
     console.log(`| ${r.where} | ${r.engine} | ${r.threads} | ${cell(r.loadMs, 0)} | ${cell(r.ttftMs, 0)} | ${cell(r.prefill)} | `
-      + `${cell(r.decode)} | ${cell(r.memoryMiB, 0)} |`);
+      + `${cell(r.decode)} | ${cell(r.memoryMiB, 0)} | ${cell(r.rendererMiB, 0)} |`);
   }
 }

@@ -24,7 +24,10 @@ try {
     const rows = [];
     for (const backend of ['cpu', 'burn-cpu']) {
       const started = performance.now();
-      const engine = await wasm.loadEngine(bytes, backend, 512, undefined, () => {});
+      const file = new wasm.ModelFile();
+      file.append(bytes);
+      const engine = await wasm.loadEngine(file, backend, 512, undefined, () => {});
+      file.free();
       const loadMs = performance.now() - started;
       const runs = [];
       for (let run = 0; run <= 3; run++) {

@@ -7,7 +7,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 
-import { sha256Hex, storeModel } from '../../www/download.js';
+import { STORE_SLICE_BYTES, storeModel } from '../../www/download.js';
 // The service worker's PACKAGE_FILES (what it stores at install, and what the package holds).
 import { packageFiles } from '../../npm/dist.mjs';
 
@@ -40,23 +40,33 @@ test('the service worker stores the whole package: every module the element, the
   assert.deepEqual(extra, []);
 });
 
+/** A model file in memory as the worker's `ModelFile` reads out: copies, a slice at a time. */
+const fileOf = (bytes) => ({ length: bytes.length, reads: 0, read(offset, n) { this.reads += 1; return bytes.slice(offset, offset + n); } });
+
 test('a model the browser cannot keep is storage-quota, with what it needed and what is free', async (t) => {
   const navigator = Object.getOwnPropertyDescriptor(globalThis, 'navigator');
   Object.defineProperty(globalThis, 'navigator', { configurable: true,
     value: { storage: { estimate: async () => ({ quota: 50e6, usage: 48e6 }) } } });
   t.after(() => (navigator ? Object.defineProperty(globalThis, 'navigator', navigator) : delete globalThis.navigator));
   const full = { put: async () => { throw new DOMException('quota exceeded', 'QuotaExceededError'); } };
-  const error = await storeModel(full, 'https://example.com/m.gguf', new Uint8Array(3_000_000));
+  const error = await storeModel(full, 'https://example.com/m.gguf', fileOf(new Uint8Array(3_000_000)));
   assert.equal(error.code, 'storage-quota');
   assert.equal(error.message, 'the model was not kept for next time: the storage quota is full (keeping it needs 3.0 MB; '
     + 'the browser lets this site keep 50.0 MB and 48.0 MB is in use, 2.0 MB free); it runs from this download, and the '
     + 'next load downloads it again');
   const stored = [];
   const roomy = { put: async (url, response) => stored.push([url, (await response.arrayBuffer()).byteLength]) };
-  assert.equal(await storeModel(roomy, 'https://example.com/m.gguf', new Uint8Array(10)), null);
+  assert.equal(await storeModel(roomy, 'https://example.com/m.gguf', fileOf(new Uint8Array(10))), null);
   assert.deepEqual(stored, [['https://example.com/m.gguf', 10]]);
 });
 
-test('the digest is SHA-256 in lowercase hex', async () => {
-  assert.equal(await sha256Hex(new TextEncoder().encode('abc')), 'ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad');
+test('the stored copy is read out of the file a slice at a time, byte for byte, with its length', async () => {
+  const bytes = Uint8Array.from({ length: 2.5 * STORE_SLICE_BYTES }, (_, i) => (i * 7) % 251);
+  const file = fileOf(bytes);
+  let stored;
+  const cache = { put: async (url, response) => { stored = { length: response.headers.get('content-length'), body: new Uint8Array(await response.arrayBuffer()) }; } };
+  assert.equal(await storeModel(cache, 'https://example.com/m.gguf', file), null);
+  assert.equal(stored.length, String(bytes.length));
+  assert.deepEqual(stored.body, bytes);
+  assert.equal(file.reads, 3, 'three slices, never the whole file at once');
 });

@@ -6,16 +6,17 @@ use std::cell::RefCell;
 use std::fmt::Display;
 use std::rc::Rc;
 
-use js_sys::{Function, Promise, Reflect, Uint8Array};
+use js_sys::{Function, Promise, Reflect};
 use nucleus_engine::{
     AttentionRequest, BeamRequest, Engine, EngineError, GenerateRequest, GenerationState, GgufError, GgufHeader,
-    HostLimit, LensRequest, LoadOptions, ModelDevice, OptionError, PrefillProgress, ScoreRequest, SharedBytes, js_name,
+    HostLimit, LensRequest, LoadOptions, ModelDevice, OptionError, PrefillProgress, ScoreRequest, js_name,
     js_option_error,
 };
 use nucleus_model::{LoadProgress, WASM32_MEMORY_BYTES};
 use wasm_bindgen::prelude::*;
 use wasm_bindgen_futures::future_to_promise;
 
+use crate::model_file::ModelFile;
 use crate::shapes;
 
 #[cfg(feature = "gpu")]
@@ -71,7 +72,7 @@ pub fn last_panic() -> Option<String> {
 }
 
 /// A JS `Error` with a stable `code`.
-fn js_error(code: &str, message: impl Display) -> JsValue {
+pub(crate) fn js_error(code: &str, message: impl Display) -> JsValue {
     let error = js_sys::Error::new(&message.to_string());
     // Setting a property on a fresh Error object cannot fail.
     let _ = Reflect::set(&error, &"code".into(), &code.into());
@@ -134,35 +135,39 @@ pub fn lose_device_for_testing() {
     });
 }
 
-/// Parses the GGUF `bytes`, checks what the model will hold against the device's limits and
-/// `memory_budget` (bytes, all buffers together), uploads the weights and allocates the KV cache
+/// Parses the GGUF `file` (its bytes stay where they are: the CPU engine reads its matrices
+/// there), checks what the model will hold against the device's limits and `memory_budget`
+/// (bytes, all buffers together), uploads the weights and allocates the KV cache
 /// (`context_length` positions, default the model's). `backend`: `"webgpu"` (the fused kernels on
 /// the worker's WebGPU device) or `"cpu"` (the CPU engine in this module; WebGPU is not touched).
 /// `on_progress(phase, loaded, total)` is called with phase `"parse"` once, then `"upload"` per
-/// tensor, in bytes of the file.
-#[wasm_bindgen(js_name = loadEngine)]
-pub async fn load_engine(
-    bytes: Uint8Array,
+/// tensor, in bytes of the file. Resolves to a [`WasmEngine`]; the file is read-only after.
+#[wasm_bindgen(js_name = loadEngine, unchecked_return_type = "Promise<WasmEngine>")]
+pub fn load_engine(
+    file: &mut ModelFile,
     backend: String,
     context_length: Option<u32>,
     memory_budget: Option<f64>,
     on_progress: Function,
-) -> Result<WasmEngine, JsValue> {
-    let device = backend_device(&backend).await?;
-    let bytes = SharedBytes::new(bytes.to_vec());
-    let total = bytes.len() as f64;
-    let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
-    let options = load_options(context_length, memory_budget);
-    let engine = Engine::load_shared(&bytes, &device, options, |p: LoadProgress| {
-        let _ = on_progress.call3(
-            &JsValue::NULL,
-            &"upload".into(),
-            &(p.bytes_done as f64).into(),
-            &(p.bytes_total as f64).into(),
-        );
+) -> Promise {
+    let bytes = file.shared();
+    future_to_promise(async move {
+        let device = backend_device(&backend).await?;
+        let total = bytes.len() as f64;
+        let _ = on_progress.call3(&JsValue::NULL, &"parse".into(), &0.into(), &total.into());
+        let options = load_options(context_length, memory_budget);
+        let engine = Engine::load_shared(&bytes, &device, options, |p: LoadProgress| {
+            let _ = on_progress.call3(
+                &JsValue::NULL,
+                &"upload".into(),
+                &(p.bytes_done as f64).into(),
+                &(p.bytes_total as f64).into(),
+            );
+        })
+        .map_err(engine_error)?;
+        let engine = WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) };
+        Ok(engine.into())
     })
-    .map_err(engine_error)?;
-    Ok(WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) })
 }
 
 /// The device a load on `backend` runs on: `"webgpu"` (the worker's WebGPU device) or `"cpu"`.
@@ -211,21 +216,23 @@ fn ready_device(backend: &str) -> Result<ModelDevice, JsValue> {
     }
 }
 
-/// What loading the model whose file begins with `prefix` (`file_length` bytes in all) takes on
-/// `backend`, checked as the load will check it and against this browser's WebAssembly memory,
-/// before the rest of the file is downloaded: the plan as JSON (`LoadPlan`, camelCase), or
-/// `{"needBytes": n}` when `prefix` ends inside the header (read `n` bytes and ask again). A model
-/// that cannot run here is refused with the load's typed error: `out-of-memory` naming the context
-/// that would fit, `unsupported-model`, `bad-model`, `bad-options`. Synchronous (called between a
-/// download's chunks): on WebGPU after [`prepare_backend`].
+/// What loading the model whose file begins with the bytes `file` holds so far (`file_length`
+/// bytes in all) takes on `backend`, checked as the load will check it and against this browser's
+/// WebAssembly memory, before the rest of the file is downloaded: the plan as JSON (`LoadPlan`,
+/// camelCase), or `{"needBytes": n}` when those bytes end inside the header (read `n` bytes and
+/// ask again). A model that cannot run here is refused with the load's typed error:
+/// `out-of-memory` naming the context that would fit, `unsupported-model`, `bad-model`,
+/// `bad-options`. Synchronous (called between a download's chunks): on WebGPU after
+/// [`prepare_backend`].
 #[wasm_bindgen(js_name = planLoad)]
 pub fn plan_load(
-    prefix: &[u8],
+    file: &ModelFile,
     file_length: f64,
     backend: &str,
     context_length: Option<u32>,
     memory_budget: Option<f64>,
 ) -> Result<String, JsValue> {
+    let prefix = file.bytes();
     let device = ready_device(backend)?;
     let file_length = file_length as u64;
     let header = match GgufHeader::parse(prefix, file_length) {

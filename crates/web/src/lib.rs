@@ -14,6 +14,8 @@ pub mod shapes;
 
 #[cfg(target_arch = "wasm32")]
 mod bindings;
+#[cfg(target_arch = "wasm32")]
+mod model_file;
 
 #[cfg(all(target_arch = "wasm32", target_feature = "atomics"))]
 mod threads;
