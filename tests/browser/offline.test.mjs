@@ -1,8 +1,8 @@
 // The pieces of working offline that need no browser, in plain Node: the service worker's list
 // of files is the whole package (every module the element, the API and the worker load); a model
 // that cannot be stored is the `storage-quota` error saying how much was needed and how much is
-// free; the digest is SHA-256. (The offline reloads run in Chromium: playground.test.mjs, and
-// package.test.mjs across origins.)
+// free; the stored copy is written out of the model file a slice at a time. (The offline reloads
+// run in Chromium: playground.test.mjs, and package.test.mjs across origins.)
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';

@@ -1,0 +1,76 @@
+// The download into a model file (www/download.js), in plain Node against a local server: every
+// byte goes into the file as it arrives (resumed after a dropped connection), the load is planned
+// from the first bytes the file holds, and the file's whole room is taken only once the plan has
+// accepted it; a refusal ends the download with its typed error, the room never taken. (The
+// worker's file is wasm memory, `ModelFile`; the browser suites load through it.)
+import test from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+
+import { HEADER_FIRST_BYTES, downloadModel } from '../../www/download.js';
+import { codedError } from '../../www/protocol.js';
+
+const FILE = Uint8Array.from({ length: 3 * HEADER_FIRST_BYTES }, (_, i) => (i < 4 ? 'GGUF'.charCodeAt(i) : (i * 13) % 256));
+
+/** A server of FILE whose first response breaks after `dropAt` bytes; later ones honour Range. */
+async function startServer(dropAt) {
+  const requests = [];
+  const server = createServer((request, response) => {
+    const range = /^bytes=(\d+)-$/.exec(request.headers.range ?? '');
+    requests.push(request.headers.range ?? null);
+    if (requests.length === 1) {
+      response.writeHead(200, { 'content-length': FILE.length, etag: '"v1"' });
+      response.write(FILE.subarray(0, dropAt), () => response.destroy());
+      return;
+    }
+    const from = range ? Number(range[1]) : 0;
+    response.writeHead(range ? 206 : 200, { 'content-length': FILE.length - from, etag: '"v1"',
+      ...(range && { 'content-range': `bytes ${from}-${FILE.length - 1}/${FILE.length}` }) });
+    response.end(FILE.subarray(from));
+  });
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return { url: `http://127.0.0.1:${server.address().port}/m.gguf`, requests, close: () => server.close() };
+}
+
+/** A model file as the worker's ModelFile behaves, recording when its room was reserved. */
+function recordingFile() {
+  const chunks = [];
+  return {
+    length: 0,
+    reserved: [],
+    append(chunk) { chunks.push(chunk.slice()); this.length += chunk.length; },
+    clear() { chunks.length = 0; this.length = 0; },
+    reserve(length) { this.reserved.push({ length, at: this.length }); },
+    read(offset, n) { return this.bytes().slice(offset, offset + n); },
+    bytes() { return Buffer.concat(chunks); },
+  };
+}
+
+test('a download resumed after a dropped connection fills the file whole; its room is reserved once, after the plan', async (t) => {
+  const server = await startServer(1.5 * HEADER_FIRST_BYTES);
+  t.after(() => server.close());
+  const file = recordingFile();
+  const plans = [];
+  await downloadModel(server.url, file, () => {}, (given, total) => {
+    assert.equal(given, file);
+    plans.push({ at: given.length, total, reserved: given.reserved.length });
+    return { contextLength: 512 };
+  });
+  assert.deepEqual(file.bytes(), Buffer.from(FILE));
+  assert.equal(server.requests.length, 2);
+  assert.match(server.requests[1], /^bytes=\d+-$/, 'the second request resumes');
+  assert.equal(plans.length, 1, 'planned once: the answer was a plan');
+  assert.ok(plans[0].at >= HEADER_FIRST_BYTES && plans[0].total === FILE.length && plans[0].reserved === 0, JSON.stringify(plans));
+  assert.deepEqual(file.reserved.map((r) => r.length), [FILE.length], 'the whole file, once');
+  assert.equal(file.reserved[0].at, plans[0].at, 'right after the plan accepted it');
+});
+
+test('a plan that refuses ends the download with its error: the rest never read, the room never taken', async (t) => {
+  const server = await startServer(FILE.length);
+  t.after(() => server.close());
+  const file = recordingFile();
+  const refusal = codedError('out-of-memory', 'contextLength 1024 or less would fit');
+  await assert.rejects(downloadModel(server.url, file, () => {}, () => { throw refusal; }), refusal);
+  assert.ok(file.length < FILE.length, `${file.length} bytes read`);
+  assert.deepEqual(file.reserved, []);
+});
