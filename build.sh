@@ -27,6 +27,8 @@
 #   NUCLEUS_GEMMA       a GGUF file to use instead of the cached Gemma 3 270M
 #   NUCLEUS_QWEN35      a GGUF file to use instead of the cached Qwen3.5-0.8B-shaped one
 #   NUCLEUS_GEMMA1B     a GGUF file to use instead of the cached Gemma-3-1B-shaped one (bench only)
+#   NUCLEUS_GEMMA4B     a GGUF file to use instead of the cached Gemma-3-4B-shaped one (bench only,
+#                       `--models gemma4b`)
 #   PORT                port for `serve` (default 8080)
 set -euo pipefail
 
@@ -58,14 +60,17 @@ done
 # The Qwen3.5-0.8B- and Gemma-3-1B-shaped files: the real shapes, vocabulary and Q4_K_M recipe's
 # tensor types with random weights (no real checkpoint is reachable), made by
 # tests/tools/make_shaped_model.py with gguf-py in a virtual environment of the cache (never
-# committed), the same bytes every time. The Gemma one (806 MB, the bench's bigger model) takes its
-# vocabulary from Gemma 3 270M's file.
+# committed), the same bytes every time. The Gemma ones (806 MB, the bench's bigger model, and
+# 2.49 GB, made only for `bench --models gemma4b`) take their vocabulary from Gemma 3 270M's file.
 QWEN35_FILE="qwen35-0.8b-shape-q4_k_m.gguf"
 QWEN35_SHA256="393b52dc1451315eb4ffc978d96c2d285bb0a52d1cff6b00a32defd2299ea5f0"
 QWEN35_PATH="$NUCLEUS_CACHE/models/$QWEN35_FILE"
 GEMMA1B_FILE="gemma3-1b-shape-q4_k_m.gguf"
 GEMMA1B_SHA256="e38cee77bc7ec48fe7d5fb1b3e87238afb5de08adf521e58a59537370ea9ff84"
 GEMMA1B_PATH="$NUCLEUS_CACHE/models/$GEMMA1B_FILE"
+GEMMA4B_FILE="gemma3-4b-shape-q4_k_m.gguf"
+GEMMA4B_SHA256="3c613a03dcc167faa06cda3fdebc5648e877691122a765d585289d6403d24302"
+GEMMA4B_PATH="$NUCLEUS_CACHE/models/$GEMMA4B_FILE"
 TOOLS_VENV="$NUCLEUS_CACHE/venv-tools"
 TOOLS_PACKAGES=("gguf==0.19.0" "numpy==2.4.6")
 
@@ -237,9 +242,20 @@ ensure_gemma1b() {
   NUCLEUS_GEMMA="$(gemma_path)" ensure_shaped gemma3-1b "$GEMMA1B_PATH" "$GEMMA1B_SHA256"
 }
 
+# The Gemma-3-4B-shaped file (or NUCLEUS_GEMMA4B instead of it), likewise.
+ensure_gemma4b() {
+  if [ -n "${NUCLEUS_GEMMA4B:-}" ]; then
+    [ -f "$NUCLEUS_GEMMA4B" ] || die "NUCLEUS_GEMMA4B=$NUCLEUS_GEMMA4B is not a file"
+    return
+  fi
+  ensure_gemma
+  NUCLEUS_GEMMA="$(gemma_path)" ensure_shaped gemma3-4b "$GEMMA4B_PATH" "$GEMMA4B_SHA256"
+}
+
 model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
 qwen35_path() { echo "${NUCLEUS_QWEN35:-$QWEN35_PATH}"; }
 gemma1b_path() { echo "${NUCLEUS_GEMMA1B:-$GEMMA1B_PATH}"; }
+gemma4b_path() { echo "${NUCLEUS_GEMMA4B:-$GEMMA4B_PATH}"; }
 gemma_path() { echo "${NUCLEUS_GEMMA:-$GEMMA_PATH}"; }
 
 ensure_wasm_target() {
@@ -441,9 +457,11 @@ cmd_bench() {
   ensure_gemma
   ensure_qwen35
   ensure_gemma1b
+  # The 2.49 GB one only when it is asked for.
+  case " $* " in *gemma4b*) ensure_gemma4b ;; esac
   ensure_chromium
   export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)" \
-    NUCLEUS_GEMMA1B="$(gemma1b_path)"
+    NUCLEUS_GEMMA1B="$(gemma1b_path)" NUCLEUS_GEMMA4B="$(gemma4b_path)"
   cmd_web
   cargo build --release --locked --bin nucleus
   ensure_bench_peer

@@ -2,7 +2,7 @@
 // model, prompt and settings, one table per model (SmolLM2-135M, Gemma 3 270M, and the files with
 // Qwen3.5-0.8B's and Gemma 3 1B's shapes and random weights):
 //   node tests/browser/bench.mjs [--prompt-tokens 32] [--gen-tokens 32] [--runs 3]
-//     [--models default,gemma3,qwen35,gemma1b] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
+//     [--models default,gemma3,qwen35,gemma1b (and gemma4b, asked only)] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
 // (`./build.sh bench` builds what it needs and fetches the peer first.) Rows:
 // - headless Chromium, Nucleus: `auto` (what Nucleus.load() picks: here the CPU engine on every
 //   core, SwiftShader being a CPU emulation), `cpu-1` (the CPU engine on one thread: a page that
@@ -24,7 +24,7 @@ import path from 'node:path';
 import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startServer, REPO, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, QWEN35_PATH, QWEN35_NAME, GEMMA1B_PATH,
-  GEMMA1B_NAME, BLANK_PAGE, ISOLATION_HEADERS } from './server.mjs';
+  GEMMA1B_NAME, GEMMA4B_PATH, GEMMA4B_NAME, BLANK_PAGE, ISOLATION_HEADERS } from './server.mjs';
 import { launch, open } from './browser.mjs';
 
 const MODELS = {
@@ -34,6 +34,9 @@ const MODELS = {
   qwen35: { name: 'Qwen3.5 0.8B shape (random weights)', url: `/models/${QWEN35_NAME}`, file: QWEN35_PATH, noBurn: true },
   // Burn's f32 weights of a 1B model would be 4 GB: no Burn rows.
   gemma1b: { name: 'Gemma 3 1B shape (random weights)', url: `/models/${GEMMA1B_NAME}`, file: GEMMA1B_PATH, noBurn: true },
+  // 2.49 GB: more than half of a WebAssembly memory; run when asked for.
+  gemma4b: { name: 'Gemma 3 4B shape (random weights)', url: `/models/${GEMMA4B_NAME}`, file: GEMMA4B_PATH, noBurn: true,
+    asked: true },
 };
 /** Rows that run in Burn's operations, which a `noBurn` model skips. */
 const BURN_ROWS = new Set(['burn-cpu']);
@@ -49,7 +52,7 @@ const { values } = parseArgs({ options: {
   'prompt-tokens': { type: 'string', default: '32' },
   'gen-tokens': { type: 'string', default: '32' },
   runs: { type: 'string', default: '3' },
-  models: { type: 'string', default: Object.keys(MODELS).join(',') },
+  models: { type: 'string', default: Object.keys(MODELS).filter((id) => !MODELS[id].asked).join(',') },
   browser: { type: 'string', default: 'auto,cpu-1' },
   'peer-threads': { type: 'string', default: '1,2' },
   native: { type: 'string', default: 'cpu,cpu-1,burn-cpu' },

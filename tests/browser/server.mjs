@@ -30,12 +30,16 @@ export const QWEN35_PATH = process.env.NUCLEUS_QWEN35 ?? path.join(os.homedir(),
 /** The file with Gemma 3 1B's shapes and random weights, the bench's bigger model (`./build.sh bench` makes it). */
 export const GEMMA1B_NAME = 'gemma3-1b-shape-q4_k_m.gguf';
 export const GEMMA1B_PATH = process.env.NUCLEUS_GEMMA1B ?? path.join(os.homedir(), '.cache/nucleus/models', GEMMA1B_NAME);
-/** The models served at /models/, as `./build.sh serve` serves them (and the bench's bigger one). */
+/** Gemma 3 4B's shapes and random weights, 2.49 GB (`./build.sh bench --models gemma4b` makes it). */
+export const GEMMA4B_NAME = 'gemma3-4b-shape-q4_k_m.gguf';
+export const GEMMA4B_PATH = process.env.NUCLEUS_GEMMA4B ?? path.join(os.homedir(), '.cache/nucleus/models', GEMMA4B_NAME);
+/** The models served at /models/, as `./build.sh serve` serves them (and the bench's bigger ones). */
 const MODELS = {
   [`/models/${MODEL_NAME}`]: MODEL_PATH,
   [`/models/${GEMMA_NAME}`]: GEMMA_PATH,
   [`/models/${QWEN35_NAME}`]: QWEN35_PATH,
   [`/models/${GEMMA1B_NAME}`]: GEMMA1B_PATH,
+  [`/models/${GEMMA4B_NAME}`]: GEMMA4B_PATH,
 };
 
 const TYPES = {

@@ -20,6 +20,12 @@ NUCLEUS_GEMMA or ~/.cache/nucleus/models/gemma-3-270m-q4_k_m.gguf) in Q4_K_M's t
 Q5_0, Q6_K to Q8_0: the tied embedding, Q, K, V, gate and up), and keeps Q4_K (Q6_K where
 `use_more_bits`) for the output projection and `ffn_down`. About 780 MB.
 
+SHAPE `gemma3-4b`: Gemma 3 4B's text model (google/gemma-3-4b-it's text_config: 34 blocks, hidden
+2560, FFN 10240, 8 query and 4 KV heads of 256, five local blocks with a window of 1,024 for each
+global one, linear RoPE scaling x8 on the global blocks, a 131,072-token context) with the same
+vocabulary as the 1B (the 4B's own has 64 more rows, its image tokens), every row whole K-quant
+blocks, so Q4_K_M's types without fallbacks. About 2.4 GB: the bench's "bigger than a 1B" file.
+
 The weights are random blocks (random quants and scales, the scales small enough that the
 activations stay finite), made in their quantized form: nothing is quantized, so the file takes
 seconds. Deterministic: the same bytes every run (a seeded PCG64).
@@ -31,7 +37,7 @@ import sys
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import GGUFReader, GGUFValueType, GGUFWriter
-from gguf.constants import GGML_QUANT_SIZES
+from gguf.constants import GGML_QUANT_SIZES, RopeScalingType
 
 HERE = pathlib.Path(__file__).resolve().parent
 GEMMA = pathlib.Path(os.environ.get("NUCLEUS_GEMMA")
@@ -49,6 +55,12 @@ SHAPES = {
         "architecture": "gemma3", "name": "Gemma 3 1B shape (random weights)", "size_label": "1B",
         "blocks": 26, "hidden": 1152, "ffn": 6912, "heads": 4, "kv_heads": 1, "head_dim": 256, "rope_dims": 256,
         "rope_base": 1e6, "context": 32_768, "window": 512,
+        "vocabulary": GEMMA,
+    },
+    "gemma3-4b": {
+        "architecture": "gemma3", "name": "Gemma 3 4B shape (random weights)", "size_label": "4B",
+        "blocks": 34, "hidden": 2560, "ffn": 10240, "heads": 8, "kv_heads": 4, "head_dim": 256, "rope_dims": 256,
+        "rope_base": 1e6, "context": 131_072, "window": 1024, "linear_rope_scaling": 8.0,
         "vocabulary": GEMMA,
     },
 }
@@ -114,6 +126,9 @@ def main():
     if arch == "gemma3":
         writer.add_layer_norm_rms_eps(1e-6)
         writer.add_sliding_window(shape["window"])
+        if "linear_rope_scaling" in shape:
+            writer.add_rope_scaling_type(RopeScalingType.LINEAR)
+            writer.add_rope_scaling_factor(shape["linear_rope_scaling"])
         copy_tokenizer(writer, vocabulary)
         write_gemma3(writer, rng, shape, len(vocabulary.fields["tokenizer.ggml.tokens"].data))
         return finish(writer, out)
