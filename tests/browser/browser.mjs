@@ -162,14 +162,19 @@ async function freePort() {
 }
 
 /** The longest a WebDriver session may take to start, open its page or quit (each takes a second here). */
-const SESSION_LIMIT_MS = 60_000;
+const SESSION_LIMIT_MS = 30_000;
+/** Tries at starting a WebKit session, each on a new WebKitWebDriver after the first. */
+const SESSION_START_TRIES = 2;
 
 /**
  * WebKit: one WebKitWebDriver under its own Xvfb per `launch()`, a WebDriver session (a fresh
  * MiniBrowser process and profile) per page. Starting, opening and quitting a session are bounded:
  * a MiniBrowser that stops answering fails the test that used it, naming the step, instead of
  * holding the suite (a quit that does not answer ends the driver and its browsers; the next page
- * starts a new driver).
+ * starts a new driver). A new session that WebKitWebDriver never answers (the MiniBrowser it
+ * started never connected: twice in CI, once in test 3 and once in test 4, never in nine suite
+ * runs here; before any page is open) ends that driver and is tried once more on a new one,
+ * saying so: the browser's start, not what a test checks.
  */
 const webkit = {
   name: 'WebKit',
@@ -197,10 +202,21 @@ const webkit = {
     };
     return {
       async open(url) {
-        driver ??= await startDriver();
-        const session = await within(SESSION_LIMIT_MS, 'starting a WebKit session', new Builder().usingServer(driver.server)
-          .withCapabilities({ browserName: 'MiniBrowser', 'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] } })
-          .build());
+        let session = null;
+        for (let attempt = 1; !session; attempt += 1) {
+          driver ??= await startDriver();
+          const starting = new Builder().usingServer(driver.server)
+            .withCapabilities({ browserName: 'MiniBrowser', 'webkitgtk:browserOptions': { binary: MINIBROWSER, args: ['--automation'] } })
+            .build();
+          try {
+            session = await within(SESSION_LIMIT_MS, 'starting a WebKit session', starting);
+          } catch (error) {
+            starting.then((late) => late.quit(), () => {}).catch(() => {});
+            endDriver();
+            if (attempt === SESSION_START_TRIES) throw error;
+            console.warn(`  [browser.mjs] ${error.message}: trying again on a new WebKitWebDriver`);
+          }
+        }
         await session.manage().setTimeouts({ script: 300_000, pageLoad: SESSION_LIMIT_MS });
         await session.get(url);
         const run = (fn, arg) => session.executeScript(`return (${fn})(arguments[0]);`, arg);
