@@ -80,6 +80,8 @@ async function adapterFacts() {
       architecture: info.architecture ?? '',
       description: info.description ?? '',
       isFallback: Boolean(info.isFallbackAdapter ?? adapter.isFallbackAdapter ?? false),
+      maxBufferSize: adapter.limits.maxBufferSize,
+      maxStorageBufferBindingSize: adapter.limits.maxStorageBufferBindingSize,
     },
     f16: adapter.features.has('shader-f16'),
   };
@@ -251,14 +253,31 @@ async function filled(fill, file = new wasm.ModelFile()) {
  * load's typed error, naming the largest contextLength that fits; without a contextLength asked,
  * the CPU engine runs the most of the trained context that fits. `plan.latest` is the last answer.
  */
-function planner(backend, contextLength, memoryBudget) {
+function planner(backend, contextLength, memoryBudget, adapter) {
   const plan = (file, fileLength) => {
-    plan.latest = JSON.parse(wasm.planLoad(file, fileLength, backend, contextLength ?? undefined,
+    const answer = JSON.parse(wasm.planLoad(file, fileLength, backend, contextLength ?? undefined,
       memoryBudget ?? undefined));
+    plan.latest = answer.needBytes ? answer : { ...answer, offers: deviceOffers(adapter) };
     return plan.latest;
   };
   plan.latest = null;
   return plan;
+}
+
+/**
+ * What this device offers a model, shown beside its plan (protocol.js, DeviceOffers): the most a
+ * WebAssembly memory holds, the memory the browser says the device has (`navigator.deviceMemory`,
+ * GiB, rounded and capped by the browser; null where it does not say), and the WebGPU adapter's
+ * largest buffer and storage binding (null without an adapter).
+ */
+function deviceOffers(adapter) {
+  const gib = navigator.deviceMemory;
+  return {
+    wasmMemoryBytes: wasm.wasmMemoryLimit(),
+    deviceMemoryBytes: Number.isFinite(gib) && gib > 0 ? gib * 2 ** 30 : null,
+    gpuMaxBufferBytes: adapter?.maxBufferSize ?? null,
+    gpuMaxBindingBytes: adapter?.maxStorageBufferBindingSize ?? null,
+  };
 }
 
 /** The models' cache, when the load may use it and the browser has one. */
@@ -289,7 +308,7 @@ const handlers = {
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
     // The WebGPU device first: the load is planned on it, between the download's chunks.
     if (facts.backend.kind === 'webgpu') await wasm.prepareBackend(facts.backend.kind);
-    const plan = planner(facts.backend.kind, contextLength, memoryBudget);
+    const plan = planner(facts.backend.kind, contextLength, memoryBudget, facts.adapter);
     // Once the header is read, every progress report carries the plan (the page shows it).
     const known = () => (plan.latest?.contextLength ? plan.latest : null);
     const reported = (phase, loaded, total, cached) => progress(phase, loaded, total, cached, known());

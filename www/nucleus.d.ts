@@ -91,7 +91,11 @@ export interface ModelInfo {
   stateBytes: number;
   /** Blocks of the file not run (its multi-token-prediction blocks). */
   skippedBlocks: number;
-  adapter: { vendor: string; architecture: string; description: string; isFallback: boolean } | null;
+  /** The WebGPU adapter's facts (with its largest buffer and storage binding, bytes), whether it runs the model or not. */
+  adapter: {
+    vendor: string; architecture: string; description: string; isFallback: boolean;
+    maxBufferSize: number; maxStorageBufferBindingSize: number;
+  } | null;
   f16: boolean;
   url: string;
   sha256: string;
@@ -116,6 +120,19 @@ export interface LoadPlan {
   deviceBytes: number;
   kvCacheBytes: number;
   stateBytes: number;
+  /** What this device offers, beside what the model needs. */
+  offers: DeviceOffers;
+}
+
+/** What a device offers a model, as the browser says it. */
+export interface DeviceOffers {
+  /** The most a WebAssembly memory holds (4 GiB): everything on the CPU engine, the file's copy on WebGPU. */
+  wasmMemoryBytes: number;
+  /** `navigator.deviceMemory` in bytes (whole GiB or less, rounded and capped by the browser); null where it does not say. */
+  deviceMemoryBytes: number | null;
+  /** The WebGPU adapter's largest buffer and storage binding; null without an adapter. */
+  gpuMaxBufferBytes: number | null;
+  gpuMaxBindingBytes: number | null;
 }
 
 export interface ChatMessage {

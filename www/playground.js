@@ -1365,13 +1365,17 @@ async function loadModel(choice = state.modelChoice) {
 
 /** A model that did not load: the picker says which and why; what was loaded stays. */
 /**
- * What a load will take, from its plan (read from the file's header before the rest downloads):
- * "needs 612 MB in this tab for 8,192 positions", and the GPU's share on WebGPU.
+ * What a load will take, from its plan (read from the file's header before the rest downloads),
+ * beside what the device offers: "needs 612 MB in this tab for 8,192 positions (a tab holds 4,295
+ * MB; the browser reports 8 GiB on this device)", and the GPU's share on WebGPU.
  */
-function planText({ hostBytes, deviceBytes, contextLength }) {
+function planText({ hostBytes, deviceBytes, contextLength, offers }) {
   const mb = (n) => Math.round(n / 1e6).toLocaleString('en-US');
+  const has = [`a tab holds ${mb(offers.wasmMemoryBytes)} MB`];
+  // navigator.deviceMemory: GiB, rounded and capped by the browser.
+  if (offers.deviceMemoryBytes) has.push(`the browser reports ${offers.deviceMemoryBytes / 2 ** 30} GiB on this device`);
   return `needs ${mb(hostBytes)} MB in this tab${deviceBytes ? ` and ${mb(deviceBytes)} MB on the GPU` : ''} `
-    + `for ${contextLength.toLocaleString('en-US')} positions`;
+    + `for ${contextLength.toLocaleString('en-US')} positions (${has.join('; ')})`;
 }
 
 function showModelError(choice, error) {

@@ -161,12 +161,12 @@ test('a model that cannot fit is refused from its first bytes, naming the contex
   console.log(`  refused after ${(refused.downloaded / 2 ** 20).toFixed(1)} MiB: ${refused.message}`);
   // Without a contextLength, the load runs the most of the trained context that fits, and its
   // progress says what it will take from the header on, while the rest downloads.
-  const { info, first } = await page.evaluate(async (model) => {
+  const { info, first, deviceMemory } = await page.evaluate(async (model) => {
     const { Nucleus } = await import('/nucleus.js');
     let first = null;
     const onProgress = ({ phase, loaded, total, plan }) => { first ??= plan && { phase, loaded, total, plan }; };
     window.lm = await Nucleus.load({ model, onProgress, cache: false });
-    return { info: window.lm.info, first };
+    return { info: window.lm.info, first, deviceMemory: navigator.deviceMemory };
   }, url);
   assert.equal(first?.phase, 'download', JSON.stringify(first));
   assert.ok(first.loaded < first.total / 4, `the plan came after ${first.loaded} of ${first.total} bytes`);
@@ -174,6 +174,11 @@ test('a model that cannot fit is refused from its first bytes, naming the contex
   assert.equal(info.contextLength, fits);
   assert.deepEqual([info.plan.contextLength, info.plan.trainedContextLength, info.plan.path], [fits, 262_144, 'cpu']);
   assert.ok(info.plan.hostBytes < 2 ** 32 && info.plan.hostBytes > info.fileBytes, JSON.stringify(info.plan));
+  // Beside it, what the device offers: the WebAssembly ceiling, the browser's word on the memory,
+  // the adapter's largest buffer and binding.
+  assert.deepEqual(info.plan.offers, { wasmMemoryBytes: 2 ** 32, deviceMemoryBytes: deviceMemory * 2 ** 30,
+    gpuMaxBufferBytes: info.adapter.maxBufferSize, gpuMaxBindingBytes: info.adapter.maxStorageBufferBindingSize });
+  assert.ok(info.adapter.maxBufferSize >= 2 ** 28, JSON.stringify(info.adapter));
   // A copy kept in the browser is planned the same way: it loads with the same context.
   await loadInPage({ model: url });
   const stored = await loadInPage({ model: url });

@@ -35,6 +35,14 @@ before(async () => {
   mkdirSync(OUTPUT, { recursive: true });
   server = await startServer();
   context = await launch();
+  // Every text the load line shows, as it changes (the first test reads them).
+  await context.addInitScript(() => {
+    window.loadLabels = [];
+    document.addEventListener('DOMContentLoaded', () => {
+      const label = document.getElementById('load-label');
+      new MutationObserver(() => window.loadLabels.push(label.textContent)).observe(label, { childList: true, characterData: true, subtree: true });
+    });
+  });
   page = await open(context, server.url);
   await page.screenshot({ path: path.join(OUTPUT, 'playground-loading.png') });
   await page.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
@@ -55,6 +63,13 @@ test('the page loads the model on the CPU engine, says why and what a GPU would 
     /^Runs on the CPU \(\d+ threads, WebAssembly SIMD\): the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU.*A hardware GPU runs it/);
   assert.equal(await page.inputValue('#backend-choice'), 'auto');
   assert.equal(await page.isEnabled('#generate'), true);
+  // While it downloaded, the load line said what the model needs, from the file's first bytes,
+  // beside what the device offers.
+  const [labels, gib] = await page.evaluate(() => [window.loadLabels, navigator.deviceMemory]);
+  const planned = labels.filter((text) => text.includes(' · needs '));
+  assert.ok(planned.length > 0, labels.slice(0, 5).join('\n'));
+  assert.match(planned[0], new RegExp('^Downloading SmolLM2-135M-Instruct \\(the default, 98 MB\\): [\\d.]+ of 98\\.4 MB · needs [\\d,]+ MB in this '
+    + `tab for 8,192 positions \\(a tab holds 4,295 MB; the browser reports ${gib} GiB on this device\\)$`));
   await page.screenshot({ path: path.join(OUTPUT, 'playground-cpu-engine.png'), fullPage: true });
   assert.deepEqual(await accessibilityViolations(), [], 'axe-core on the page before a generation');
 });
