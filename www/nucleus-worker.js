@@ -265,7 +265,7 @@ function planner(backend, contextLength, memoryBudget, adapter) {
 }
 
 /**
- * What this device offers a model, shown beside its plan (protocol.js, DeviceOffers): the most a
+ * What this device offers a model, shown beside its plan (nucleus.d.ts, DeviceOffers): the most a
  * WebAssembly memory holds, the memory the browser says the device has (`navigator.deviceMemory`,
  * GiB, rounded and capped by the browser; null where it does not say), and the WebGPU adapter's
  * largest buffer and storage binding (null without an adapter).

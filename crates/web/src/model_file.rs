@@ -5,8 +5,9 @@
 //! (`www/download.js`): the chunk is copied once, from the network's buffer into this file's
 //! place in wasm memory, and hashed there (SHA-256, for `info.sha256` and the stored copy's
 //! check). The load is planned from the bytes received so far ([`plan_load`](crate::bindings)),
-//! and the whole file's room is reserved once the plan accepts it, so a model that cannot fit is
-//! refused before the memory is taken. The CPU engine then reads its matrices where they lie
+//! and the whole file's room is reserved once the plan accepts it, so a download or a given file
+//! that cannot fit is refused before the memory is taken (a stored copy, which loaded before, is
+//! reserved at its recorded length and planned whole). The CPU engine then reads its matrices where they lie
 //! ([`SharedBytes`]): the file's bytes in wasm memory are the model's weights. The Cache API copy
 //! is written from here too, a slice at a time ([`ModelFile::read`]).
 //!
