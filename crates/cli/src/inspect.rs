@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use nucleus_gguf::{GgufFile, GgufHeader};
+use nucleus_gguf::{GgufFile, GgufHeader, SharedBytes};
 use nucleus_model::{HostPlan, MemoryPlan, ModelConfig};
 use nucleus_tokenizer::Tokenizer;
 
@@ -33,8 +33,8 @@ fn print_memory_plan(header: &GgufHeader, config: &ModelConfig) {
     }
 }
 
-pub fn run(path: &Path, bytes: &[u8]) -> Result<(), String> {
-    let file = GgufFile::parse(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+pub fn run(path: &Path, bytes: &SharedBytes) -> Result<(), String> {
+    let file = GgufFile::parse_shared(bytes).map_err(|e| format!("{}: {e}", path.display()))?;
     println!(
         "file          {} ({:.1} MB, GGUF v{}, {} tensors, {} metadata keys)",
         path.display(),

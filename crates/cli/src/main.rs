@@ -361,7 +361,7 @@ fn main() -> ExitCode {
 
 fn tokenize(model: &ModelArg, text: &str) -> Result<(), String> {
     let bytes = model.read()?;
-    let file = nucleus_gguf::GgufFile::parse(&bytes).map_err(|e| e.to_string())?;
+    let file = nucleus_gguf::GgufFile::parse_shared(&bytes).map_err(|e| e.to_string())?;
     let tokenizer = nucleus_tokenizer::Tokenizer::from_gguf(&file).map_err(|e| e.to_string())?;
     let ids = tokenizer.encode(text).map_err(|e| e.to_string())?;
     println!("{}", serde_json::to_string(&ids).expect("ids serialize"));

@@ -25,6 +25,7 @@ mod types;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::ops::Range;
 
 pub use dequant::{can_dequantize, dequantize, dequantize_into, f16_to_f32, k_scale_min};
 pub use shared::{SharedBytes, SharedSlice};
@@ -223,9 +224,16 @@ pub struct GgufHeader {
 #[derive(Debug)]
 pub struct GgufFile<'a> {
     header: GgufHeader,
-    bytes: &'a [u8],
-    /// The same bytes shared, when parsed with [`GgufFile::parse_shared`].
-    shared: Option<SharedBytes>,
+    bytes: Source<'a>,
+}
+
+/// What a parsed file reads its tensors from.
+#[derive(Debug)]
+enum Source<'a> {
+    /// Borrowed, in one piece ([`GgufFile::parse`]).
+    Whole(&'a [u8]),
+    /// Shared, perhaps in parts ([`GgufFile::parse_shared`]): tensors are read where they lie.
+    Shared(&'a SharedBytes),
 }
 
 impl std::ops::Deref for GgufFile<'_> {
@@ -400,16 +408,50 @@ impl GgufHeader {
     }
 }
 
+impl GgufHeader {
+    /// Where to split the file into parts of at most `max_part` bytes each, every part but the
+    /// last ending where a tensor begins (so each tensor and the header lie in one part): the
+    /// parts' ranges, in order, covering the file. A tensor longer than `max_part` is a part of
+    /// its own. (The browser holds a file bigger than one wasm32 allocation so: [`SharedBytes`].)
+    pub fn parts(&self, max_part: u64) -> Vec<Range<u64>> {
+        let mut starts: Vec<u64> = self.tensors.iter().map(|t| self.data_offset + t.offset).collect();
+        starts.sort_unstable();
+        let mut parts = Vec::new();
+        let mut start = 0;
+        let mut last = 0;
+        for &tensor in starts.iter().chain([&self.file_len]) {
+            if tensor - start > max_part && last > start {
+                parts.push(start..last);
+                start = last;
+            }
+            last = tensor;
+        }
+        parts.push(start..self.file_len);
+        parts
+    }
+
+    /// Where `tensor`'s bytes lie in the file (checked inside it by [`GgufHeader::parse`]).
+    pub fn tensor_range(&self, tensor: &TensorInfo) -> Range<usize> {
+        let start = (self.data_offset + tensor.offset) as usize;
+        start..start + tensor.byte_len() as usize
+    }
+}
+
 impl<'a> GgufFile<'a> {
     /// Parses the header, metadata and tensor table, and checks that every tensor lies inside `bytes`.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
-        Ok(Self { header: GgufHeader::parse(bytes, bytes.len() as u64)?, bytes, shared: None })
+        Ok(Self { header: GgufHeader::parse(bytes, bytes.len() as u64)?, bytes: Source::Whole(bytes) })
     }
 
-    /// Parses shared bytes: as [`GgufFile::parse`], and [`GgufFile::shared_tensor_bytes`] then
+    /// Parses shared bytes (one part, or several split where tensors begin: a tensor that crosses
+    /// parts is `Corrupt`): as [`GgufFile::parse`], and [`GgufFile::shared_tensor_bytes`] then
     /// gives each tensor's bytes where they lie.
     pub fn parse_shared(bytes: &'a SharedBytes) -> Result<Self, GgufError> {
-        Ok(Self { shared: Some(bytes.clone()), ..Self::parse(bytes)? })
+        let header = GgufHeader::parse(bytes.first_part(), bytes.len() as u64)?;
+        if let Some(tensor) = header.tensors.iter().find(|t| !bytes.holds_whole(header.tensor_range(t))) {
+            return Err(GgufError::Corrupt(format!("tensor '{}' crosses the parts the file is held in", tensor.name)));
+        }
+        Ok(Self { header, bytes: Source::Shared(bytes) })
     }
 
     /// The header alone (metadata and tensor table).
@@ -419,19 +461,19 @@ impl<'a> GgufFile<'a> {
 
     /// The raw (possibly quantized) bytes of a tensor.
     pub fn tensor_bytes(&self, tensor: &TensorInfo) -> &'a [u8] {
-        let start = (self.data_offset + tensor.offset) as usize;
-        &self.bytes[start..start + tensor.byte_len() as usize]
+        let range = self.tensor_range(tensor);
+        match self.bytes {
+            Source::Whole(bytes) => &bytes[range],
+            Source::Shared(bytes) => bytes.get(range),
+        }
     }
 
     /// A tensor's bytes, shared: where they lie in the file when it was parsed shared, else a
     /// copy.
     pub fn shared_tensor_bytes(&self, tensor: &TensorInfo) -> SharedSlice {
-        match &self.shared {
-            Some(shared) => {
-                let start = (self.data_offset + tensor.offset) as usize;
-                shared.slice(start..start + tensor.byte_len() as usize)
-            }
-            None => SharedSlice::copy_of(self.tensor_bytes(tensor)),
+        match self.bytes {
+            Source::Shared(shared) => shared.slice(self.tensor_range(tensor)),
+            Source::Whole(bytes) => SharedSlice::copy_of(&bytes[self.tensor_range(tensor)]),
         }
     }
 

@@ -361,3 +361,46 @@ fn q5_k_block() {
         assert_eq!(out[e], expected, "element {e}");
     }
 }
+
+/// A file of four f32 tensors of 64, 8, 40 and 16 values (256, 32, 160 and 64 bytes).
+fn four_tensor_file() -> Vec<u8> {
+    let values = |n: usize, base: f32| f32_bytes(&(0..n).map(|i| base + i as f32).collect::<Vec<_>>());
+    GgufWriter::new()
+        .string("general.architecture", "llama")
+        .tensor("a", &[64], 0, values(64, 0.0))
+        .tensor("b", &[8], 0, values(8, 100.0))
+        .tensor("c", &[40], 0, values(40, 200.0))
+        .tensor("d", &[16], 0, values(16, 300.0))
+        .finish()
+}
+
+#[test]
+fn a_file_held_in_parts_split_where_tensors_begin_reads_as_the_whole_file() {
+    let bytes = four_tensor_file();
+    let whole = GgufFile::parse(&bytes).unwrap();
+    let start = |name: &str| whole.tensor_range(whole.tensor(name).unwrap()).start as u64;
+    let len = bytes.len() as u64;
+    // At most 200 bytes a part: the header; `a` (256 bytes) alone; `b` and `c` (192); `d`.
+    let parts = whole.parts(200);
+    assert_eq!(parts, vec![0..start("a"), start("a")..start("b"), start("b")..start("d"), start("d")..len]);
+    // With parts of 1 byte each tensor is a part; one part holds everything when it can.
+    assert_eq!(whole.parts(1).len(), 5);
+    assert_eq!(whole.parts(len), vec![0..len]);
+
+    let split =
+        SharedBytes::from_parts(parts.iter().map(|r| bytes[r.start as usize..r.end as usize].to_vec()).collect());
+    let shared = GgufFile::parse_shared(&split).unwrap();
+    for tensor in &whole.tensors {
+        assert_eq!(shared.tensor_bytes(tensor), whole.tensor_bytes(tensor), "{}", tensor.name);
+        assert_eq!(&*shared.shared_tensor_bytes(tensor), whole.tensor_bytes(tensor));
+        assert!(!shared.shared_tensor_bytes(tensor).is_copy());
+        assert_eq!(shared.dequantize(&tensor.name).unwrap(), whole.dequantize(&tensor.name).unwrap());
+    }
+    // Split inside a tensor, the file is refused by name, not read across parts.
+    let mid = start("c") as usize + 8;
+    let bad = SharedBytes::from_parts(vec![bytes[..mid].to_vec(), bytes[mid..].to_vec()]);
+    assert_eq!(
+        GgufFile::parse_shared(&bad).unwrap_err(),
+        GgufError::Corrupt("tensor 'c' crosses the parts the file is held in".into())
+    );
+}

@@ -232,7 +232,7 @@ pub fn plan_load(
     context_length: Option<u32>,
     memory_budget: Option<f64>,
 ) -> Result<String, JsValue> {
-    let prefix = file.bytes();
+    let prefix = file.first_part();
     let device = ready_device(backend)?;
     let file_length = file_length as u64;
     let header = match GgufHeader::parse(prefix, file_length) {

@@ -11,30 +11,42 @@
 //! ([`SharedBytes`]): the file's bytes in wasm memory are the model's weights. The Cache API copy
 //! is written from here too, a slice at a time ([`ModelFile::read`]).
 //!
+//! One wasm32 allocation stops short of 2 GiB (`isize::MAX`), so a file is held in parts of at
+//! most [`PART_BYTES`], split where a tensor begins ([`GgufHeader::parts`]), each reserved once
+//! the header is in (a Gemma-3-4B-shaped file, 2.49 GB, is three).
+//!
 //! Measured (`tests/browser/bench.mjs`, the CPU engine in Chromium, ARCHITECTURE.md "Memory"):
 //! the renderer's peak during the load of a Gemma-3-1B-shaped file (768.7 MiB) went from 2,568
 //! MiB (3.34x: the chunks, their concatenation, the digest's copy and the copy into wasm) to
 //! 1,208 MiB (1.57x), with the same load time.
 
 use std::fmt::Write as _;
+use std::ops::Range;
 
-use nucleus_engine::SharedBytes;
+use nucleus_engine::{GgufError, GgufHeader, SharedBytes};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
 
 use crate::bindings::js_error;
 
-/// The bytes received, writable until the engine takes them.
-enum Contents {
-    Receiving(Vec<u8>),
-    /// Shared with an engine (the CPU engine reads its matrices here); no longer written.
-    Shared(SharedBytes),
-}
+/// The most bytes one part of a file holds (a tensor longer than that is a part of its own).
+pub const PART_BYTES: u64 = 1 << 30;
 
 /// A model file in wasm memory, filled a chunk at a time and hashed as it fills.
 #[wasm_bindgen]
 pub struct ModelFile {
-    contents: Contents,
+    /// The parts, in order; one, growing, until the file's layout is known.
+    parts: Vec<Vec<u8>>,
+    /// Where each part lies in the file, once the length is known and the header is in.
+    layout: Option<Vec<Range<u64>>>,
+    /// The file's whole length, once known ([`ModelFile::reserve`]).
+    expected: Option<u64>,
+    /// Bytes the header needs before it can be laid out (a header parse that ran short).
+    header_needs: u64,
+    /// The part being filled.
+    filling: usize,
+    /// Shared with an engine (the CPU engine reads its matrices here): no longer written.
+    shared: Option<SharedBytes>,
     hasher: Sha256,
 }
 
@@ -44,32 +56,63 @@ impl ModelFile {
     #[wasm_bindgen(constructor)]
     #[allow(clippy::new_without_default)]
     pub fn new() -> ModelFile {
-        ModelFile { contents: Contents::Receiving(Vec::new()), hasher: Sha256::new() }
+        ModelFile {
+            parts: vec![Vec::new()],
+            layout: None,
+            expected: None,
+            header_needs: 0,
+            filling: 0,
+            shared: None,
+            hasher: Sha256::new(),
+        }
     }
 
     /// Takes room for the whole file (`length` bytes) at once, so that it never grows by
-    /// copying: called when its plan has accepted it. `out-of-memory` when this browser's
-    /// WebAssembly memory cannot hold it.
+    /// copying: called when its plan has accepted it (or, for a stored copy, at its recorded
+    /// length). Held in parts, laid out once the header is in. `out-of-memory` when this
+    /// browser's WebAssembly memory cannot hold it.
     pub fn reserve(&mut self, length: f64) -> Result<(), JsValue> {
-        let bytes = self.receiving()?;
-        let more = (length as usize).saturating_sub(bytes.len());
-        bytes.try_reserve_exact(more).map_err(|_| no_room(length))
+        self.writable()?;
+        self.expected = Some(length as u64);
+        self.lay_out()
     }
 
     /// Appends `chunk` (the next bytes of the file) and hashes it.
-    pub fn append(&mut self, chunk: &[u8]) -> Result<(), JsValue> {
-        let bytes = self.receiving()?;
-        let wanted = bytes.len() as f64 + chunk.len() as f64;
-        bytes.try_reserve(chunk.len()).map_err(|_| no_room(wanted))?;
-        bytes.extend_from_slice(chunk);
+    pub fn append(&mut self, mut chunk: &[u8]) -> Result<(), JsValue> {
+        self.writable()?;
         self.hasher.update(chunk);
+        while !chunk.is_empty() {
+            let room = match &self.layout {
+                // The last part takes whatever comes past the length announced.
+                Some(layout) if self.filling + 1 < layout.len() => {
+                    let part = &layout[self.filling];
+                    (part.end - part.start) as usize - self.parts[self.filling].len()
+                }
+                _ => chunk.len(),
+            };
+            if room == 0 {
+                self.filling += 1;
+                continue;
+            }
+            let (now, rest) = chunk.split_at(room.min(chunk.len()));
+            let part = &mut self.parts[self.filling];
+            let wanted = part.len() as f64 + now.len() as f64;
+            part.try_reserve(now.len()).map_err(|_| no_room(wanted))?;
+            part.extend_from_slice(now);
+            chunk = rest;
+        }
+        if self.layout.is_none() && self.expected.is_some() && self.length() as u64 >= self.header_needs {
+            self.lay_out()?;
+        }
         Ok(())
     }
 
     /// Forgets what was received (a server that sent the file again from its first byte); the
     /// room taken stays, for the same file.
     pub fn clear(&mut self) -> Result<(), JsValue> {
-        self.receiving()?.clear();
+        self.writable()?;
+        self.parts.iter_mut().for_each(Vec::clear);
+        self.filling = 0;
         self.hasher = Sha256::new();
         Ok(())
     }
@@ -77,16 +120,28 @@ impl ModelFile {
     /// The bytes received so far.
     #[wasm_bindgen(getter)]
     pub fn length(&self) -> f64 {
-        self.bytes().len() as f64
+        match &self.shared {
+            Some(shared) => shared.len() as f64,
+            None => self.parts.iter().map(Vec::len).sum::<usize>() as f64,
+        }
     }
 
     /// A copy of `length` bytes from `offset` (fewer at the end): the first bytes a check reads,
     /// a slice of the Cache API copy.
     pub fn read(&self, offset: f64, length: f64) -> Vec<u8> {
-        let bytes = self.bytes();
-        let start = (offset as usize).min(bytes.len());
-        let end = start.saturating_add(length as usize).min(bytes.len());
-        bytes[start..end].to_vec()
+        let total = self.length() as usize;
+        let start = (offset as usize).min(total);
+        let end = start.saturating_add(length as usize).min(total);
+        let mut out = Vec::with_capacity(end - start);
+        let mut part_start = 0;
+        for part in self.part_bytes() {
+            let (lo, hi) = (start.max(part_start), end.min(part_start + part.len()));
+            if lo < hi {
+                out.extend_from_slice(&part[lo - part_start..hi - part_start]);
+            }
+            part_start += part.len();
+        }
+        out
     }
 
     /// The SHA-256 of the bytes received, as lowercase hex.
@@ -99,30 +154,64 @@ impl ModelFile {
 }
 
 impl ModelFile {
-    /// The bytes received so far.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        match &self.contents {
-            Contents::Receiving(bytes) => bytes,
-            Contents::Shared(bytes) => bytes,
+    /// The first part's bytes: every byte received until the file is laid out, and always the
+    /// header (what a plan reads).
+    pub(crate) fn first_part(&self) -> &[u8] {
+        match &self.shared {
+            Some(shared) => shared.first_part(),
+            None => &self.parts[0],
         }
     }
 
     /// The file's bytes as an engine holds them: the same memory, no copy. After this the file
     /// is read-only.
     pub(crate) fn shared(&mut self) -> SharedBytes {
-        if let Contents::Receiving(bytes) = &mut self.contents {
-            self.contents = Contents::Shared(SharedBytes::new(std::mem::take(bytes)));
-        }
-        match &self.contents {
-            Contents::Shared(bytes) => bytes.clone(),
-            Contents::Receiving(_) => unreachable!("shared just above"),
+        self.shared.get_or_insert_with(|| SharedBytes::from_parts(std::mem::take(&mut self.parts))).clone()
+    }
+
+    fn part_bytes(&self) -> Vec<&[u8]> {
+        match &self.shared {
+            Some(shared) => shared.parts().collect(),
+            None => self.parts.iter().map(Vec::as_slice).collect(),
         }
     }
 
-    fn receiving(&mut self) -> Result<&mut Vec<u8>, JsValue> {
-        match &mut self.contents {
-            Contents::Receiving(bytes) => Ok(bytes),
-            Contents::Shared(_) => Err(js_error("internal", "a model file is written after an engine took it")),
+    /// Lays the file out in parts once its length is known and its header is in, taking each
+    /// part's room; the bytes already received (the first few MiB) are moved into their parts.
+    /// A header that does not parse leaves one part of the whole length (the plan says why).
+    fn lay_out(&mut self) -> Result<(), JsValue> {
+        let Some(expected) = self.expected.filter(|_| self.layout.is_none()) else { return Ok(()) };
+        let layout = match GgufHeader::parse(&self.parts[0], expected) {
+            Ok(header) => header.parts(PART_BYTES),
+            Err(GgufError::Truncated { needed, .. }) => {
+                self.header_needs = needed;
+                return Ok(());
+            }
+            Err(_) => std::iter::once(0..expected).collect(),
+        };
+        let received = std::mem::take(&mut self.parts[0]);
+        let mut parts = Vec::with_capacity(layout.len());
+        for range in &layout {
+            let mut part = Vec::new();
+            part.try_reserve_exact((range.end - range.start) as usize).map_err(|_| no_room(expected as f64))?;
+            let (lo, hi) = ((range.start as usize).min(received.len()), (range.end as usize).min(received.len()));
+            part.extend_from_slice(&received[lo..hi]);
+            parts.push(part);
+        }
+        self.filling = parts
+            .iter()
+            .zip(&layout)
+            .position(|(part, range)| (part.len() as u64) < range.end - range.start)
+            .unwrap_or(parts.len() - 1);
+        self.parts = parts;
+        self.layout = Some(layout);
+        Ok(())
+    }
+
+    fn writable(&self) -> Result<(), JsValue> {
+        match self.shared {
+            None => Ok(()),
+            Some(_) => Err(js_error("internal", "a model file is written after an engine took it")),
         }
     }
 }
