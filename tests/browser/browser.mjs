@@ -172,9 +172,9 @@ const SESSION_START_TRIES = 2;
  * a MiniBrowser that stops answering fails the test that used it, naming the step, instead of
  * holding the suite (a quit that does not answer ends the driver and its browsers; the next page
  * starts a new driver). A new session that WebKitWebDriver never answers (the MiniBrowser it
- * started never connected: twice in CI, once in test 3 and once in test 4, never in nine suite
- * runs here; before any page is open) ends that driver and is tried once more on a new one,
- * saying so: the browser's start, not what a test checks.
+ * started never connected, before any page is open: once in a run of .ci/run here, never in nine
+ * WebKit suite runs; the project's CI, unbounded then, held at the same place) ends that driver
+ * and is tried once more on a new one, saying so: the browser's start, not what a test checks.
  */
 const webkit = {
   name: 'WebKit',
