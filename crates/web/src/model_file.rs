@@ -7,9 +7,9 @@
 //! check). The load is planned from the bytes received so far ([`plan_load`](crate::bindings)),
 //! and the whole file's room is reserved once the plan accepts it, so a download or a given file
 //! that cannot fit is refused before the memory is taken (a stored copy, which loaded before, is
-//! reserved at its recorded length and planned whole). The CPU engine then reads its matrices where they lie
-//! ([`SharedBytes`]): the file's bytes in wasm memory are the model's weights. The Cache API copy
-//! is written from here too, a slice at a time ([`ModelFile::read`]).
+//! reserved at its recorded length and planned whole). The CPU engine then reads its matrices
+//! where they lie ([`SharedBytes`]): the file's bytes in wasm memory are the model's weights. The
+//! Cache API copy is written from here too, a slice at a time ([`ModelFile::read`]).
 //!
 //! One wasm32 allocation stops short of 2 GiB (`isize::MAX`), so a file is held in parts of at
 //! most [`PART_BYTES`], split where a tensor begins ([`GgufHeader::parts`]), each reserved once
@@ -189,7 +189,7 @@ impl ModelFile {
             }
             Err(_) => std::iter::once(0..expected).collect(),
         };
-        let received = std::mem::take(&mut self.parts[0]);
+        let received = &self.parts[0];
         let mut parts = Vec::with_capacity(layout.len());
         for range in &layout {
             let mut part = Vec::new();
