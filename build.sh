@@ -232,24 +232,18 @@ ensure_qwen35() {
   ensure_shaped qwen35-0.8b "$QWEN35_PATH" "$QWEN35_SHA256"
 }
 
-# The Gemma-3-1B-shaped file (or NUCLEUS_GEMMA1B instead of it), from Gemma 3 270M's vocabulary.
-ensure_gemma1b() {
-  if [ -n "${NUCLEUS_GEMMA1B:-}" ]; then
-    [ -f "$NUCLEUS_GEMMA1B" ] || die "NUCLEUS_GEMMA1B=$NUCLEUS_GEMMA1B is not a file"
+# A Gemma-3-shaped file made from Gemma 3 270M's vocabulary: ensure_gemma_shaped SIZE (1b or 4b),
+# or the file NUCLEUS_GEMMA1B / NUCLEUS_GEMMA4B names instead of it.
+ensure_gemma_shaped() {
+  local size="$1" upper given path sha256
+  upper="$(echo "$1" | tr a-z A-Z)"
+  given="NUCLEUS_GEMMA$upper" path="GEMMA${upper}_PATH" sha256="GEMMA${upper}_SHA256"
+  if [ -n "${!given:-}" ]; then
+    [ -f "${!given}" ] || die "$given=${!given} is not a file"
     return
   fi
   ensure_gemma
-  NUCLEUS_GEMMA="$(gemma_path)" ensure_shaped gemma3-1b "$GEMMA1B_PATH" "$GEMMA1B_SHA256"
-}
-
-# The Gemma-3-4B-shaped file (or NUCLEUS_GEMMA4B instead of it), likewise.
-ensure_gemma4b() {
-  if [ -n "${NUCLEUS_GEMMA4B:-}" ]; then
-    [ -f "$NUCLEUS_GEMMA4B" ] || die "NUCLEUS_GEMMA4B=$NUCLEUS_GEMMA4B is not a file"
-    return
-  fi
-  ensure_gemma
-  NUCLEUS_GEMMA="$(gemma_path)" ensure_shaped gemma3-4b "$GEMMA4B_PATH" "$GEMMA4B_SHA256"
+  NUCLEUS_GEMMA="$(gemma_path)" ensure_shaped "gemma3-$size" "${!path}" "${!sha256}"
 }
 
 model_path() { echo "${NUCLEUS_MODEL:-$MODEL_PATH}"; }
@@ -456,9 +450,9 @@ cmd_bench() {
   ensure_model
   ensure_gemma
   ensure_qwen35
-  ensure_gemma1b
+  ensure_gemma_shaped 1b
   # The 2.49 GB one only when it is asked for.
-  case " $* " in *gemma4b*) ensure_gemma4b ;; esac
+  case " $* " in *gemma4b*) ensure_gemma_shaped 4b ;; esac
   ensure_chromium
   export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)" \
     NUCLEUS_GEMMA1B="$(gemma1b_path)" NUCLEUS_GEMMA4B="$(gemma4b_path)"
