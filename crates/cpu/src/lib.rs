@@ -29,7 +29,7 @@
 
 pub mod delta_net;
 mod dot;
-pub mod int16;
+pub mod integer;
 mod matmul;
 pub mod ops;
 pub mod reference;

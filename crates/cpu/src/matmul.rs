@@ -3,7 +3,7 @@
 use nucleus_gguf::{GgmlType, dequantize_into};
 
 use crate::dot::{self, Dot};
-use crate::int16::{self, Activations16, IntDot};
+use crate::integer::{self, IntegerRow, RowDot};
 use crate::threads::for_each_task;
 
 /// Weights dequantized at a time: a multiple of every block size (32 and 256 values), 8 KB of
@@ -94,8 +94,8 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
     }
     let kernel = rows_kernel();
     if n == 1 {
-        // The K-quants' integer products need the row in 16 bits: rounded once for every product.
-        let rounded = products.iter().any(|(w, _)| Activations16::reads(w.ggml_type)).then(|| Activations16::new(x));
+        // The K-quants' integer products need the row in integers: rounded once for every product.
+        let rounded = products.iter().any(|(w, _)| IntegerRow::reads(w.ggml_type)).then(|| IntegerRow::new(x));
         let integer = integer_rows_kernel();
         // y is the weight rows' outputs in order: each task writes its own rows in place.
         let tasks = products
@@ -103,7 +103,7 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
             .flat_map(|(w, y)| y.chunks_mut(ROWS_PER_TASK).enumerate().map(move |(index, out)| (&**w, index, out)))
             .collect();
         for_each_task(tasks, |(w, index, out)| match &rounded {
-            Some(rounded) if Activations16::reads(w.ggml_type) => {
+            Some(rounded) if IntegerRow::reads(w.ggml_type) => {
                 integer(w, rounded, index * ROWS_PER_TASK, out, accumulate)
             }
             _ => kernel(w, x, 1, index * ROWS_PER_TASK, out, accumulate),
@@ -235,8 +235,8 @@ unsafe fn rows_simd128(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut 
 }
 
 /// The kernel computing weight rows `first..` (as many as `out` holds) of a K-quant matrix for
-/// one activation row rounded to 16 bits (`int16.rs`).
-type IntegerRowsKernel = fn(&Matrix, &Activations16, usize, &mut [f32], bool);
+/// one activation row rounded to integers (`integer.rs`).
+type IntegerRowsKernel = fn(&Matrix, &IntegerRow, usize, &mut [f32], bool);
 
 /// The fastest build of the integer kernel this CPU runs.
 fn integer_rows_kernel() -> IntegerRowsKernel {
@@ -257,26 +257,26 @@ fn integer_rows_kernel() -> IntegerRowsKernel {
         };
     }
     #[allow(unreachable_code)]
-    integer_rows::<int16::Portable>
+    integer_rows::<integer::Portable>
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn integer_rows_avx2(w: &Matrix, x: &Activations16, first: usize, out: &mut [f32], accumulate: bool) {
-    integer_rows::<int16::Avx2>(w, x, first, out, accumulate);
+unsafe fn integer_rows_avx2(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
+    integer_rows::<integer::Avx2>(w, x, first, out, accumulate);
 }
 
 #[cfg(target_arch = "wasm32")]
 #[target_feature(enable = "simd128")]
-unsafe fn integer_rows_simd128(w: &Matrix, x: &Activations16, first: usize, out: &mut [f32], accumulate: bool) {
-    integer_rows::<int16::Simd128>(w, x, first, out, accumulate);
+unsafe fn integer_rows_simd128(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
+    integer_rows::<integer::Simd128>(w, x, first, out, accumulate);
 }
 
 /// The integer kernel's one body, compiled into each build above.
 #[inline(always)]
-fn integer_rows<D: IntDot>(w: &Matrix, x: &Activations16, first: usize, out: &mut [f32], accumulate: bool) {
+fn integer_rows<D: RowDot>(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     for (i, sum) in out.iter_mut().enumerate() {
-        let value = int16::row_dot::<D>(w.ggml_type, w.row(first + i), x);
+        let value = D::row_dot(w.ggml_type, w.row(first + i), x);
         *sum = if accumulate { *sum + value } else { value };
     }
 }

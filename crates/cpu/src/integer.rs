@@ -1,0 +1,635 @@
+//! A decode step's products over the K-quant blocks (Q4_K, Q5_K, Q6_K: the bulk of a Q4_K_M
+//! file) in integers: the activation row rounded to 24-bit integers per 256 values (one f32
+//! scale each, [`IntegerRow`]), each block's quants multiplied by them in integer instructions,
+//! the block's scales applied in integers, one f32 conversion per block.
+//!
+//! Why: through the tile (`matmul.rs`) each weight is converted to f32, scaled, written and read
+//! back before its multiply-add; a K-quant decode product ran at 10 GMAC/s natively, far from
+//! what memory could feed. Why 24 bits: llama.cpp rounds activations to 8 bits, which moves
+//! logits by up to ~0.6; 16 bits per 256 values moved Gemma 3's decode logits by up to 1.1e-2
+//! from its prefill's (its activations have outliers that set a block's step), where the engine
+//! keeps the two within 1e-4. 24 bits (a step of 2⁻²³ of the block's largest activation) keep
+//! Gemma 3's decode within 2.6e-5 of a recompute (31 bits: 1.3e-5; ARCHITECTURE.md).
+//!
+//! Each instruction set holds the integers as its products want them:
+//! - AVX2 as three signed 8-bit digits (`X = d₀·2¹⁶ + d₁·2⁸ + d₂`, each in −128..=127): a block's
+//!   quants are unsigned bytes (0..64), so `vpmaddubsw` multiplies 32 quants by 32 digits an
+//!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32, and the
+//!   three digits' sums meet in f32 once per block;
+//! - WebAssembly SIMD (no byte products without relaxed SIMD) as two 16-bit halves (`X = h·2⁸ +
+//!   l`, `0 ≤ l < 2⁸`) against the quants widened to 16 bits, `i32x4.dot_i16x8_s` eight at a time;
+//! - the portable build (and the reference in the tests) as the i32 itself.
+//!
+//! The minimums of Q4_K and Q5_K, and Q6_K's offset of 32, multiply the exact f32 sum of each 32
+//! or 16 activations.
+
+use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
+
+/// Values sharing one activation scale: a K-quant block.
+pub const SUPER_BLOCK: usize = 256;
+
+/// Steps of the largest activation of a block: `0x7F7F7F`, the largest integer whose three
+/// balanced 8-bit digits are all at most 127 (and its negation's at least −127).
+const STEPS: f64 = 0x7F_7F7F as f64;
+
+/// An activation row rounded to 24-bit integers: per 256 values one scale, per 16 their exact
+/// sum.
+#[derive(Debug, Clone)]
+pub struct IntegerRow {
+    /// `X`, `x ≈ X · scale`, `|X| ≤ 0x7F7F7F`.
+    #[cfg_attr(any(target_arch = "x86_64", target_arch = "wasm32"), allow(dead_code))]
+    values: Vec<i32>,
+    /// `d₀, d₁, d₂` of each value: `X = d₀·2¹⁶ + d₁·2⁸ + d₂`.
+    #[cfg(target_arch = "x86_64")]
+    digits: [Vec<i8>; 3],
+    /// `X >> 8` and `X & 0xFF`.
+    #[cfg(target_arch = "wasm32")]
+    halves: [Vec<i16>; 2],
+    /// Per 256 values: `x ≈ X · scale`.
+    scales: Vec<f32>,
+    /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it).
+    sums: Vec<f32>,
+    /// Per 32 values: `Σ x`, in f32 (Q4_K's and Q5_K's minimums multiply it).
+    sums32: Vec<f32>,
+}
+
+impl IntegerRow {
+    /// `x` (a multiple of 256 values) rounded to the nearest of `2 · 0x7F7F7F` steps of its
+    /// largest magnitude per 256.
+    pub fn new(x: &[f32]) -> Self {
+        assert!(x.len().is_multiple_of(SUPER_BLOCK), "{} activations are not whole blocks of 256", x.len());
+        let mut values = vec![0i32; x.len()];
+        let mut scales = Vec::with_capacity(x.len() / SUPER_BLOCK);
+        for (block, values) in x.chunks_exact(SUPER_BLOCK).zip(values.chunks_exact_mut(SUPER_BLOCK)) {
+            let largest = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+            let scale = if largest > 0.0 { f64::from(largest) / STEPS } else { 1.0 };
+            for (value, &v) in values.iter_mut().zip(block) {
+                *value = (f64::from(v) / scale).round() as i32;
+            }
+            scales.push(scale as f32);
+        }
+        let sums: Vec<f32> = x.chunks_exact(16).map(|c| c.iter().sum()).collect();
+        let sums32 = sums.chunks_exact(2).map(|pair| pair[0] + pair[1]).collect();
+        Self {
+            #[cfg(target_arch = "x86_64")]
+            digits: digits(&values),
+            #[cfg(target_arch = "wasm32")]
+            halves: [
+                values.iter().map(|&v| (v >> 8) as i16).collect(),
+                values.iter().map(|&v| (v & 0xFF) as i16).collect(),
+            ],
+            values,
+            scales,
+            sums,
+            sums32,
+        }
+    }
+
+    /// Whether products of `ggml_type` go through here.
+    pub fn reads(ggml_type: GgmlType) -> bool {
+        matches!(ggml_type, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K)
+    }
+}
+
+/// The balanced base-256 digits of each value, most significant first.
+#[cfg(target_arch = "x86_64")]
+fn digits(values: &[i32]) -> [Vec<i8>; 3] {
+    let mut digits = [vec![0i8; values.len()], vec![0i8; values.len()], vec![0i8; values.len()]];
+    for (i, &value) in values.iter().enumerate() {
+        let mut rest = value;
+        for place in (0..3).rev() {
+            let digit = ((rest + 128) & 0xFF) - 128;
+            digits[place][i] = digit as i8;
+            rest = (rest - digit) >> 8;
+        }
+        debug_assert_eq!(rest, 0, "{value} has more than three digits");
+    }
+    digits
+}
+
+/// `Σ w·x` of one weight row of `ggml_type` (one of [`IntegerRow::reads`]) and the row `x`: one
+/// build per instruction set.
+pub(crate) trait RowDot {
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32;
+}
+
+#[inline(always)]
+fn half(block: &[u8], at: usize) -> f32 {
+    f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
+}
+
+/// `Σ w·x` over the blocks of a row, one block at a time by `block_dot(block, b)`.
+#[inline(always)]
+fn blocks(ggml_type: GgmlType, row: &[u8], x: &IntegerRow, mut block_dot: impl FnMut(&[u8], usize) -> f32) -> f32 {
+    let bytes = ggml_type.block_layout().1 as usize;
+    row.chunks_exact(bytes).take(x.scales.len()).enumerate().map(|(b, block)| block_dot(block, b)).sum()
+}
+
+/// The builds that widen a block's quants to 16 bits first (portable, WebAssembly SIMD): `Σ
+/// scale · q[i]·X[i]` over a sub-block of 16 or 32 quants and the values at `at..`, kept in
+/// lanes across a block's sub-blocks and added together once per block.
+trait Widened {
+    type Lanes: Copy;
+    fn zero() -> Self::Lanes;
+    fn add<const N: usize>(lanes: &mut Self::Lanes, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize);
+    fn total(lanes: Self::Lanes) -> f32;
+}
+
+impl<D: Widened> RowDot for D {
+    #[inline(always)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        match ggml_type {
+            GgmlType::Q4K => blocks(ggml_type, row, x, |block, b| {
+                k_block::<D>(block, x, b, |group, l| {
+                    let byte = block[16 + 32 * group + l];
+                    (byte & 0x0F, byte >> 4)
+                })
+            }),
+            GgmlType::Q5K => blocks(ggml_type, row, x, |block, b| {
+                let qh = &block[16..48];
+                k_block::<D>(block, x, b, |group, l| {
+                    let byte = block[48 + 32 * group + l];
+                    let fifth = |shift: usize| ((qh[l] >> shift) & 1) << 4;
+                    ((byte & 0x0F) | fifth(2 * group), (byte >> 4) | fifth(2 * group + 1))
+                })
+            }),
+            GgmlType::Q6K => blocks(ggml_type, row, x, |block, b| q6_k::<D>(block, x, b)),
+            other => unreachable!("{other} is not a K-quant"),
+        }
+    }
+}
+
+/// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): `d` and `dmin`
+/// first, the packed scales, and four groups of 64 quants whose quant `l` of the low and of the
+/// high 32 `quants(group, l)` gives.
+#[inline(always)]
+fn k_block<D: Widened>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize, usize) -> (u8, u8)) -> f32 {
+    let (d, dmin) = (half(block, 0), half(block, 2));
+    let scales = &block[4..16];
+    let (mut scaled, mut minimums) = (D::zero(), 0f32);
+    for group in 0..4 {
+        let (mut low, mut high) = ([0i16; 32], [0i16; 32]);
+        for l in 0..32 {
+            let (lo, hi) = quants(group, l);
+            (low[l], high[l]) = (i16::from(lo), i16::from(hi));
+        }
+        let at = b * SUPER_BLOCK + 64 * group;
+        for (sub, quants, at) in [(2 * group, &low, at), (2 * group + 1, &high, at + 32)] {
+            let (scale, min) = k_scale_min(sub, scales);
+            D::add(&mut scaled, f32::from(scale), quants, x, at);
+            minimums += f32::from(min) * x.sums32[b * 8 + sub];
+        }
+    }
+    d * x.scales[b] * D::total(scaled) - dmin * minimums
+}
+
+/// One Q6_K block (`d·scale·(q − 32)`, sixteen sub-blocks of 16 with signed 8-bit scales)
+/// against block `b` of `x`.
+#[inline(always)]
+fn q6_k<D: Widened>(block: &[u8], x: &IntegerRow, b: usize) -> f32 {
+    let d = half(block, 208);
+    let mut scaled = D::zero();
+    for half_block in 0..2 {
+        let ql = &block[64 * half_block..64 * half_block + 64];
+        let qh = &block[128 + 32 * half_block..128 + 32 * half_block + 32];
+        let sc = &block[192 + 8 * half_block..192 + 8 * half_block + 8];
+        // The 128 values of this half, in four runs of 32 (quants 0..32, 32..64, 64..96, 96..128).
+        let mut quants = [[0i16; 32]; 4];
+        for l in 0..32 {
+            quants[0][l] = i16::from((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32;
+            quants[1][l] = i16::from((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            quants[2][l] = i16::from((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            quants[3][l] = i16::from((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+        }
+        for (run, quants) in quants.iter().enumerate() {
+            for sixteen in 0..2 {
+                let scale = f32::from(sc[2 * run + sixteen] as i8);
+                let sixteen_quants: &[i16; 16] = quants[16 * sixteen..16 * sixteen + 16].try_into().expect("16");
+                let at = b * SUPER_BLOCK + 128 * half_block + 32 * run + 16 * sixteen;
+                D::add(&mut scaled, scale, sixteen_quants, x, at);
+            }
+        }
+    }
+    d * x.scales[b] * D::total(scaled)
+}
+
+/// Plain Rust over the i32 values: the reference the tests hold the others to, and the build for
+/// a CPU without AVX2.
+pub(crate) struct Portable;
+
+impl Widened for Portable {
+    type Lanes = f64;
+
+    #[inline(always)]
+    fn zero() -> f64 {
+        0.0
+    }
+
+    #[inline(always)]
+    fn add<const N: usize>(lanes: &mut f64, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize) {
+        let sum: i64 = q.iter().zip(&x.values[at..at + N]).map(|(&q, &v)| i64::from(q) * i64::from(v)).sum();
+        *lanes += f64::from(scale) * sum as f64;
+    }
+
+    #[inline(always)]
+    fn total(lanes: f64) -> f32 {
+        lanes as f32
+    }
+}
+
+/// WebAssembly SIMD: `i32x4.dot_i16x8_s` on eight quants at a time, against both halves.
+#[cfg(target_arch = "wasm32")]
+pub(crate) struct Simd128;
+
+#[cfg(target_arch = "wasm32")]
+impl Widened for Simd128 {
+    type Lanes = std::arch::wasm32::v128;
+
+    #[inline(always)]
+    fn zero() -> Self::Lanes {
+        std::arch::wasm32::f32x4_splat(0.0)
+    }
+
+    #[inline(always)]
+    fn add<const N: usize>(lanes: &mut Self::Lanes, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize) {
+        use std::arch::wasm32::*;
+        let [high, low] = &x.halves;
+        assert!(N.is_multiple_of(8) && at + N <= high.len());
+        let (high, low) = (&high[at..at + N], &low[at..at + N]);
+        let (mut h, mut l) = (i32x4_splat(0), i32x4_splat(0));
+        for k in (0..N).step_by(8) {
+            // SAFETY: k + 8 <= N for each; only compiled into `#[target_feature(enable =
+            // "simd128")]` functions.
+            let (qs, hs, ls) = unsafe {
+                (
+                    v128_load(q.as_ptr().add(k).cast()),
+                    v128_load(high.as_ptr().add(k).cast()),
+                    v128_load(low.as_ptr().add(k).cast()),
+                )
+            };
+            // Exact in i32: |q| ≤ 32, |h| < 2¹⁵, 32 of them.
+            h = i32x4_add(h, i32x4_dot_i16x8(qs, hs));
+            l = i32x4_add(l, i32x4_dot_i16x8(qs, ls));
+        }
+        let value = f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), f32x4_splat(256.0)), f32x4_convert_i32x4(l));
+        *lanes = f32x4_add(*lanes, f32x4_mul(value, f32x4_splat(scale)));
+    }
+
+    #[inline(always)]
+    fn total(lanes: Self::Lanes) -> f32 {
+        use std::arch::wasm32::*;
+        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
+            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
+    }
+}
+
+/// AVX2 (x86-64, chosen at run time): the quants as unsigned bytes against the three digits,
+/// `vpmaddubsw` on 32 at a time, `vpmaddwd` by the sub-block's scale.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Avx2;
+
+#[cfg(target_arch = "x86_64")]
+impl RowDot for Avx2 {
+    #[inline(always)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: only called from `#[target_feature(enable = "avx2,fma")]` functions, which run
+        // after the CPU was found to have both.
+        unsafe { avx2::row_dot(ggml_type, row, x) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx2 {
+    use std::arch::x86_64::*;
+
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        let bytes = ggml_type.block_layout().1 as usize;
+        let mut lanes = _mm256_setzero_ps();
+        for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
+            lanes = match ggml_type {
+                GgmlType::Q4K => q4_k(block, x, b, lanes),
+                GgmlType::Q5K => q5_k(block, x, b, lanes),
+                GgmlType::Q6K => q6_k(block, x, b, lanes),
+                other => unreachable!("{other} is not a K-quant"),
+            };
+        }
+        total(lanes)
+    }
+
+    /// The 256 digits of each place of block `b` of `x`.
+    #[inline(always)]
+    fn block_digits<'a>(x: &'a IntegerRow, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
+        let [d0, d1, d2] = &x.digits;
+        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
+            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
+        };
+        [block(d0), block(d1), block(d2)]
+    }
+
+    /// 32 bytes from `at`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load<T>(bytes: &[T], at: usize) -> __m256i {
+        let bytes = &bytes[at..at + 32 / size_of::<T>()];
+        // SAFETY: 32 bytes in bounds (sliced above).
+        unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
+    }
+
+    /// Eight f32s from `at`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load_f32(values: &[f32], at: usize) -> __m256 {
+        let values = &values[at..at + 8];
+        // SAFETY: eight f32s in bounds (sliced above).
+        unsafe { _mm256_loadu_ps(values.as_ptr()) }
+    }
+
+    /// Eight bytes from `at`, in the low half of a register.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn load8(bytes: &[u8], at: usize) -> __m128i {
+        _mm_cvtsi64_si128(i64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")))
+    }
+
+    /// `Σ scale · q·d` of 32 unsigned quants (< 64) and 32 digits, as eight i32 lanes: exact
+    /// (`vpmaddubsw`'s pairs are at most 2·63·128, below its saturation).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn scaled_products(quants: __m256i, digits: __m256i, scale: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(quants, digits), scale)
+    }
+
+    /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn joined(sums: [__m256i; 3]) -> __m256 {
+        let [d0, d1, d2] = sums.map(|s| _mm256_cvtepi32_ps(s));
+        _mm256_fmadd_ps(d0, _mm256_set1_ps(65536.0), _mm256_fmadd_ps(d1, _mm256_set1_ps(256.0), d2))
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn total(lanes: __m256) -> f32 {
+        let sum = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
+        let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+        _mm_cvtss_f32(_mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1)))
+    }
+
+    /// One Q4_K block against block `b` of `x`, added to `lanes`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn q4_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        let nibbles = _mm256_set1_epi8(0x0F);
+        k_block(block, x, b, lanes, |group| {
+            let q = load(block, 16 + 32 * group);
+            (_mm256_and_si256(q, nibbles), _mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles))
+        })
+    }
+
+    /// One Q5_K block (Q4_K's with a fifth bit per quant in `qh`) against block `b` of `x`.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn q5_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        let (nibbles, sixteen) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(16));
+        let qh = load(block, 16);
+        // 16 where bit `shift` of the quant's `qh` byte is set.
+        let fifth = |shift: usize| {
+            let bit = _mm256_set1_epi8(1 << shift);
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), sixteen)
+        };
+        k_block(block, x, b, lanes, |group| {
+            let q = load(block, 48 + 32 * group);
+            (
+                _mm256_or_si256(_mm256_and_si256(q, nibbles), fifth(2 * group)),
+                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles), fifth(2 * group + 1)),
+            )
+        })
+    }
+
+    /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
+    /// (`nucleus_gguf::k_scale_min`'s layout), a byte each.
+    #[inline(always)]
+    fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
+        let word = |at: usize| u32::from_le_bytes(packed[at..at + 4].try_into().expect("4"));
+        let (a, b, c) = (word(0), word(4), word(8));
+        let (six, four, two) = (0x3F3F_3F3F, 0x0F0F_0F0F, 0x0303_0303);
+        let scales = (a & six, (c & four) | (((a >> 6) & two) << 4));
+        let mins = (b & six, ((c >> 4) & four) | (((b >> 6) & two) << 4));
+        let join = |(low, high): (u32, u32)| u64::from(low) | (u64::from(high) << 32);
+        (join(scales), join(mins))
+    }
+
+    /// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): four groups
+    /// of 64 quants, `quants(group)` the low and the high 32 as unsigned bytes.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn k_block(
+        block: &[u8],
+        x: &IntegerRow,
+        b: usize,
+        lanes: __m256,
+        quants: impl Fn(usize) -> (__m256i, __m256i),
+    ) -> __m256 {
+        let (d, dmin) = (half(block, 0), half(block, 2));
+        let (scales, mins) = k_scales_and_mins(&block[4..16]);
+        // The eight scales as 16-bit lanes, in both halves of the register; sub-block `sub`'s
+        // broadcast by a byte shuffle.
+        let scales = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64));
+        let scales = _mm256_permute4x64_epi64(scales, 0b0100_0100);
+        let broadcast = |sub: usize| {
+            let pair = (2 * sub as i16) | ((2 * sub as i16 + 1) << 8);
+            _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pair))
+        };
+        let xs = block_digits(x, b);
+        let mut sums = [_mm256_setzero_si256(); 3];
+        for group in 0..4 {
+            let (low, high) = quants(group);
+            let (low_scale, high_scale) = (broadcast(2 * group), broadcast(2 * group + 1));
+            for (digits, sum) in xs.iter().zip(&mut sums) {
+                // At most 8 · 2·31·128·63 per lane: far within i32.
+                let (low_x, high_x) = (load(*digits, 64 * group), load(*digits, 64 * group + 32));
+                let products =
+                    _mm256_add_epi32(scaled_products(low, low_x, low_scale), scaled_products(high, high_x, high_scale));
+                *sum = _mm256_add_epi32(*sum, products);
+            }
+        }
+        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
+        let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
+        _mm256_fnmadd_ps(_mm256_mul_ps(mins, load_f32(&x.sums32, b * 8)), _mm256_set1_ps(dmin), lanes)
+    }
+
+    /// One Q6_K block (`d·scale·(q − 32)`, sixteen sub-blocks of 16 with signed 8-bit scales)
+    /// against block `b` of `x`, added to `lanes`: the quants unsigned (0..64) in the products,
+    /// the 32 taken off as `32 · scale · Σx` of each sub-block.
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn q6_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        let d = half(block, 208);
+        let xs = block_digits(x, b);
+        let (nibbles, two_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+        // The sixteen scales as 16-bit lanes; sub-blocks `2k` and `2k + 1` (a run of 32) are
+        // 32-bit lane `k`, broadcast, then the low half of the register takes the first scale
+        // and the high half the second (the products of a run's first 16 quants land in the
+        // low eight 16-bit lanes).
+        let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
+        let scales = _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(low_scales, high_scales));
+        let split = _mm256_setr_epi8(
+            0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+        );
+        let mut sums = [_mm256_setzero_si256(); 3];
+        for half_block in 0..2 {
+            let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
+            let (low, high, qh) = (load(block, ql), load(block, ql + 32), load(block, qh));
+            // The 128 values of this half, in four runs of 32 (as `dequant.rs` reads them).
+            let runs = [
+                (_mm256_and_si256(low, nibbles), _mm256_slli_epi16(qh, 4)),
+                (_mm256_and_si256(high, nibbles), _mm256_slli_epi16(qh, 2)),
+                (_mm256_and_si256(_mm256_srli_epi16(low, 4), nibbles), qh),
+                (_mm256_and_si256(_mm256_srli_epi16(high, 4), nibbles), _mm256_srli_epi16(qh, 2)),
+            ];
+            for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
+                let quants = _mm256_or_si256(four_bits, _mm256_and_si256(upper, two_bits));
+                let pair = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(4 * half_block as i32 + run as i32));
+                let scale = _mm256_shuffle_epi8(pair, split);
+                let at = 128 * half_block + 32 * run;
+                for (digits, sum) in xs.iter().zip(&mut sums) {
+                    // At most 8 · 2·63·128·128 per lane: within i32.
+                    *sum = _mm256_add_epi32(*sum, scaled_products(quants, load(*digits, at), scale));
+                }
+            }
+        }
+        // 32 · Σ scale · Σx over the sixteen sub-blocks.
+        let float_scales = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+        let offsets = _mm256_fmadd_ps(
+            float_scales(low_scales),
+            load_f32(&x.sums, b * 16),
+            _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
+        );
+        let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
+        _mm256_fnmadd_ps(offsets, _mm256_set1_ps(32.0 * d), lanes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Random-looking blocks with sane scales (finite f16s of about 1e-3).
+    fn blocks(ggml_type: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+        let (block, block_bytes) = ggml_type.block_layout();
+        let mut bytes: Vec<u8> =
+            (0..rows * cols / block as usize * block_bytes as usize).map(|i| (i * 7919 % 251) as u8).collect();
+        for b in bytes.chunks_exact_mut(block_bytes as usize) {
+            let scale = 0x1400u16.to_le_bytes();
+            match ggml_type {
+                GgmlType::Q6K => b[208..210].copy_from_slice(&scale),
+                _ => {
+                    b[0..2].copy_from_slice(&scale);
+                    b[2..4].copy_from_slice(&0x1000u16.to_le_bytes());
+                }
+            }
+        }
+        bytes
+    }
+
+    /// Activations with an outlier per block, as Gemma's have.
+    fn activations(cols: usize) -> Vec<f32> {
+        (0..cols)
+            .map(|i| (i as f32 * 0.37).sin() * (1.0 + (i % 7) as f32) * if i % 256 == 3 { 300.0 } else { 1.0 })
+            .collect()
+    }
+
+    /// `Σ w·x` of each row against the row dequantized whole, f64 sums.
+    fn exact(ggml_type: GgmlType, bytes: &[u8], rows: usize, x: &[f32]) -> Vec<(f64, f64)> {
+        let cols = x.len();
+        let mut dense = vec![0.0; rows * cols];
+        assert!(nucleus_gguf::dequantize_into(ggml_type, bytes, &mut dense));
+        dense
+            .chunks_exact(cols)
+            .map(|w| {
+                let products = w.iter().zip(x).map(|(&a, &b)| f64::from(a) * f64::from(b));
+                (products.clone().sum(), products.map(f64::abs).sum())
+            })
+            .collect()
+    }
+
+    /// The portable build against the block dequantized whole and an f64 sum: within the
+    /// rounding of 24 bits.
+    #[test]
+    fn integer_products_equal_the_dequantized_rows_within_the_rounding() {
+        let (rows, cols) = (3, 768);
+        let x = activations(cols);
+        let q = IntegerRow::new(&x);
+        for ggml_type in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            let bytes = blocks(ggml_type, rows, cols);
+            let row_bytes = bytes.len() / rows;
+            for (r, (exact, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
+                let got = f64::from(Portable::row_dot(ggml_type, &bytes[r * row_bytes..(r + 1) * row_bytes], &q));
+                assert!(
+                    (got - exact).abs() <= 1e-6 * magnitude.max(1e-6),
+                    "{ggml_type} row {r}: {got} against {exact} (Σ|w·x| {magnitude})"
+                );
+            }
+        }
+    }
+
+    /// The AVX2 build against the portable one, on every K format, every quant value (the
+    /// blocks' bytes run through all 251 residues) and the digits' extremes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_avx2_build_equals_the_portable_one() {
+        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
+            return;
+        }
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+            Avx2::row_dot(ggml_type, row, x)
+        }
+        let (rows, cols) = (4, 1024);
+        let mut x = activations(cols);
+        x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let q = IntegerRow::new(&x);
+        for ggml_type in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            let bytes = blocks(ggml_type, rows, cols);
+            let row_bytes = bytes.len() / rows;
+            for (r, (_, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
+                let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+                // SAFETY: the CPU has AVX2 and FMA (checked above).
+                let (got, want) = (unsafe { avx2(ggml_type, row, &q) }, Portable::row_dot(ggml_type, row, &q));
+                assert!(
+                    f64::from((got - want).abs()) <= 1e-6 * magnitude,
+                    "{ggml_type} row {r}: AVX2 {got}, portable {want}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_zero_row_rounds_to_zero_and_the_largest_value_to_its_full_range() {
+        let mut x = vec![0.0; 256];
+        let q = IntegerRow::new(&x);
+        assert!(q.values.iter().all(|&v| v == 0) && q.scales == [1.0]);
+        x[3] = -2.5;
+        x[9] = 1.25;
+        x[10] = 1e-5;
+        let q = IntegerRow::new(&x);
+        assert_eq!((q.values[3], q.values[9]), (-0x7F_7F7F, 0x3F_BFC0));
+        // A value five orders of magnitude below the block's largest keeps its digits: within
+        // half a step (2.5 / 0x7F7F7F).
+        assert!(((q.values[10] as f32 * q.scales[0]) - 1e-5).abs() < 1.6e-7);
+        assert_eq!(q.sums[0], -1.25 + 1e-5);
+        #[cfg(target_arch = "x86_64")]
+        {
+            let value = |i: usize| {
+                let [d0, d1, d2] = [0, 1, 2].map(|d| i32::from(q.digits[d][i]));
+                d0 * 65536 + d1 * 256 + d2
+            };
+            assert!((0..256).all(|i| value(i) == q.values[i]));
+            assert_eq!([0, 1, 2].map(|d| q.digits[d][3]), [-127, -127, -127]);
+        }
+    }
+}
