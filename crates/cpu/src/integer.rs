@@ -37,7 +37,6 @@ const STEPS: f64 = 0x7F_7F7F as f64;
 #[derive(Debug, Clone)]
 pub struct IntegerRow {
     /// `X`, `x ≈ X · scale`, `|X| ≤ 0x7F7F7F`.
-    #[cfg_attr(any(target_arch = "x86_64", target_arch = "wasm32"), allow(dead_code))]
     values: Vec<i32>,
     /// `d₀, d₁, d₂` of each value: `X = d₀·2¹⁶ + d₁·2⁸ + d₂`.
     #[cfg(target_arch = "x86_64")]
@@ -47,7 +46,8 @@ pub struct IntegerRow {
     halves: [Vec<i16>; 2],
     /// Per 256 values: `x ≈ X · scale`.
     scales: Vec<f32>,
-    /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it).
+    /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it in the AVX2 build).
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     sums: Vec<f32>,
     /// Per 32 values: `Σ x`, in f32 (Q4_K's and Q5_K's minimums multiply it).
     sums32: Vec<f32>,
@@ -292,9 +292,22 @@ pub(crate) struct Avx2;
 impl RowDot for Avx2 {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        // SAFETY: only called from `#[target_feature(enable = "avx2,fma")]` functions, which run
-        // after the CPU was found to have both.
-        unsafe { avx2::row_dot(ggml_type, row, x) }
+        // SAFETY: only called after the CPU was found to have AVX2 and FMA.
+        unsafe { avx2::row_dot_avx2(ggml_type, row, x) }
+    }
+}
+
+/// AVX2 with AVX-VNNI (Intel since Alder Lake, AMD since Zen 4; chosen at run time): as
+/// [`Avx2`], with the scale's `vpmaddwd` and the sum's add one `vpdpwssd`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Vnni;
+
+#[cfg(target_arch = "x86_64")]
+impl RowDot for Vnni {
+    #[inline(always)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: only called after the CPU was found to have AVX2, FMA and AVX-VNNI.
+        unsafe { avx2::row_dot_vnni(ggml_type, row, x) }
     }
 }
 
@@ -304,20 +317,67 @@ mod avx2 {
 
     use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
 
+    /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes.
+    pub(super) trait PairSums {
+        /// `sum + Σ a·b` of each pair of 16-bit lanes.
+        ///
+        /// # Safety
+        /// Only inlined into a function with the build's target features.
+        unsafe fn add(sum: __m256i, a: __m256i, b: __m256i) -> __m256i;
+    }
+
+    /// AVX2: `vpmaddwd`, then `vpaddd`.
+    pub(super) struct Madd;
+
+    impl PairSums for Madd {
+        #[inline(always)]
+        unsafe fn add(sum: __m256i, a: __m256i, b: __m256i) -> __m256i {
+            unsafe { _mm256_add_epi32(sum, _mm256_madd_epi16(a, b)) }
+        }
+    }
+
+    /// AVX-VNNI: `vpdpwssd`, both in one instruction.
+    pub(super) struct Vnni;
+
+    impl PairSums for Vnni {
+        #[inline(always)]
+        unsafe fn add(sum: __m256i, a: __m256i, b: __m256i) -> __m256i {
+            unsafe { _mm256_dpwssd_avx_epi32(sum, a, b) }
+        }
+    }
+
+    /// The AVX2 build.
     #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+    pub(super) fn row_dot_avx2(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: inlined here, with AVX2 and FMA.
+        unsafe { row_dot::<Madd>(ggml_type, row, x) }
+    }
+
+    /// The AVX-VNNI build.
+    #[target_feature(enable = "avx2,fma,avxvnni")]
+    pub(super) fn row_dot_vnni(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: inlined here, with AVX2, FMA and AVX-VNNI.
+        unsafe { row_dot::<Vnni>(ggml_type, row, x) }
+    }
+
+    // Every function below is inlined into one of the two above, which give it its target
+    // features (SAFETY, for each `unsafe` block: the intrinsics need no more than those).
+
+    #[inline(always)]
+    unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         let bytes = ggml_type.block_layout().1 as usize;
-        let mut lanes = _mm256_setzero_ps();
+        let mut lanes = unsafe { _mm256_setzero_ps() };
         for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
-            lanes = match ggml_type {
-                GgmlType::Q4K => q4_k(block, x, b, lanes),
-                GgmlType::Q5K => q5_k(block, x, b, lanes),
-                GgmlType::Q6K => q6_k(block, x, b, lanes),
-                other => unreachable!("{other} is not a K-quant"),
+            lanes = unsafe {
+                match ggml_type {
+                    GgmlType::Q4K => q4_k::<P>(block, x, b, lanes),
+                    GgmlType::Q5K => q5_k::<P>(block, x, b, lanes),
+                    GgmlType::Q6K => q6_k::<P>(block, x, b, lanes),
+                    other => unreachable!("{other} is not a K-quant"),
+                }
             };
         }
-        total(lanes)
+        unsafe { total(lanes) }
     }
 
     /// The 256 digits of each place of block `b` of `x`.
@@ -331,83 +391,83 @@ mod avx2 {
     }
 
     /// 32 bytes from `at`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn load<T>(bytes: &[T], at: usize) -> __m256i {
+    #[inline(always)]
+    unsafe fn load<T>(bytes: &[T], at: usize) -> __m256i {
         let bytes = &bytes[at..at + 32 / size_of::<T>()];
         // SAFETY: 32 bytes in bounds (sliced above).
         unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
     }
 
     /// Eight f32s from `at`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn load_f32(values: &[f32], at: usize) -> __m256 {
+    #[inline(always)]
+    unsafe fn load_f32(values: &[f32], at: usize) -> __m256 {
         let values = &values[at..at + 8];
         // SAFETY: eight f32s in bounds (sliced above).
         unsafe { _mm256_loadu_ps(values.as_ptr()) }
     }
 
     /// Eight bytes from `at`, in the low half of a register.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn load8(bytes: &[u8], at: usize) -> __m128i {
-        _mm_cvtsi64_si128(i64::from_le_bytes(bytes[at..at + 8].try_into().expect("8")))
+    #[inline(always)]
+    unsafe fn load8(bytes: &[u8], at: usize) -> __m128i {
+        unsafe { _mm_cvtsi64_si128(i64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"))) }
     }
 
-    /// `Σ scale · q·d` of 32 unsigned quants (< 64) and 32 digits, as eight i32 lanes: exact
-    /// (`vpmaddubsw`'s pairs are at most 2·63·128, below its saturation).
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn scaled_products(quants: __m256i, digits: __m256i, scale: __m256i) -> __m256i {
-        _mm256_madd_epi16(_mm256_maddubs_epi16(quants, digits), scale)
+    /// `sum + Σ scale · q·d` of 32 unsigned quants (< 64) and 32 digits, in eight i32 lanes:
+    /// exact (`vpmaddubsw`'s pairs are at most 2·63·128, below its saturation).
+    #[inline(always)]
+    unsafe fn add_products<P: PairSums>(sum: __m256i, quants: __m256i, digits: __m256i, scale: __m256i) -> __m256i {
+        unsafe { P::add(sum, _mm256_maddubs_epi16(quants, digits), scale) }
     }
 
     /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn joined(sums: [__m256i; 3]) -> __m256 {
-        let [d0, d1, d2] = sums.map(|s| _mm256_cvtepi32_ps(s));
-        _mm256_fmadd_ps(d0, _mm256_set1_ps(65536.0), _mm256_fmadd_ps(d1, _mm256_set1_ps(256.0), d2))
+    #[inline(always)]
+    unsafe fn joined(sums: [__m256i; 3]) -> __m256 {
+        unsafe {
+            let [d0, d1, d2] = sums.map(|s| _mm256_cvtepi32_ps(s));
+            _mm256_fmadd_ps(d0, _mm256_set1_ps(65536.0), _mm256_fmadd_ps(d1, _mm256_set1_ps(256.0), d2))
+        }
     }
 
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn total(lanes: __m256) -> f32 {
-        let sum = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
-        let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
-        _mm_cvtss_f32(_mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1)))
+    #[inline(always)]
+    unsafe fn total(lanes: __m256) -> f32 {
+        unsafe {
+            let sum = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
+            let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
+            _mm_cvtss_f32(_mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1)))
+        }
     }
 
     /// One Q4_K block against block `b` of `x`, added to `lanes`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn q4_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
-        let nibbles = _mm256_set1_epi8(0x0F);
-        k_block(block, x, b, lanes, |group| {
-            let q = load(block, 16 + 32 * group);
-            (_mm256_and_si256(q, nibbles), _mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles))
-        })
+    #[inline(always)]
+    unsafe fn q4_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        unsafe {
+            let nibbles = _mm256_set1_epi8(0x0F);
+            k_block::<P>(block, x, b, lanes, |group| {
+                let q = load(block, 16 + 32 * group);
+                (_mm256_and_si256(q, nibbles), _mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles))
+            })
+        }
     }
 
     /// One Q5_K block (Q4_K's with a fifth bit per quant in `qh`) against block `b` of `x`.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn q5_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
-        let (nibbles, sixteen) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(16));
-        let qh = load(block, 16);
-        // 16 where bit `shift` of the quant's `qh` byte is set.
-        let fifth = |shift: usize| {
-            let bit = _mm256_set1_epi8(1 << shift);
-            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), sixteen)
-        };
-        k_block(block, x, b, lanes, |group| {
-            let q = load(block, 48 + 32 * group);
-            (
-                _mm256_or_si256(_mm256_and_si256(q, nibbles), fifth(2 * group)),
-                _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles), fifth(2 * group + 1)),
-            )
-        })
+    #[inline(always)]
+    unsafe fn q5_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        unsafe {
+            let (nibbles, sixteen) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(16));
+            let qh = load(block, 16);
+            // 16 where bit `shift` of the quant's `qh` byte is set.
+            let fifth = |shift: usize| {
+                let bit = _mm256_set1_epi8(1 << shift);
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), sixteen)
+            };
+            k_block::<P>(block, x, b, lanes, |group| {
+                let q = load(block, 48 + 32 * group);
+                (
+                    _mm256_or_si256(_mm256_and_si256(q, nibbles), fifth(2 * group)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles), fifth(2 * group + 1)),
+                )
+            })
+        }
     }
 
     /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
@@ -425,92 +485,93 @@ mod avx2 {
 
     /// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): four groups
     /// of 64 quants, `quants(group)` the low and the high 32 as unsigned bytes.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn k_block(
+    #[inline(always)]
+    unsafe fn k_block<P: PairSums>(
         block: &[u8],
         x: &IntegerRow,
         b: usize,
         lanes: __m256,
         quants: impl Fn(usize) -> (__m256i, __m256i),
     ) -> __m256 {
-        let (d, dmin) = (half(block, 0), half(block, 2));
-        let (scales, mins) = k_scales_and_mins(&block[4..16]);
-        // The eight scales as 16-bit lanes, in both halves of the register; sub-block `sub`'s
-        // broadcast by a byte shuffle.
-        let scales = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64));
-        let scales = _mm256_permute4x64_epi64(scales, 0b0100_0100);
-        let broadcast = |sub: usize| {
-            let pair = (2 * sub as i16) | ((2 * sub as i16 + 1) << 8);
-            _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pair))
-        };
-        let xs = block_digits(x, b);
-        let mut sums = [_mm256_setzero_si256(); 3];
-        for group in 0..4 {
-            let (low, high) = quants(group);
-            let (low_scale, high_scale) = (broadcast(2 * group), broadcast(2 * group + 1));
-            for (digits, sum) in xs.iter().zip(&mut sums) {
-                // At most 8 · 2·31·128·63 per lane: far within i32.
-                let (low_x, high_x) = (load(*digits, 64 * group), load(*digits, 64 * group + 32));
-                let products =
-                    _mm256_add_epi32(scaled_products(low, low_x, low_scale), scaled_products(high, high_x, high_scale));
-                *sum = _mm256_add_epi32(*sum, products);
+        unsafe {
+            let (d, dmin) = (half(block, 0), half(block, 2));
+            let (scales, mins) = k_scales_and_mins(&block[4..16]);
+            // The eight scales as 16-bit lanes, in both halves of the register; sub-block `sub`'s
+            // broadcast by a byte shuffle.
+            let scales = _mm256_cvtepu8_epi16(_mm_cvtsi64_si128(scales as i64));
+            let scales = _mm256_permute4x64_epi64(scales, 0b0100_0100);
+            let broadcast = |sub: usize| {
+                let pair = (2 * sub as i16) | ((2 * sub as i16 + 1) << 8);
+                _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pair))
+            };
+            let xs = block_digits(x, b);
+            let mut sums = [_mm256_setzero_si256(); 3];
+            for group in 0..4 {
+                let (low, high) = quants(group);
+                let (low_scale, high_scale) = (broadcast(2 * group), broadcast(2 * group + 1));
+                for (digits, sum) in xs.iter().zip(&mut sums) {
+                    // At most 8 · 2·31·128·63 per lane: far within i32.
+                    let (low_x, high_x) = (load(*digits, 64 * group), load(*digits, 64 * group + 32));
+                    *sum = add_products::<P>(add_products::<P>(*sum, low, low_x, low_scale), high, high_x, high_scale);
+                }
             }
+            let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
+            let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
+            _mm256_fnmadd_ps(_mm256_mul_ps(mins, load_f32(&x.sums32, b * 8)), _mm256_set1_ps(dmin), lanes)
         }
-        let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
-        let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
-        _mm256_fnmadd_ps(_mm256_mul_ps(mins, load_f32(&x.sums32, b * 8)), _mm256_set1_ps(dmin), lanes)
     }
 
     /// One Q6_K block (`d·scale·(q − 32)`, sixteen sub-blocks of 16 with signed 8-bit scales)
     /// against block `b` of `x`, added to `lanes`: the quants unsigned (0..64) in the products,
     /// the 32 taken off as `32 · scale · Σx` of each sub-block.
-    #[target_feature(enable = "avx2,fma")]
-    #[inline]
-    fn q6_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
-        let d = half(block, 208);
-        let xs = block_digits(x, b);
-        let (nibbles, two_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
-        // The sixteen scales as 16-bit lanes; sub-blocks `2k` and `2k + 1` (a run of 32) are
-        // 32-bit lane `k`, broadcast, then the low half of the register takes the first scale
-        // and the high half the second (the products of a run's first 16 quants land in the
-        // low eight 16-bit lanes).
-        let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
-        let scales = _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(low_scales, high_scales));
-        let split = _mm256_setr_epi8(
-            0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-        );
-        let mut sums = [_mm256_setzero_si256(); 3];
-        for half_block in 0..2 {
-            let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
-            let (low, high, qh) = (load(block, ql), load(block, ql + 32), load(block, qh));
-            // The 128 values of this half, in four runs of 32 (as `dequant.rs` reads them).
-            let runs = [
-                (_mm256_and_si256(low, nibbles), _mm256_slli_epi16(qh, 4)),
-                (_mm256_and_si256(high, nibbles), _mm256_slli_epi16(qh, 2)),
-                (_mm256_and_si256(_mm256_srli_epi16(low, 4), nibbles), qh),
-                (_mm256_and_si256(_mm256_srli_epi16(high, 4), nibbles), _mm256_srli_epi16(qh, 2)),
-            ];
-            for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
-                let quants = _mm256_or_si256(four_bits, _mm256_and_si256(upper, two_bits));
-                let pair = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(4 * half_block as i32 + run as i32));
-                let scale = _mm256_shuffle_epi8(pair, split);
-                let at = 128 * half_block + 32 * run;
-                for (digits, sum) in xs.iter().zip(&mut sums) {
-                    // At most 8 · 2·63·128·128 per lane: within i32.
-                    *sum = _mm256_add_epi32(*sum, scaled_products(quants, load(*digits, at), scale));
+    #[inline(always)]
+    unsafe fn q6_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        unsafe {
+            let d = half(block, 208);
+            let xs = block_digits(x, b);
+            let (nibbles, two_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+            // The sixteen scales as 16-bit lanes; sub-blocks `2k` and `2k + 1` (a run of 32) are
+            // 32-bit lane `k`, broadcast, then the low half of the register takes the first scale
+            // and the high half the second (the products of a run's first 16 quants land in the
+            // low eight 16-bit lanes).
+            let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
+            let scales = _mm256_cvtepi8_epi16(_mm_unpacklo_epi64(low_scales, high_scales));
+            let split = _mm256_setr_epi8(
+                0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+            );
+            let mut sums = [_mm256_setzero_si256(); 3];
+            for half_block in 0..2 {
+                let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
+                let (low, high, qh) = (load(block, ql), load(block, ql + 32), load(block, qh));
+                // The 128 values of this half, in four runs of 32 (as `dequant.rs` reads them).
+                let runs = [
+                    (_mm256_and_si256(low, nibbles), _mm256_slli_epi16(qh, 4)),
+                    (_mm256_and_si256(high, nibbles), _mm256_slli_epi16(qh, 2)),
+                    (_mm256_and_si256(_mm256_srli_epi16(low, 4), nibbles), qh),
+                    (_mm256_and_si256(_mm256_srli_epi16(high, 4), nibbles), _mm256_srli_epi16(qh, 2)),
+                ];
+                for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
+                    let quants = _mm256_or_si256(four_bits, _mm256_and_si256(upper, two_bits));
+                    let pair =
+                        _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(4 * half_block as i32 + run as i32));
+                    let scale = _mm256_shuffle_epi8(pair, split);
+                    let at = 128 * half_block + 32 * run;
+                    for (digits, sum) in xs.iter().zip(&mut sums) {
+                        // At most 8 · 2·63·128·128 per lane: within i32.
+                        *sum = add_products::<P>(*sum, quants, load(*digits, at), scale);
+                    }
                 }
             }
+            // 32 · Σ scale · Σx over the sixteen sub-blocks.
+            let float_scales = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+            let offsets = _mm256_fmadd_ps(
+                float_scales(low_scales),
+                load_f32(&x.sums, b * 16),
+                _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
+            );
+            let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
+            _mm256_fnmadd_ps(offsets, _mm256_set1_ps(32.0 * d), lanes)
         }
-        // 32 · Σ scale · Σx over the sixteen sub-blocks.
-        let float_scales = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
-        let offsets = _mm256_fmadd_ps(
-            float_scales(low_scales),
-            load_f32(&x.sums, b * 16),
-            _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
-        );
-        let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
-        _mm256_fnmadd_ps(offsets, _mm256_set1_ps(32.0 * d), lanes)
     }
 }
 
@@ -577,33 +638,34 @@ mod tests {
         }
     }
 
-    /// The AVX2 build against the portable one, on every K format, every quant value (the
-    /// blocks' bytes run through all 251 residues) and the digits' extremes.
+    /// The AVX2 builds (with and without AVX-VNNI, where the CPU has them) against the portable
+    /// one, on every K format, every quant value (the blocks' bytes run through all 251
+    /// residues) and the digits' extremes.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_avx2_build_equals_the_portable_one() {
-        if !(std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")) {
-            return;
-        }
-        #[target_feature(enable = "avx2,fma")]
-        unsafe fn avx2(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-            Avx2::row_dot(ggml_type, row, x)
-        }
+    fn the_avx2_builds_equal_the_portable_one() {
+        let has = |feature: &str| match feature {
+            "avx2" => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
+            _ => std::arch::is_x86_feature_detected!("avxvnni"),
+        };
+        let builds: [(&str, bool, fn(GgmlType, &[u8], &IntegerRow) -> f32); 2] =
+            [("AVX2", has("avx2"), Avx2::row_dot), ("AVX-VNNI", has("avx2") && has("avxvnni"), Vnni::row_dot)];
         let (rows, cols) = (4, 1024);
         let mut x = activations(cols);
         x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
         let q = IntegerRow::new(&x);
-        for ggml_type in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
-            let bytes = blocks(ggml_type, rows, cols);
-            let row_bytes = bytes.len() / rows;
-            for (r, (_, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
-                let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
-                let (got, want) = (unsafe { avx2(ggml_type, row, &q) }, Portable::row_dot(ggml_type, row, &q));
-                assert!(
-                    f64::from((got - want).abs()) <= 1e-6 * magnitude,
-                    "{ggml_type} row {r}: AVX2 {got}, portable {want}"
-                );
+        for (name, _, build) in builds.into_iter().filter(|(_, present, _)| *present) {
+            for ggml_type in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+                let bytes = blocks(ggml_type, rows, cols);
+                let row_bytes = bytes.len() / rows;
+                for (r, (_, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
+                    let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+                    let (got, want) = (build(ggml_type, row, &q), Portable::row_dot(ggml_type, row, &q));
+                    assert!(
+                        f64::from((got - want).abs()) <= 1e-6 * magnitude,
+                        "{ggml_type} row {r}: {name} {got}, portable {want}"
+                    );
+                }
             }
         }
     }

@@ -179,11 +179,21 @@ fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
+/// Whether this x86-64 CPU runs the integer products' AVX-VNNI build (on top of AVX2).
+#[cfg(target_arch = "x86_64")]
+fn has_avx_vnni() -> bool {
+    has_avx2() && std::arch::is_x86_feature_detected!("avxvnni")
+}
+
 /// The vector instructions the kernels run with on this CPU, as a person reads them.
 pub fn simd() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx2() { "AVX2" } else { "SSE2" }
+        match (has_avx2(), has_avx_vnni()) {
+            (true, true) => "AVX2, AVX-VNNI",
+            (true, false) => "AVX2",
+            _ => "SSE2",
+        }
     }
     #[cfg(target_arch = "aarch64")]
     {
@@ -242,6 +252,12 @@ type IntegerRowsKernel = fn(&Matrix, &IntegerRow, usize, &mut [f32], bool);
 fn integer_rows_kernel() -> IntegerRowsKernel {
     #[cfg(target_arch = "x86_64")]
     {
+        if has_avx_vnni() {
+            return |w, x, first, out, accumulate| {
+                // SAFETY: the CPU has AVX2, FMA and AVX-VNNI (checked above).
+                unsafe { integer_rows_vnni(w, x, first, out, accumulate) }
+            };
+        }
         if has_avx2() {
             return |w, x, first, out, accumulate| {
                 // SAFETY: the CPU has AVX2 and FMA (checked above).
@@ -264,6 +280,12 @@ fn integer_rows_kernel() -> IntegerRowsKernel {
 #[target_feature(enable = "avx2,fma")]
 unsafe fn integer_rows_avx2(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     integer_rows::<integer::Avx2>(w, x, first, out, accumulate);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn integer_rows_vnni(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
+    integer_rows::<integer::Vnni>(w, x, first, out, accumulate);
 }
 
 #[cfg(target_arch = "wasm32")]
