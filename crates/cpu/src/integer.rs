@@ -382,7 +382,7 @@ mod avx2 {
 
     /// The 256 digits of each place of block `b` of `x`.
     #[inline(always)]
-    fn block_digits<'a>(x: &'a IntegerRow, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
+    pub(super) fn block_digits<'a>(x: &'a IntegerRow, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
         let [d0, d1, d2] = &x.digits;
         let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
             digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
@@ -392,7 +392,7 @@ mod avx2 {
 
     /// 32 bytes from `at`.
     #[inline(always)]
-    unsafe fn load<T>(bytes: &[T], at: usize) -> __m256i {
+    pub(super) unsafe fn load<T>(bytes: &[T], at: usize) -> __m256i {
         let bytes = &bytes[at..at + 32 / size_of::<T>()];
         // SAFETY: 32 bytes in bounds (sliced above).
         unsafe { _mm256_loadu_si256(bytes.as_ptr().cast()) }
@@ -400,7 +400,7 @@ mod avx2 {
 
     /// Eight f32s from `at`.
     #[inline(always)]
-    unsafe fn load_f32(values: &[f32], at: usize) -> __m256 {
+    pub(super) unsafe fn load_f32(values: &[f32], at: usize) -> __m256 {
         let values = &values[at..at + 8];
         // SAFETY: eight f32s in bounds (sliced above).
         unsafe { _mm256_loadu_ps(values.as_ptr()) }
@@ -408,7 +408,7 @@ mod avx2 {
 
     /// Eight bytes from `at`, in the low half of a register.
     #[inline(always)]
-    unsafe fn load8(bytes: &[u8], at: usize) -> __m128i {
+    pub(super) unsafe fn load8(bytes: &[u8], at: usize) -> __m128i {
         unsafe { _mm_cvtsi64_si128(i64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"))) }
     }
 
@@ -429,7 +429,7 @@ mod avx2 {
     }
 
     #[inline(always)]
-    unsafe fn total(lanes: __m256) -> f32 {
+    pub(super) unsafe fn total(lanes: __m256) -> f32 {
         unsafe {
             let sum = _mm_add_ps(_mm256_castps256_ps128(lanes), _mm256_extractf128_ps(lanes, 1));
             let sum = _mm_add_ps(sum, _mm_movehl_ps(sum, sum));
@@ -473,7 +473,7 @@ mod avx2 {
     /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
     /// (`nucleus_gguf::k_scale_min`'s layout), a byte each.
     #[inline(always)]
-    fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
+    pub(super) fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
         let word = |at: usize| u32::from_le_bytes(packed[at..at + 4].try_into().expect("4"));
         let (a, b, c) = (word(0), word(4), word(8));
         let (six, four, two) = (0x3F3F_3F3F, 0x0F0F_0F0F, 0x0303_0303);
@@ -575,6 +575,178 @@ mod avx2 {
     }
 }
 
+/// The AVX-512 build (with VNNI and BW: Intel since Ice Lake, AMD since Zen 4; chosen at run
+/// time): as [`Vnni`]'s, 64 quants an instruction.
+#[cfg(target_arch = "x86_64")]
+pub(crate) struct Avx512;
+
+#[cfg(target_arch = "x86_64")]
+impl RowDot for Avx512 {
+    #[inline(always)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: only called after the CPU was found to have AVX-512 F, BW and VNNI.
+        unsafe { avx512::row_dot(ggml_type, row, x) }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod avx512 {
+    use std::arch::x86_64::*;
+
+    use super::avx2::{block_digits, k_scales_and_mins, load, load_f32, load8, total};
+    use super::{GgmlType, IntegerRow, half};
+
+    /// Per row: the blocks' products in 16 lanes, their minimums or offsets in 8.
+    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        let bytes = ggml_type.block_layout().1 as usize;
+        let (mut lanes, mut offsets) = (_mm512_setzero_ps(), _mm256_setzero_ps());
+        for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
+            // SAFETY: (every `unsafe` block here) the helpers need no more than this function's
+            // target features.
+            (lanes, offsets) = unsafe {
+                match ggml_type {
+                    GgmlType::Q4K => q4_k(block, x, b, lanes, offsets),
+                    GgmlType::Q5K => q5_k(block, x, b, lanes, offsets),
+                    GgmlType::Q6K => q6_k(block, x, b, lanes, offsets),
+                    other => unreachable!("{other} is not a K-quant"),
+                }
+            };
+        }
+        _mm512_reduce_add_ps(lanes) + unsafe { total(offsets) }
+    }
+
+    /// 64 bytes from `at`.
+    #[inline(always)]
+    unsafe fn load64<T>(bytes: &[T], at: usize) -> __m512i {
+        let bytes = &bytes[at..at + 64 / size_of::<T>()];
+        // SAFETY: 64 bytes in bounds (sliced above).
+        unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
+    }
+
+    /// 16-bit lane `i` of the result: lane `first + i / 16` (Q4_K) or `first + i / 8` (Q6_K) of
+    /// a register of scales, by `vpermw`.
+    #[inline(always)]
+    unsafe fn spread(scales: __m512i, first: usize, run: usize) -> __m512i {
+        let index: [i16; 32] = std::array::from_fn(|i| (first + i / run) as i16);
+        // SAFETY: 64 bytes.
+        unsafe { _mm512_permutexvar_epi16(_mm512_loadu_si512(index.as_ptr().cast()), scales) }
+    }
+
+    /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
+    #[inline(always)]
+    unsafe fn joined(sums: [__m512i; 3]) -> __m512 {
+        unsafe {
+            let [d0, d1, d2] = sums.map(|s| _mm512_cvtepi32_ps(s));
+            _mm512_fmadd_ps(d0, _mm512_set1_ps(65536.0), _mm512_fmadd_ps(d1, _mm512_set1_ps(256.0), d2))
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn q4_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
+        unsafe {
+            k_block(block, x, b, lanes, offsets, |group| {
+                let nibbles = _mm512_set1_epi8(0x0F);
+                // The group's 32 bytes in both halves, the high half shifted to its high nibbles.
+                let q = _mm512_broadcast_i64x4(load(block, 16 + 32 * group));
+                let shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+                _mm512_and_si512(_mm512_srlv_epi16(q, shifts), nibbles)
+            })
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn q5_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
+        unsafe {
+            let qh = _mm512_broadcast_i64x4(load(block, 16));
+            k_block(block, x, b, lanes, offsets, |group| {
+                let nibbles = _mm512_set1_epi8(0x0F);
+                let q = _mm512_broadcast_i64x4(load(block, 48 + 32 * group));
+                let shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+                let four_bits = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), nibbles);
+                // The fifth bit: bit 2·group of `qh` for the low 32, 2·group + 1 for the high.
+                let bits =
+                    _mm512_inserti64x4(_mm512_set1_epi8(1 << (2 * group)), _mm256_set1_epi8(1 << (2 * group + 1)), 1);
+                let fifth = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, bits), _mm512_set1_epi8(16));
+                _mm512_or_si512(four_bits, fifth)
+            })
+        }
+    }
+
+    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the group's 64
+    /// unsigned bytes in the order of its values.
+    #[inline(always)]
+    unsafe fn k_block(
+        block: &[u8],
+        x: &IntegerRow,
+        b: usize,
+        lanes: __m512,
+        offsets: __m256,
+        quants: impl Fn(usize) -> __m512i,
+    ) -> (__m512, __m256) {
+        unsafe {
+            let (d, dmin) = (half(block, 0), half(block, 2));
+            let (scales, mins) = k_scales_and_mins(&block[4..16]);
+            let scales = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_cvtsi64_si128(scales as i64)));
+            let xs = block_digits(x, b);
+            let mut sums = [_mm512_setzero_si512(); 3];
+            for group in 0..4 {
+                let (quants, scale) = (quants(group), spread(scales, 2 * group, 16));
+                for (digits, sum) in xs.iter().zip(&mut sums) {
+                    *sum = _mm512_dpwssd_epi32(*sum, _mm512_maddubs_epi16(quants, load64(*digits, 64 * group)), scale);
+                }
+            }
+            let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
+            let minimums = _mm256_mul_ps(mins, load_f32(&x.sums32, b * 8));
+            (
+                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scales[b]), lanes),
+                _mm256_fnmadd_ps(minimums, _mm256_set1_ps(dmin), offsets),
+            )
+        }
+    }
+
+    /// Q6_K: each half's four runs of 32 as two registers of 64 (runs 0 and 1, then 2 and 3,
+    /// as `dequant.rs` reads them), each run's two scales spread over its eight-lane quarters.
+    #[inline(always)]
+    unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
+        unsafe {
+            let d = half(block, 208);
+            let xs = block_digits(x, b);
+            let (nibbles, two_bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+            let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
+            let scales = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(_mm_unpacklo_epi64(low_scales, high_scales)));
+            let halves = |low: i16, high: i16| _mm512_inserti64x4(_mm512_set1_epi16(low), _mm256_set1_epi16(high), 1);
+            let mut sums = [_mm512_setzero_si512(); 3];
+            for half_block in 0..2 {
+                let ql = load64(block, 64 * half_block);
+                let qh = _mm512_broadcast_i64x4(load(block, 128 + 32 * half_block));
+                let pairs = [
+                    (_mm512_and_si512(ql, nibbles), _mm512_sllv_epi16(qh, halves(4, 2))),
+                    (_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibbles), _mm512_srlv_epi16(qh, halves(0, 2))),
+                ];
+                for (pair, (four_bits, upper)) in pairs.into_iter().enumerate() {
+                    let quants = _mm512_or_si512(four_bits, _mm512_and_si512(upper, two_bits));
+                    let scale = spread(scales, 8 * half_block + 4 * pair, 8);
+                    let at = 128 * half_block + 64 * pair;
+                    for (digits, sum) in xs.iter().zip(&mut sums) {
+                        *sum = _mm512_dpwssd_epi32(*sum, _mm512_maddubs_epi16(quants, load64(*digits, at)), scale);
+                    }
+                }
+            }
+            let float_scales = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
+            let scaled_sums = _mm256_fmadd_ps(
+                float_scales(low_scales),
+                load_f32(&x.sums, b * 16),
+                _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
+            );
+            (
+                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scales[b]), lanes),
+                _mm256_fnmadd_ps(scaled_sums, _mm256_set1_ps(32.0 * d), offsets),
+            )
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -638,18 +810,18 @@ mod tests {
         }
     }
 
-    /// The AVX2 builds (with and without AVX-VNNI, where the CPU has them) against the portable
+    /// The x86 builds (AVX2, with AVX-VNNI, AVX-512: those this CPU has) against the portable
     /// one, on every K format, every quant value (the blocks' bytes run through all 251
     /// residues) and the digits' extremes.
     #[cfg(target_arch = "x86_64")]
     #[test]
-    fn the_avx2_builds_equal_the_portable_one() {
-        let has = |feature: &str| match feature {
-            "avx2" => std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma"),
-            _ => std::arch::is_x86_feature_detected!("avxvnni"),
-        };
-        let builds: [(&str, bool, fn(GgmlType, &[u8], &IntegerRow) -> f32); 2] =
-            [("AVX2", has("avx2"), Avx2::row_dot), ("AVX-VNNI", has("avx2") && has("avxvnni"), Vnni::row_dot)];
+    fn the_x86_builds_equal_the_portable_one() {
+        use crate::matmul::{has_avx_vnni, has_avx2, has_avx512_vnni};
+        let builds: [(&str, bool, fn(GgmlType, &[u8], &IntegerRow) -> f32); 3] = [
+            ("AVX2", has_avx2(), Avx2::row_dot),
+            ("AVX-VNNI", has_avx_vnni(), Vnni::row_dot),
+            ("AVX-512", has_avx512_vnni(), Avx512::row_dot),
+        ];
         let (rows, cols) = (4, 1024);
         let mut x = activations(cols);
         x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));

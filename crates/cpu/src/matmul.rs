@@ -175,23 +175,33 @@ type RowsKernel = fn(&Matrix, &[f32], usize, usize, &mut [f32], bool);
 
 /// Whether this x86-64 CPU runs the AVX2 build.
 #[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
 /// Whether this x86-64 CPU runs the integer products' AVX-VNNI build (on top of AVX2).
 #[cfg(target_arch = "x86_64")]
-fn has_avx_vnni() -> bool {
+pub(crate) fn has_avx_vnni() -> bool {
     has_avx2() && std::arch::is_x86_feature_detected!("avxvnni")
+}
+
+/// Whether this x86-64 CPU runs the integer products' AVX-512 build (F, BW and VNNI).
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn has_avx512_vnni() -> bool {
+    has_avx2()
+        && std::arch::is_x86_feature_detected!("avx512f")
+        && std::arch::is_x86_feature_detected!("avx512bw")
+        && std::arch::is_x86_feature_detected!("avx512vnni")
 }
 
 /// The vector instructions the kernels run with on this CPU, as a person reads them.
 pub fn simd() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        match (has_avx2(), has_avx_vnni()) {
-            (true, true) => "AVX2, AVX-VNNI",
-            (true, false) => "AVX2",
+        match (has_avx2(), has_avx_vnni(), has_avx512_vnni()) {
+            (true, _, true) => "AVX2, AVX-512 VNNI",
+            (true, true, false) => "AVX2, AVX-VNNI",
+            (true, false, false) => "AVX2",
             _ => "SSE2",
         }
     }
@@ -252,6 +262,12 @@ type IntegerRowsKernel = fn(&Matrix, &IntegerRow, usize, &mut [f32], bool);
 fn integer_rows_kernel() -> IntegerRowsKernel {
     #[cfg(target_arch = "x86_64")]
     {
+        if has_avx512_vnni() {
+            return |w, x, first, out, accumulate| {
+                // SAFETY: the CPU has AVX2, FMA and AVX-512 F, BW and VNNI (checked above).
+                unsafe { integer_rows_avx512(w, x, first, out, accumulate) }
+            };
+        }
         if has_avx_vnni() {
             return |w, x, first, out, accumulate| {
                 // SAFETY: the CPU has AVX2, FMA and AVX-VNNI (checked above).
@@ -286,6 +302,12 @@ unsafe fn integer_rows_avx2(w: &Matrix, x: &IntegerRow, first: usize, out: &mut 
 #[target_feature(enable = "avx2,fma,avxvnni")]
 unsafe fn integer_rows_vnni(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     integer_rows::<integer::Vnni>(w, x, first, out, accumulate);
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+unsafe fn integer_rows_avx512(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
+    integer_rows::<integer::Avx512>(w, x, first, out, accumulate);
 }
 
 #[cfg(target_arch = "wasm32")]
