@@ -325,6 +325,12 @@ cmd_test() {
   log "cargo test --release --workspace (build directory $CARGO_TARGET_DIR)"
   # Release profile: the Burn build the CLI also uses. --nocapture shows the reference comparisons.
   cargo test --release --workspace --locked -- --nocapture
+  # The CPU engine's products again on the narrower x86 builds this CPU would skip (the widest
+  # runs above): AVX2 alone, and SSE2 (the tile for every format).
+  for simd in avx2 sse2; do
+    log "the CPU engine's products with NUCLEUS_SIMD=$simd"
+    NUCLEUS_SIMD=$simd cargo test --release --locked -p nucleus-cpu --test parity
+  done
   # The sampler's seeded draws in wasm32 (run in Node) against the ids the native tests recorded.
   log "sampler determinism probe in wasm32"
   cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-sampler --example determinism_probe

@@ -9,19 +9,25 @@
 //! logits by up to ~0.6; 16 bits per 256 values moved Gemma 3's decode logits by up to 1.1e-2
 //! from its prefill's (its activations have outliers that set a block's step), where the engine
 //! keeps the two within 1e-4. 24 bits (a step of 2⁻²³ of the block's largest activation) keep
-//! Gemma 3's decode within 2.6e-5 of a recompute (31 bits: 1.3e-5; ARCHITECTURE.md).
+//! Gemma 3's decode within 3.6e-5 of a recompute (31 bits: 1.5e-5; ARCHITECTURE.md).
 //!
 //! Each instruction set holds the integers as its products want them:
-//! - AVX2 as three signed 8-bit digits (`X = d₀·2¹⁶ + d₁·2⁸ + d₂`, each in −128..=127): a block's
+//! - x86 as three signed 8-bit digits (`X = d₀·2¹⁶ + d₁·2⁸ + d₂`, each in −128..=127): a block's
 //!   quants are unsigned bytes (0..64), so `vpmaddubsw` multiplies 32 quants by 32 digits an
-//!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32, and the
-//!   three digits' sums meet in f32 once per block;
-//! - WebAssembly SIMD (no byte products without relaxed SIMD) as two 16-bit halves (`X = h·2⁸ +
-//!   l`, `0 ≤ l < 2⁸`) against the quants widened to 16 bits, `i32x4.dot_i16x8_s` eight at a time;
-//! - the portable build (and the reference in the tests) as the i32 itself.
+//!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32 (AVX-VNNI's
+//!   `vpdpwssd` also adds; AVX-512 takes 64 quants an instruction), and the three digits' sums
+//!   meet in f32 once per block;
+//! - WebAssembly SIMD (no byte products without relaxed SIMD) and the portable build (the tests'
+//!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
+//!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
 //!
 //! The minimums of Q4_K and Q5_K, and Q6_K's offset of 32, multiply the exact f32 sum of each 32
-//! or 16 activations.
+//! or 16 activations. Without one of these builds (x86 without AVX2, other CPUs) the products
+//! go through the tile instead (`matmul.rs`: measured faster there); the portable build is then
+//! only the tests' reference.
+
+// The 16-bit halves and the bodies over them serve wasm and the tests alone.
+#![cfg_attr(not(any(test, target_arch = "wasm32")), allow(dead_code))]
 
 use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
 
@@ -36,13 +42,10 @@ const STEPS: f64 = 0x7F_7F7F as f64;
 /// sum.
 #[derive(Debug, Clone)]
 pub struct IntegerRow {
-    /// `X`, `x ≈ X · scale`, `|X| ≤ 0x7F7F7F`.
-    values: Vec<i32>,
     /// `d₀, d₁, d₂` of each value: `X = d₀·2¹⁶ + d₁·2⁸ + d₂`.
     #[cfg(target_arch = "x86_64")]
     digits: [Vec<i8>; 3],
-    /// `X >> 8` and `X & 0xFF`.
-    #[cfg(target_arch = "wasm32")]
+    /// `X >> 8` and `X & 0xFF` of each value `X` (`x ≈ X · scale`, `|X| ≤ 0x7F7F7F`).
     halves: [Vec<i16>; 2],
     /// Per 256 values: `x ≈ X · scale`.
     scales: Vec<f32>,
@@ -73,12 +76,10 @@ impl IntegerRow {
         Self {
             #[cfg(target_arch = "x86_64")]
             digits: digits(&values),
-            #[cfg(target_arch = "wasm32")]
             halves: [
                 values.iter().map(|&v| (v >> 8) as i16).collect(),
                 values.iter().map(|&v| (v & 0xFF) as i16).collect(),
             ],
-            values,
             scales,
             sums,
             sums32,
@@ -213,27 +214,35 @@ fn q6_k<D: Widened>(block: &[u8], x: &IntegerRow, b: usize) -> f32 {
     d * x.scales[b] * D::total(scaled)
 }
 
-/// Plain Rust over the i32 values: the reference the tests hold the others to, and the build for
-/// a CPU without AVX2.
+/// Plain Rust over the two halves: the reference the tests hold the others to.
+#[cfg(test)]
 pub(crate) struct Portable;
 
+#[cfg(test)]
 impl Widened for Portable {
-    type Lanes = f64;
+    type Lanes = f32;
 
     #[inline(always)]
-    fn zero() -> f64 {
+    fn zero() -> f32 {
         0.0
     }
 
     #[inline(always)]
-    fn add<const N: usize>(lanes: &mut f64, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize) {
-        let sum: i64 = q.iter().zip(&x.values[at..at + N]).map(|(&q, &v)| i64::from(q) * i64::from(v)).sum();
-        *lanes += f64::from(scale) * sum as f64;
+    fn add<const N: usize>(lanes: &mut f32, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize) {
+        let [high, low] = &x.halves;
+        let (high, low) = (&high[at..at + N], &low[at..at + N]);
+        // Exact in i32: |q| ≤ 32, |h| < 2¹⁵, 32 of them.
+        let (mut h, mut l) = (0i32, 0i32);
+        for i in 0..N {
+            h += i32::from(q[i]) * i32::from(high[i]);
+            l += i32::from(q[i]) * i32::from(low[i]);
+        }
+        *lanes += scale * (h as f32 * 256.0 + l as f32);
     }
 
     #[inline(always)]
-    fn total(lanes: f64) -> f32 {
-        lanes as f32
+    fn total(lanes: f32) -> f32 {
+        lanes
     }
 }
 
@@ -816,11 +825,12 @@ mod tests {
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_x86_builds_equal_the_portable_one() {
-        use crate::matmul::{has_avx_vnni, has_avx2, has_avx512_vnni};
-        let builds: [(&str, bool, fn(GgmlType, &[u8], &IntegerRow) -> f32); 3] = [
-            ("AVX2", has_avx2(), Avx2::row_dot),
-            ("AVX-VNNI", has_avx_vnni(), Vnni::row_dot),
-            ("AVX-512", has_avx512_vnni(), Avx512::row_dot),
+        use crate::matmul::X86;
+        type Build = fn(GgmlType, &[u8], &IntegerRow) -> f32;
+        let builds: [(&str, bool, Build); 3] = [
+            ("AVX2", X86::Avx2.runs_here(), Avx2::row_dot),
+            ("AVX-VNNI", X86::AvxVnni.runs_here(), Vnni::row_dot),
+            ("AVX-512", X86::Avx512.runs_here(), Avx512::row_dot),
         ];
         let (rows, cols) = (4, 1024);
         let mut x = activations(cols);
@@ -846,23 +856,25 @@ mod tests {
     fn a_zero_row_rounds_to_zero_and_the_largest_value_to_its_full_range() {
         let mut x = vec![0.0; 256];
         let q = IntegerRow::new(&x);
-        assert!(q.values.iter().all(|&v| v == 0) && q.scales == [1.0]);
+        let value = |q: &IntegerRow, i: usize| i32::from(q.halves[0][i]) * 256 + i32::from(q.halves[1][i]);
+        assert!((0..256).all(|i| value(&q, i) == 0) && q.scales == [1.0]);
         x[3] = -2.5;
         x[9] = 1.25;
         x[10] = 1e-5;
         let q = IntegerRow::new(&x);
-        assert_eq!((q.values[3], q.values[9]), (-0x7F_7F7F, 0x3F_BFC0));
+        assert_eq!((value(&q, 3), value(&q, 9)), (-0x7F_7F7F, 0x3F_BFC0));
+        assert!((0..256).all(|i| (0..256).contains(&q.halves[1][i])));
         // A value five orders of magnitude below the block's largest keeps its digits: within
         // half a step (2.5 / 0x7F7F7F).
-        assert!(((q.values[10] as f32 * q.scales[0]) - 1e-5).abs() < 1.6e-7);
+        assert!(((value(&q, 10) as f32 * q.scales[0]) - 1e-5).abs() < 1.6e-7);
         assert_eq!(q.sums[0], -1.25 + 1e-5);
         #[cfg(target_arch = "x86_64")]
         {
-            let value = |i: usize| {
+            let digits = |i: usize| {
                 let [d0, d1, d2] = [0, 1, 2].map(|d| i32::from(q.digits[d][i]));
                 d0 * 65536 + d1 * 256 + d2
             };
-            assert!((0..256).all(|i| value(i) == q.values[i]));
+            assert!((0..256).all(|i| digits(i) == value(&q, i)));
             assert_eq!([0, 1, 2].map(|d| q.digits[d][3]), [-127, -127, -127]);
         }
     }

@@ -95,15 +95,17 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
     let kernel = rows_kernel();
     if n == 1 {
         // The K-quants' integer products need the row in integers: rounded once for every product.
-        let rounded = products.iter().any(|(w, _)| IntegerRow::reads(w.ggml_type)).then(|| IntegerRow::new(x));
         let integer = integer_rows_kernel();
+        let rounded = integer
+            .filter(|_| products.iter().any(|(w, _)| IntegerRow::reads(w.ggml_type)))
+            .map(|integer| (integer, IntegerRow::new(x)));
         // y is the weight rows' outputs in order: each task writes its own rows in place.
         let tasks = products
             .iter_mut()
             .flat_map(|(w, y)| y.chunks_mut(ROWS_PER_TASK).enumerate().map(move |(index, out)| (&**w, index, out)))
             .collect();
         for_each_task(tasks, |(w, index, out)| match &rounded {
-            Some(rounded) if IntegerRow::reads(w.ggml_type) => {
+            Some((integer, rounded)) if IntegerRow::reads(w.ggml_type) => {
                 integer(w, rounded, index * ROWS_PER_TASK, out, accumulate)
             }
             _ => kernel(w, x, 1, index * ROWS_PER_TASK, out, accumulate),
@@ -173,37 +175,76 @@ fn half(block: &[u8], at: usize) -> f32 {
 /// `n` rows of `x`.
 type RowsKernel = fn(&Matrix, &[f32], usize, usize, &mut [f32], bool);
 
-/// Whether this x86-64 CPU runs the AVX2 build.
+/// The x86-64 builds of the kernels, narrowest first.
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx2() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum X86 {
+    /// The baseline, SSE2: the portable bodies as the compiler vectorises them.
+    Sse2,
+    /// AVX2 with FMA.
+    Avx2,
+    /// AVX2 with AVX-VNNI: the integer products' scale and sum in one `vpdpwssd`.
+    AvxVnni,
+    /// AVX2 with AVX-512 F, BW and VNNI: the integer products 64 quants an instruction.
+    Avx512,
 }
 
-/// Whether this x86-64 CPU runs the integer products' AVX-VNNI build (on top of AVX2).
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx_vnni() -> bool {
-    has_avx2() && std::arch::is_x86_feature_detected!("avxvnni")
+impl X86 {
+    /// Each build with its name in `NUCLEUS_SIMD` and as a person reads it.
+    const ALL: [(X86, &'static str, &'static str); 4] = [
+        (X86::Sse2, "sse2", "SSE2"),
+        (X86::Avx2, "avx2", "AVX2"),
+        (X86::AvxVnni, "avx-vnni", "AVX2, AVX-VNNI"),
+        (X86::Avx512, "avx512", "AVX2, AVX-512 VNNI"),
+    ];
+
+    /// Whether this CPU runs `self`.
+    pub(crate) fn runs_here(self) -> bool {
+        use std::arch::is_x86_feature_detected as has;
+        let avx2 = has!("avx2") && has!("fma");
+        match self {
+            X86::Sse2 => true,
+            X86::Avx2 => avx2,
+            X86::AvxVnni => avx2 && has!("avxvnni"),
+            X86::Avx512 => avx2 && has!("avx512f") && has!("avx512bw") && has!("avx512vnni"),
+        }
+    }
+
+    /// The build the kernels run: the widest this CPU has, or at most `NUCLEUS_SIMD`'s (`sse2`,
+    /// `avx2`, `avx-vnni`), to measure or test a narrower one.
+    pub(crate) fn chosen() -> X86 {
+        static CHOSEN: std::sync::OnceLock<X86> = std::sync::OnceLock::new();
+        *CHOSEN.get_or_init(|| {
+            let most = std::env::var("NUCLEUS_SIMD")
+                .ok()
+                .and_then(|name| X86::ALL.iter().find(|(_, n, _)| *n == name).map(|&(build, _, _)| build))
+                .unwrap_or(X86::Avx512);
+            X86::ALL
+                .iter()
+                .map(|&(build, _, _)| build)
+                .filter(|&b| b <= most && b.runs_here())
+                .max()
+                .unwrap_or(X86::Sse2)
+        })
+    }
+
+    fn label(self) -> &'static str {
+        X86::ALL.iter().find(|(build, _, _)| *build == self).map_or("SSE2", |(_, _, label)| label)
+    }
 }
 
-/// Whether this x86-64 CPU runs the integer products' AVX-512 build (F, BW and VNNI).
+/// Whether the kernels run their AVX2 build (or a wider one).
 #[cfg(target_arch = "x86_64")]
-pub(crate) fn has_avx512_vnni() -> bool {
-    has_avx2()
-        && std::arch::is_x86_feature_detected!("avx512f")
-        && std::arch::is_x86_feature_detected!("avx512bw")
-        && std::arch::is_x86_feature_detected!("avx512vnni")
+fn has_avx2() -> bool {
+    X86::chosen() >= X86::Avx2
 }
 
 /// The vector instructions the kernels run with on this CPU, as a person reads them.
 pub fn simd() -> &'static str {
     #[cfg(target_arch = "x86_64")]
     {
-        match (has_avx2(), has_avx_vnni(), has_avx512_vnni()) {
-            (true, _, true) => "AVX2, AVX-512 VNNI",
-            (true, true, false) => "AVX2, AVX-VNNI",
-            (true, false, false) => "AVX2",
-            _ => "SSE2",
-        }
+        X86::chosen().label()
     }
     #[cfg(target_arch = "aarch64")]
     {
@@ -258,38 +299,39 @@ unsafe fn rows_simd128(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut 
 /// one activation row rounded to integers (`integer.rs`).
 type IntegerRowsKernel = fn(&Matrix, &IntegerRow, usize, &mut [f32], bool);
 
-/// The fastest build of the integer kernel this CPU runs.
-fn integer_rows_kernel() -> IntegerRowsKernel {
+/// The fastest build of the integer kernel this CPU runs, where there is one: without AVX2 (or
+/// wasm's SIMD) the tile is faster (SSE2, one thread, `matmul_speed -- 3584 1024`: Q4_K 4.5
+/// GMAC/s through the tile against 1.2 in plain integer loops; Q6_K 2.8 against 1.9).
+fn integer_rows_kernel() -> Option<IntegerRowsKernel> {
     #[cfg(target_arch = "x86_64")]
     {
-        if has_avx512_vnni() {
-            return |w, x, first, out, accumulate| {
-                // SAFETY: the CPU has AVX2, FMA and AVX-512 F, BW and VNNI (checked above).
+        match X86::chosen() {
+            X86::Avx512 => Some(|w, x, first, out, accumulate| {
+                // SAFETY: the CPU has AVX2, FMA and AVX-512 F, BW and VNNI (`X86::chosen`).
                 unsafe { integer_rows_avx512(w, x, first, out, accumulate) }
-            };
-        }
-        if has_avx_vnni() {
-            return |w, x, first, out, accumulate| {
-                // SAFETY: the CPU has AVX2, FMA and AVX-VNNI (checked above).
+            }),
+            X86::AvxVnni => Some(|w, x, first, out, accumulate| {
+                // SAFETY: the CPU has AVX2, FMA and AVX-VNNI (`X86::chosen`).
                 unsafe { integer_rows_vnni(w, x, first, out, accumulate) }
-            };
-        }
-        if has_avx2() {
-            return |w, x, first, out, accumulate| {
-                // SAFETY: the CPU has AVX2 and FMA (checked above).
+            }),
+            X86::Avx2 => Some(|w, x, first, out, accumulate| {
+                // SAFETY: the CPU has AVX2 and FMA (`X86::chosen`).
                 unsafe { integer_rows_avx2(w, x, first, out, accumulate) }
-            };
+            }),
+            X86::Sse2 => None,
         }
     }
     #[cfg(target_arch = "wasm32")]
     {
-        return |w, x, first, out, accumulate| {
+        Some(|w, x, first, out, accumulate| {
             // SAFETY: as `rows_simd128`'s.
             unsafe { integer_rows_simd128(w, x, first, out, accumulate) }
-        };
+        })
     }
-    #[allow(unreachable_code)]
-    integer_rows::<integer::Portable>
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "wasm32")))]
+    {
+        None
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
