@@ -382,7 +382,8 @@ cmd_test_engines() {
 # wasm-bindgen (--target web) -> wasm-opt -Oz, into www/pkg/ (ignored by git), printing its size
 # raw and gzipped. `nucleus_web`: the engine (the model on WebGPU, and the CPU engine on one
 # thread); `nucleus_web_threads`: the CPU engine alone with shared memory, its threads Web
-# Workers (cross-origin isolated pages); `nucleus_sampler_web`: the sampler alone (the page's
+# Workers (cross-origin isolated pages), and `nucleus_web_threads_relaxed` the same with relaxed
+# SIMD; `nucleus_sampler_web`: the sampler alone (the page's
 # what-if; no GPU needed).
 #
 # The threaded build needs std built with atomics, which stable Rust does not ship: its sources
@@ -395,19 +396,27 @@ THREADED_RUSTFLAGS="-C target-feature=+atomics,+bulk-memory,+mutable-globals,+si
 -C link-arg=--export=__wasm_init_tls -C link-arg=--export=__tls_size -C link-arg=--export=__tls_align \
 -C link-arg=--export=__tls_base"
 
-# build_wasm_module PACKAGE OUT_NAME [threaded]
+# build_wasm_module PACKAGE OUT_NAME [threaded [relaxed]]
+# `relaxed`: the threaded build with relaxed SIMD too (fused multiply-adds; Chromium and Firefox
+# run it, WebKit does not: nucleus-worker.js picks the one the engine validates).
 build_wasm_module() {
-  local package="$1" name="$2" threaded="${3:-}"
+  local package="$1" name="$2" threaded="${3:-}" relaxed="${4:-}"
   local target_dir="$CARGO_TARGET_DIR"
   local cargo_args=(--profile wasm-release --locked --target wasm32-unknown-unknown -p "$package")
   local opt_args=(--enable-simd --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext
     --enable-mutable-globals --enable-reference-types --enable-multivalue)
-  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p $package${threaded:+ (threaded)}"
+  log "cargo build --profile wasm-release --target wasm32-unknown-unknown -p $package${threaded:+ (threaded${relaxed:+, relaxed SIMD})}"
   if [ -n "$threaded" ]; then
     ensure_rust_src
+    local rustflags="$THREADED_RUSTFLAGS"
     target_dir="$CARGO_TARGET_DIR/wasm-threads"
     opt_args+=(--enable-threads)
-    RUSTC_BOOTSTRAP=1 RUSTFLAGS="$THREADED_RUSTFLAGS" CARGO_TARGET_DIR="$target_dir" \
+    if [ -n "$relaxed" ]; then
+      rustflags="$rustflags -C target-feature=+relaxed-simd"
+      target_dir="$CARGO_TARGET_DIR/wasm-threads-relaxed"
+      opt_args+=(--enable-relaxed-simd)
+    fi
+    RUSTC_BOOTSTRAP=1 RUSTFLAGS="$rustflags" CARGO_TARGET_DIR="$target_dir" \
       cargo build "${cargo_args[@]}" --no-default-features -Z build-std=panic_abort,std
   else
     cargo build "${cargo_args[@]}"
@@ -429,6 +438,7 @@ cmd_web() {
   ensure_npm_packages
   build_wasm_module nucleus-web nucleus_web
   build_wasm_module nucleus-web nucleus_web_threads threaded
+  build_wasm_module nucleus-web nucleus_web_threads_relaxed threaded relaxed
   build_wasm_module nucleus-sampler-web nucleus_sampler_web
   local version_js
   version_js="// Written by ./build.sh web from Cargo.toml's workspace version (the one owner): this build's version.

@@ -89,10 +89,11 @@ async function adapterFacts() {
 
 /**
  * The engine's wasm module for a backend: for the CPU engine in a cross-origin isolated page on
- * a machine with several cores, the threaded build (shared memory), whose helpers (one per core
- * but this one) startHelpers asks the page for once the model is in memory; else the plain build,
- * one thread. Resolves to `{ module, memory, helpers, note }`, `note` saying why it runs on one
- * thread when it could not run on more.
+ * a machine with several cores, the threaded build (shared memory; threadedModule picks which),
+ * whose helpers (one per core but this one) startHelpers asks the page for once the model is in
+ * memory; else the plain build, one thread. Resolves to `{ module, memory, helpers, note, script
+ * }`, `note` saying why it runs on one thread when it could not run on more, `script` the threaded
+ * build's URL (its helpers load it).
  */
 async function engineModule(kind) {
   const cores = navigator.hardwareConcurrency || 1;
@@ -104,16 +105,34 @@ async function engineModule(kind) {
   const problem = threadsProblem(self);
   if (problem) return plain(`one thread: ${problem}`);
   try {
-    const module = await import(THREADED_MODULE);
+    const script = threadedModule();
+    const module = await import(script);
     const { memory } = await module.default();
-    return { module, memory, helpers: cores - 1, note: null };
+    return { module, memory, helpers: cores - 1, note: null, script };
   } catch (error) {
     console.warn(`nucleus: the threaded engine did not start (${error.message}); running on one thread`);
     return plain(`one thread: the threaded engine did not start (${error.message})`);
   }
 }
 
-const THREADED_MODULE = new URL('./pkg/nucleus_web_threads.js', import.meta.url).href;
+/**
+ * The threaded build this engine runs: the one with relaxed SIMD (fused multiply-adds) where the
+ * engine validates its instructions (Chromium, Firefox), else the one without (WebKit).
+ */
+function threadedModule() {
+  const name = WebAssembly.validate(RELAXED_SIMD_PROBE) ? 'nucleus_web_threads_relaxed' : 'nucleus_web_threads';
+  return new URL(`./pkg/${name}.js`, import.meta.url).href;
+}
+
+/** A module of one function that splats two i8x16 and swizzles them with `i8x16.relaxed_swizzle`. */
+const RELAXED_SIMD_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // \0asm, version 1
+  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // types: () -> v128
+  0x03, 0x02, 0x01, 0x00, // functions: one of type 0
+  0x0a, 0x0f, 0x01, 0x0d, 0x00, // code: one body of 13 bytes, no locals
+  0x41, 0x01, 0xfd, 0x0f, 0x41, 0x02, 0xfd, 0x0f, // i32.const 1, i8x16.splat, i32.const 2, i8x16.splat
+  0xfd, 0x80, 0x02, 0x0b, // i8x16.relaxed_swizzle, end
+]);
 
 /**
  * The threaded engine's helpers, started by the page (protocol.js, HelpersReply) after the model
@@ -121,9 +140,9 @@ const THREADED_MODULE = new URL('./pkg/nucleus_web_threads.js', import.meta.url)
  * known to break growing a shared memory under several threads). Waits up to HELPER_START_MS for
  * them; the engine splits its work for those that run. Resolves to `{ threads, note }`.
  */
-async function startHelpers(count, replyTo) {
+async function startHelpers(count, script, replyTo) {
   wasm.expectThreadHelpers(count);
-  self.postMessage({ id: replyTo, type: REPLY.helpers, count, script: THREADED_MODULE, module: wasm.compiledModule(),
+  self.postMessage({ id: replyTo, type: REPLY.helpers, count, script, module: wasm.compiledModule(),
     memory: wasmMemory });
   const deadline = performance.now() + HELPER_START_MS;
   while (wasm.threadHelpersRunning() < count && performance.now() < deadline) {
@@ -328,7 +347,7 @@ const handlers = {
         throw error;
       }
       if (loaded.helpers > 0) {
-        const { threads: running, note } = await startHelpers(loaded.helpers, id);
+        const { threads: running, note } = await startHelpers(loaded.helpers, loaded.script, id);
         if (note) facts.backend.reason += ` (${note})`;
         if (running > 1) {
           const { threads, timings } = measuredThreads(running);

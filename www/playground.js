@@ -1406,7 +1406,7 @@ function showModel(info) {
     ['runs on', onCpu ? `the CPU engine, ${info.backend.threads} thread${info.backend.threads === 1 ? '' : 's'}` : 'WebGPU'],
     ['WebGPU adapter', `${adapter}${emulation ? ' (a CPU emulation)' : ''}`],
     ['model', `${info.name}: ${info.architecture}, ${info.quantization}, ${(info.parameters / 1e6).toFixed(0)}M parameters, ${info.vocabSize.toLocaleString('en')} tokens`],
-    ['forward pass', onCpu ? `${info.path} (WebAssembly SIMD)` : `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
+    ['forward pass', onCpu ? `${info.path} (${info.device.replace(/^.*, ([^,]+)\)$/, '$1')})` : `${info.path}, ${info.f16 ? 'f16 available' : 'f32'}`],
     [onCpu ? 'weights in memory' : 'weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
     // What the context costs: KV rows per token for the attention layers, and for recurrent
     // layers (Qwen3.5's Gated DeltaNet) a state of fixed size.

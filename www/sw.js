@@ -49,6 +49,8 @@ const PACKAGE_FILES = [
   'pkg/nucleus_web_bg.wasm',
   'pkg/nucleus_web_threads.js',
   'pkg/nucleus_web_threads_bg.wasm',
+  'pkg/nucleus_web_threads_relaxed.js',
+  'pkg/nucleus_web_threads_relaxed_bg.wasm',
   'pkg/nucleus_sampler_web.js',
   'pkg/nucleus_sampler_web_bg.wasm',
 ];

@@ -60,7 +60,7 @@ test('the page loads the model on the CPU engine, says why and what a GPU would 
   assert.equal(await page.textContent('[data-stat="runs on"]'), `the CPU engine, ${threads} thread${threads === 1 ? '' : 's'}`);
   assert.match(await page.textContent('[data-stat="WebGPU adapter"]'), /swiftshader.*\(a CPU emulation\)$/i);
   assert.match(await page.textContent('#backend-note'),
-    /^Runs on the CPU \(\d+ threads, WebAssembly SIMD\): the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU.*A hardware GPU runs it/);
+    /^Runs on the CPU \(\d+ threads, WebAssembly relaxed SIMD\): the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU.*A hardware GPU runs it/);
   assert.equal(await page.inputValue('#backend-choice'), 'auto');
   assert.equal(await page.isEnabled('#generate'), true);
   // While it downloaded, the load line said what the model needs, from the file's first bytes,

@@ -273,6 +273,26 @@ unsafe fn total_avx2(lanes: [std::arch::x86_64::__m256; 4]) -> f32 {
     _mm_cvtss_f32(_mm_add_ss(sum, _mm_shuffle_ps(sum, sum, 1)))
 }
 
+/// `c + a·b` in four lanes: one fused instruction in a module built with relaxed SIMD (`f32x4.
+/// relaxed_madd`, which an engine may round once or twice: within the references' tolerance
+/// either way), a multiply then an add without it.
+#[cfg(target_arch = "wasm32")]
+#[inline(always)]
+pub(crate) fn madd(
+    a: std::arch::wasm32::v128,
+    b: std::arch::wasm32::v128,
+    c: std::arch::wasm32::v128,
+) -> std::arch::wasm32::v128 {
+    #[cfg(target_feature = "relaxed-simd")]
+    {
+        std::arch::wasm32::f32x4_relaxed_madd(a, b, c)
+    }
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    {
+        std::arch::wasm32::f32x4_add(c, std::arch::wasm32::f32x4_mul(a, b))
+    }
+}
+
 /// WebAssembly SIMD (simd128; the browser's module is built with it).
 #[cfg(target_arch = "wasm32")]
 pub(crate) struct Simd128;
@@ -339,7 +359,7 @@ unsafe fn add_simd128(lanes: &mut [std::arch::wasm32::v128; 8], a: &[f32], b: &[
         for (k, lane) in lanes.iter_mut().enumerate() {
             // SAFETY: i + 4k + 4 <= len: in bounds of both.
             let (x, y) = unsafe { (v128_load(pa.add(i + 4 * k).cast()), v128_load(pb.add(i + 4 * k).cast())) };
-            *lane = f32x4_add(*lane, f32x4_mul(x, y));
+            *lane = madd(x, y, *lane);
         }
         i += 32;
     }
@@ -363,7 +383,7 @@ unsafe fn add4_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 4], a: &[f32],
             let w = unsafe { v128_load(pa.add(i + 4 * k).cast()) };
             for (sums, pb) in sums.iter_mut().zip(pb) {
                 let x = unsafe { v128_load(pb.add(i + 4 * k).cast()) };
-                sums[k & 1] = f32x4_add(sums[k & 1], f32x4_mul(w, x));
+                sums[k & 1] = madd(w, x, sums[k & 1]);
             }
         }
         i += 32;
@@ -391,8 +411,8 @@ unsafe fn add8_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 8], a: [&[f32]
         let (x0, x1) = unsafe { (v128_load(a0.add(i).cast()), v128_load(a1.add(i).cast())) };
         for (j, pb) in pb.iter().enumerate() {
             let w = unsafe { v128_load(pb.add(i).cast()) };
-            sums[0][j] = f32x4_add(sums[0][j], f32x4_mul(x0, w));
-            sums[1][j] = f32x4_add(sums[1][j], f32x4_mul(x1, w));
+            sums[0][j] = madd(x0, w, sums[0][j]);
+            sums[1][j] = madd(x1, w, sums[1][j]);
         }
         i += 4;
     }
@@ -417,7 +437,7 @@ unsafe fn add_q8_0_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, q: 
                 let k = 4 * half + 2 * j + i;
                 let xs = unsafe { v128_load(x.as_ptr().add(4 * k).cast()) };
                 let values = f32x4_mul(f32x4_convert_i32x4(ints), scale);
-                lanes[k] = f32x4_add(lanes[k], f32x4_mul(values, xs));
+                lanes[k] = madd(values, xs, lanes[k]);
             }
         }
     }
@@ -440,8 +460,8 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
                 let k = 4 * half + 2 * j + i;
                 // SAFETY: 4k + 4 <= 32 values of `x`.
                 let xs = unsafe { v128_load(x.as_ptr().add(4 * k).cast()) };
-                let values = f32x4_add(f32x4_mul(f32x4_convert_i32x4(ints), scale), min);
-                lanes[k] = f32x4_add(lanes[k], f32x4_mul(values, xs));
+                let values = madd(f32x4_convert_i32x4(ints), scale, min);
+                lanes[k] = madd(values, xs, lanes[k]);
             }
         }
     }

@@ -17,6 +17,9 @@
 //!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32 (AVX-VNNI's
 //!   `vpdpwssd` also adds; AVX-512 takes 64 quants an instruction), and the three digits' sums
 //!   meet in f32 once per block;
+//! - WebAssembly relaxed SIMD as the same three digits, `i32x4.relaxed_dot_i8x16_i7x16_add_s`
+//!   multiplying 16 quants (7-bit) by 16 digits into four i32 lanes, the sub-block's scale an
+//!   `i32x4.mul`;
 //! - WebAssembly SIMD (no byte products without relaxed SIMD) and the portable build (the tests'
 //!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
 //!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
@@ -26,8 +29,8 @@
 //! go through the tile instead (`matmul.rs`: measured faster there); the portable build is then
 //! only the tests' reference.
 
-// The 16-bit halves and the bodies over them serve wasm and the tests alone.
-#![cfg_attr(not(any(test, target_arch = "wasm32")), allow(dead_code))]
+// The 16-bit halves and the bodies over them serve wasm without relaxed SIMD and the tests alone.
+#![cfg_attr(not(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))), allow(dead_code))]
 
 use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
 
@@ -43,7 +46,7 @@ const STEPS: f64 = 0x7F_7F7F as f64;
 #[derive(Debug, Clone)]
 pub struct IntegerRow {
     /// `d₀, d₁, d₂` of each value: `X = d₀·2¹⁶ + d₁·2⁸ + d₂`.
-    #[cfg(target_arch = "x86_64")]
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     digits: [Vec<i8>; 3],
     /// `X >> 8` and `X & 0xFF` of each value `X` (`x ≈ X · scale`, `|X| ≤ 0x7F7F7F`).
     halves: [Vec<i16>; 2],
@@ -74,7 +77,7 @@ impl IntegerRow {
         let sums: Vec<f32> = x.chunks_exact(16).map(|c| c.iter().sum()).collect();
         let sums32 = sums.chunks_exact(2).map(|pair| pair[0] + pair[1]).collect();
         Self {
-            #[cfg(target_arch = "x86_64")]
+            #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
             digits: digits(&values),
             halves: [
                 values.iter().map(|&v| (v >> 8) as i16).collect(),
@@ -93,7 +96,7 @@ impl IntegerRow {
 }
 
 /// The balanced base-256 digits of each value, most significant first.
-#[cfg(target_arch = "x86_64")]
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
 fn digits(values: &[i32]) -> [Vec<i8>; 3] {
     let mut digits = [vec![0i8; values.len()], vec![0i8; values.len()], vec![0i8; values.len()]];
     for (i, &value) in values.iter().enumerate() {
@@ -247,10 +250,10 @@ impl Widened for Portable {
 }
 
 /// WebAssembly SIMD: `i32x4.dot_i16x8_s` on eight quants at a time, against both halves.
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
 pub(crate) struct Simd128;
 
-#[cfg(target_arch = "wasm32")]
+#[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
 impl Widened for Simd128 {
     type Lanes = std::arch::wasm32::v128;
 
@@ -753,6 +756,165 @@ mod avx512 {
                 _mm256_fnmadd_ps(scaled_sums, _mm256_set1_ps(32.0 * d), offsets),
             )
         }
+    }
+}
+
+/// WebAssembly relaxed SIMD: the quants (7-bit) against the three digits by
+/// `i32x4.relaxed_dot_i8x16_i7x16_add_s`, 16 at a time.
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+pub(crate) struct Relaxed;
+
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+impl RowDot for Relaxed {
+    #[inline(always)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        relaxed::row_dot(ggml_type, row, x)
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+mod relaxed {
+    use std::arch::wasm32::*;
+
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min};
+
+    /// Per row: the blocks' products in four f32 lanes, their minimums or offsets in one.
+    #[inline(always)]
+    pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        let bytes = ggml_type.block_layout().1 as usize;
+        let (mut lanes, mut offsets) = (f32x4_splat(0.0), 0f32);
+        for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
+            let (products, offset) = match ggml_type {
+                GgmlType::Q4K => q4_k(block, x, b),
+                GgmlType::Q5K => q5_k(block, x, b),
+                GgmlType::Q6K => q6_k(block, x, b),
+                other => unreachable!("{other} is not a K-quant"),
+            };
+            lanes = f32x4_add(lanes, products);
+            offsets += offset;
+        }
+        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
+            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
+            - offsets
+    }
+
+    /// The 256 digits of each place of block `b` of `x`.
+    #[inline(always)]
+    fn block_digits<'a>(x: &'a IntegerRow, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
+        let [d0, d1, d2] = &x.digits;
+        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
+            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
+        };
+        [block(d0), block(d1), block(d2)]
+    }
+
+    /// 16 bytes from `at`.
+    #[inline(always)]
+    fn load<T>(bytes: &[T], at: usize) -> v128 {
+        let bytes = &bytes[at..at + 16 / size_of::<T>()];
+        // SAFETY: 16 bytes in bounds (sliced above).
+        unsafe { v128_load(bytes.as_ptr().cast()) }
+    }
+
+    /// `sum + Σ q·d` of 16 quants (< 64, so 7-bit) and 16 digits, four to a lane: exact, whether
+    /// the engine pairs the products in 16 bits first (x86's `pmaddubsw`: at most 2·63·128) or not.
+    #[inline(always)]
+    fn dot(quants: v128, digits: v128, sum: v128) -> v128 {
+        i32x4_relaxed_dot_i8x16_i7x16_add(digits, quants, sum)
+    }
+
+    /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
+    #[inline(always)]
+    fn joined(sums: [v128; 3]) -> v128 {
+        let [d0, d1, d2] = sums.map(|s| f32x4_convert_i32x4(s));
+        f32x4_relaxed_madd(d0, f32x4_splat(65536.0), f32x4_relaxed_madd(d1, f32x4_splat(256.0), d2))
+    }
+
+    fn q4_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+        let nibbles = u8x16_splat(0x0F);
+        k_block(block, x, b, |group| {
+            let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
+            [v128_and(first, nibbles), v128_and(second, nibbles), u8x16_shr(first, 4), u8x16_shr(second, 4)]
+        })
+    }
+
+    fn q5_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+        let nibbles = u8x16_splat(0x0F);
+        let qh = [load(block, 16), load(block, 32)];
+        // 16 where bit `shift` of the quant's `qh` byte is set.
+        let fifth = |half: usize, shift: u32| u8x16_shl(v128_and(u8x16_shr(qh[half], shift), u8x16_splat(1)), 4);
+        k_block(block, x, b, |group| {
+            let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
+            let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
+            [
+                v128_or(v128_and(first, nibbles), fifth(0, low)),
+                v128_or(v128_and(second, nibbles), fifth(1, low)),
+                v128_or(u8x16_shr(first, 4), fifth(0, high)),
+                v128_or(u8x16_shr(second, 4), fifth(1, high)),
+            ]
+        })
+    }
+
+    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the low sub-block's
+    /// 32 then the high one's, 16 to a register; the block's products and `dmin · Σ min · Σx`.
+    #[inline(always)]
+    fn k_block(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize) -> [v128; 4]) -> (v128, f32) {
+        let (d, dmin) = (half(block, 0), half(block, 2));
+        let scales = &block[4..16];
+        let xs = block_digits(x, b);
+        let (mut sums, zero) = ([i32x4_splat(0); 3], i32x4_splat(0));
+        let mut minimums = 0f32;
+        for group in 0..4 {
+            let q = quants(group);
+            let ((low_scale, low_min), (high_scale, high_min)) =
+                (k_scale_min(2 * group, scales), k_scale_min(2 * group + 1, scales));
+            minimums += f32::from(low_min) * x.sums32[b * 8 + 2 * group]
+                + f32::from(high_min) * x.sums32[b * 8 + 2 * group + 1];
+            let (low_scale, high_scale) = (i32x4_splat(low_scale.into()), i32x4_splat(high_scale.into()));
+            let at = 64 * group;
+            for (digits, sum) in xs.iter().zip(&mut sums) {
+                // At most 8 · 32·31·128·63 per lane: within i32.
+                let low = dot(q[1], load(*digits, at + 16), dot(q[0], load(*digits, at), zero));
+                let high = dot(q[3], load(*digits, at + 48), dot(q[2], load(*digits, at + 32), zero));
+                *sum = i32x4_add(*sum, i32x4_add(i32x4_mul(low, low_scale), i32x4_mul(high, high_scale)));
+            }
+        }
+        (f32x4_mul(joined(sums), f32x4_splat(d * x.scales[b])), dmin * minimums)
+    }
+
+    /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as `32 ·
+    /// scale · Σx` of each sub-block of 16.
+    fn q6_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+        let d = half(block, 208);
+        let xs = block_digits(x, b);
+        let (nibbles, two_bits) = (u8x16_splat(0x0F), u8x16_splat(0x30));
+        let (mut sums, zero) = ([i32x4_splat(0); 3], i32x4_splat(0));
+        for half_block in 0..2 {
+            let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
+            for sixteen in 0..2 {
+                // Quants `16·sixteen..` of each run of 32 (as `dequant.rs` reads them).
+                let (low, high) = (load(block, ql + 16 * sixteen), load(block, ql + 32 + 16 * sixteen));
+                let upper = load(block, qh + 16 * sixteen);
+                let runs = [
+                    (v128_and(low, nibbles), u8x16_shl(upper, 4)),
+                    (v128_and(high, nibbles), u8x16_shl(upper, 2)),
+                    (u8x16_shr(low, 4), upper),
+                    (u8x16_shr(high, 4), u8x16_shr(upper, 2)),
+                ];
+                for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
+                    let quants = v128_or(four_bits, v128_and(upper, two_bits));
+                    let sub = 8 * half_block + 2 * run + sixteen;
+                    let scale = i32x4_splat(i32::from(block[192 + sub] as i8));
+                    let at = 128 * half_block + 32 * run + 16 * sixteen;
+                    for (digits, sum) in xs.iter().zip(&mut sums) {
+                        // At most 16 · 16·63·128·128 per lane: within i32.
+                        *sum = i32x4_add(*sum, i32x4_mul(dot(quants, load(*digits, at), zero), scale));
+                    }
+                }
+            }
+        }
+        let offsets: f32 = (0..16).map(|sub| f32::from(block[192 + sub] as i8) * x.sums[b * 16 + sub]).sum();
+        (f32x4_mul(joined(sums), f32x4_splat(d * x.scales[b])), 32.0 * d * offsets)
     }
 }
 

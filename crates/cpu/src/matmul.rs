@@ -250,7 +250,11 @@ pub fn simd() -> &'static str {
     {
         "NEON"
     }
-    #[cfg(target_arch = "wasm32")]
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    {
+        "WebAssembly relaxed SIMD"
+    }
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
     {
         "WebAssembly SIMD"
     }
@@ -355,6 +359,9 @@ unsafe fn integer_rows_avx512(w: &Matrix, x: &IntegerRow, first: usize, out: &mu
 #[cfg(target_arch = "wasm32")]
 #[target_feature(enable = "simd128")]
 unsafe fn integer_rows_simd128(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
+    #[cfg(target_feature = "relaxed-simd")]
+    integer_rows::<integer::Relaxed>(w, x, first, out, accumulate);
+    #[cfg(not(target_feature = "relaxed-simd"))]
     integer_rows::<integer::Simd128>(w, x, first, out, accumulate);
 }
 
