@@ -335,6 +335,16 @@ cmd_test() {
   log "sampler determinism probe in wasm32"
   cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-sampler --example determinism_probe
   node tests/wasm/sampler-determinism.mjs "$CARGO_TARGET_DIR/wasm32-unknown-unknown/release/examples/determinism_probe.wasm"
+  # The CPU engine's products in wasm32 (Node) against their reference: the WebAssembly SIMD and the
+  # relaxed SIMD kernels, each built as the browser's modules build them (their own target
+  # directories: other flags).
+  for simd in simd128 relaxed-simd; do
+    log "the CPU engine's products in wasm32 with $simd"
+    local kernels_dir="$CARGO_TARGET_DIR/wasm-kernels-$simd"
+    RUSTFLAGS="-C target-feature=+simd128,+$simd" CARGO_TARGET_DIR="$kernels_dir" \
+      cargo build --release --locked --target wasm32-unknown-unknown -p nucleus-cpu --example kernel_parity
+    node tests/wasm/cpu-parity.mjs "$kernels_dir/wasm32-unknown-unknown/release/examples/kernel_parity.wasm" "$simd"
+  done
   # Every module the layer kernels can be assembled into, for Chromium's WGSL compiler.
   export SHADER_MODULES_DIR="$CARGO_TARGET_DIR/shader-modules"
   rm -rf "$SHADER_MODULES_DIR"

@@ -1,0 +1,125 @@
+//! The CPU engine's products against their reference on every format, as one function that
+//! both builds run: natively `tests/parity.rs` asserts it finds nothing; built for
+//! `wasm32-unknown-unknown` (a `cdylib`, once with WebAssembly SIMD and once with relaxed SIMD),
+//! it exports `failures()`, which `tests/wasm/cpu-parity.mjs` runs in Node (`./build.sh test`):
+//! so the wasm kernels, which no native test compiles, meet the same reference.
+//!
+//! `matmul` against the reference (the matrix dequantized whole by `nucleus-gguf`, f64 sums):
+//! random blocks, one and several activation rows, widths that are not multiples of the tile or of
+//! eight lanes, more weight rows than one task holds, accumulating or not.
+
+use nucleus_cpu::{Matrix, matmul, reference};
+use nucleus_gguf::GgmlType;
+
+/// SplitMix64.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Random blocks of `ggml_type` for `rows × cols` values, with finite scales.
+pub fn random_matrix(rng: &mut Rng, ggml_type: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let (block, block_bytes) = ggml_type.block_layout();
+    let blocks = rows * cols / block as usize;
+    let mut bytes: Vec<u8> = (0..blocks * block_bytes as usize).map(|_| rng.next_u64() as u8).collect();
+    let f16 = |v: f64| half::f16::from_f64(v).to_le_bytes();
+    for b in bytes.chunks_exact_mut(block_bytes as usize) {
+        let scale = f16(0.002 + 0.05 * rng.unit());
+        match ggml_type {
+            GgmlType::F32 => b.copy_from_slice(&((rng.unit() - 0.5) as f32).to_le_bytes()),
+            GgmlType::F16 => b.copy_from_slice(&f16(rng.unit() - 0.5)),
+            GgmlType::Bf16 => b.copy_from_slice(&half::bf16::from_f64(rng.unit() - 0.5).to_le_bytes()),
+            GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => b[0..2].copy_from_slice(&scale),
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => {
+                b[0..2].copy_from_slice(&scale);
+                b[2..4].copy_from_slice(&f16(0.01 * rng.unit()));
+            }
+            GgmlType::Q6K => b[208..210].copy_from_slice(&f16(0.0005 + 0.002 * rng.unit())),
+            other => unreachable!("{other}"),
+        }
+    }
+    bytes
+}
+
+pub const TYPES: [GgmlType; 11] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::Bf16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q4K,
+    GgmlType::Q5K,
+    GgmlType::Q6K,
+];
+
+/// Widths of a type's rows in these tests: a tile and a part, and one not a multiple of 8 lanes
+/// where the blocks allow it.
+pub fn widths(ggml_type: GgmlType) -> Vec<usize> {
+    match ggml_type.block_layout().0 {
+        1 => vec![13, 300, 640],
+        32 => vec![96, 640],
+        _ => vec![256, 768],
+    }
+}
+
+/// Every output of `matmul` further from the reference than `1e-5` of the product's largest
+/// magnitude, described.
+pub fn mismatches() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rng = Rng(7);
+    for ggml_type in TYPES {
+        for cols in widths(ggml_type) {
+            let rows = 133;
+            let bytes = random_matrix(&mut rng, ggml_type, rows, cols);
+            let w = Matrix::new(ggml_type, &bytes, rows, cols).expect("whole blocks");
+            for n in [1usize, 3, 5] {
+                let x: Vec<f32> = (0..n * cols).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+                let expected = reference::matmul(&w, &x);
+                let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+                for accumulate in [false, true] {
+                    let start: Vec<f32> = (0..n * rows).map(|i| (i % 7) as f32).collect();
+                    let mut y = start.clone();
+                    matmul(&w, &x, &mut y, accumulate);
+                    for (i, (&got, &want)) in y.iter().zip(&expected).enumerate() {
+                        let want = want + if accumulate { f64::from(start[i]) } else { 0.0 };
+                        if (f64::from(got) - want).abs() > 1e-5 * scale.max(want.abs()) {
+                            found.push(format!(
+                                "{ggml_type} [{n}, {cols}] x [{rows}, {cols}]ᵀ, accumulate {accumulate}: y[{i}] = {got}, reference {want}"
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    found
+}
+
+/// How many outputs `mismatches` finds, and the first five described, one per line (the wasm
+/// build's export): the text's length, in bytes, written at `out` (`cap` bytes at most).
+///
+/// # Safety
+/// `out` must point to `cap` writable bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn failures(out: *mut u8, cap: usize) -> u64 {
+    let found = mismatches();
+    let text = found.iter().take(5).cloned().collect::<Vec<_>>().join("\n");
+    let len = text.len().min(cap);
+    // SAFETY: the caller provides `cap` bytes at `out`.
+    unsafe { std::ptr::copy_nonoverlapping(text.as_ptr(), out, len) };
+    ((found.len() as u64) << 32) | len as u64
+}
