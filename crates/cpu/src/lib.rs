@@ -8,15 +8,17 @@
 //! `n` tokens reads the weights once. For one activation row (a decode step) Q4_1 blocks (and
 //! in wasm Q8_0's) go straight into the dot product instead (`Dot::add_q4_1`, `add_q8_0`: the
 //! same sums, without the tile's store and load), and K-quant blocks (Q4_K, Q5_K, Q6_K) into
-//! integer products against the row held as 31-bit integers in two 16-bit halves (`int16`: as
-//! exact as f32, 1.5–2.7× as fast). Activations are never rounded below f32's precision
-//! (llama.cpp's CPU kernels quantize them to 8 bits, which moves logits by up to ~0.6; the
-//! references here allow 1e-3).
+//! integer products against the row rounded to 24 bits per 256 values (`integer`: three signed
+//! bytes against the quants by `vpmaddubsw`, with AVX-VNNI and AVX-512 builds; relaxed SIMD's
+//! byte dot product in wasm; two 16-bit halves in plain wasm SIMD). Activations are never rounded
+//! to 8 bits (llama.cpp's CPU kernels do, which moves logits by up to ~0.6; the references here
+//! allow 1e-3; 24 bits keep decode within 4e-5 of a recompute).
 //!
 //! **SIMD.** The inner loops are written so the compiler vectorises them (eight accumulators, a
 //! tile of whole lanes): natively the kernel is compiled twice, for the baseline (SSE2 on x86-64)
-//! and for AVX2 with FMA and F16C, and the AVX2 one is chosen at run time when the CPU has it; in
-//! wasm the module is built with `simd128`.
+//! and for AVX2 with FMA, and the widest build the CPU has is chosen at run time (`NUCLEUS_SIMD`
+//! caps it); in wasm the module is built with `simd128`, and the threaded one a second time with
+//! relaxed SIMD (fused multiply-adds, byte dot products).
 //!
 //! **Threads.** The rows of a product are spread over a small pool of our own whose helpers spin
 //! between jobs (`threads.rs`: why, and the protocol): natively every core (`NUCLEUS_THREADS` to
