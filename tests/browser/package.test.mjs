@@ -136,11 +136,11 @@ test('the static page: one script tag from the CDN, the element generates the gr
   assert.deepEqual(await generateIn(page), capital.greedy32.slice(0, 8));
   assert.ok(await page.$('nucleus-playground >> .chart svg'), 'the chart is drawn');
   // The engine's worker came from a same-origin blob; its script and the threaded engine (the
-  // page is cross-origin isolated) and its helper threads' script from the CDN; the model from the
-  // model host.
+  // page is cross-origin isolated; Chromium validates relaxed SIMD, so that build) and its helper
+  // threads' script from the CDN; the model from the model host.
   assert.ok(page.workers().some((worker) => worker.url().startsWith(`blob:${site.url.slice(0, -1)}`)), 'a blob worker');
   const fromCdn = cdn.requests.map((r) => r.replace(`/npm/${PACKAGE_NAME}@${VERSION}/`, ''));
-  for (const file of ['nucleus-element.js', 'nucleus-worker.js', 'nucleus-thread.js', 'pkg/nucleus_web_threads_bg.wasm', 'pkg/nucleus_sampler_web_bg.wasm', 'chart.css']) {
+  for (const file of ['nucleus-element.js', 'nucleus-worker.js', 'nucleus-thread.js', 'pkg/nucleus_web_threads_relaxed_bg.wasm', 'pkg/nucleus_sampler_web_bg.wasm', 'chart.css']) {
     assert.ok(fromCdn.includes(file), `${file} from the CDN`);
   }
   assert.ok(models.requests.includes(`/${MODEL_NAME}`), 'the model from its host');

@@ -49,10 +49,11 @@ pub struct IntegerRow {
     #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     digits: [Vec<i8>; 3],
     /// `X >> 8` and `X & 0xFF` of each value `X` (`x ≈ X · scale`, `|X| ≤ 0x7F7F7F`).
+    #[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd"))))]
     halves: [Vec<i16>; 2],
     /// Per 256 values: `x ≈ X · scale`.
     scales: Vec<f32>,
-    /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it in the AVX2 build).
+    /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it in the byte builds).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     sums: Vec<f32>,
     /// Per 32 values: `Σ x`, in f32 (Q4_K's and Q5_K's minimums multiply it).
@@ -79,6 +80,7 @@ impl IntegerRow {
         Self {
             #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
             digits: digits(&values),
+            #[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd"))))]
             halves: [
                 values.iter().map(|&v| (v >> 8) as i16).collect(),
                 values.iter().map(|&v| (v & 0xFF) as i16).collect(),

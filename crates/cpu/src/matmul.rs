@@ -273,7 +273,7 @@ impl X86 {
 
 /// Whether the kernels run their AVX2 build (or a wider one).
 #[cfg(target_arch = "x86_64")]
-fn has_avx2() -> bool {
+pub(crate) fn has_avx2() -> bool {
     X86::chosen() >= X86::Avx2
 }
 
