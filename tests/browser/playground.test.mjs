@@ -769,7 +769,9 @@ test('without WebGPU the playground runs end to end on the CPU engine', async ()
     await noGpu.waitForFunction(() => document.body.dataset.state === 'ready', null, { timeout: 120_000 });
     assert.match(await noGpu.textContent('[data-stat="runs on"]'), /^the CPU engine, \d+ threads?$/);
     assert.equal(await noGpu.textContent('[data-stat="WebGPU adapter"]'), 'none');
-    assert.match(await noGpu.textContent('#backend-note'), /^Runs on the CPU \(\d+ threads?, WebAssembly SIMD\): .*WebGPU/);
+    // Threaded where the page shares memory (Chromium: the relaxed-SIMD build), else one thread.
+    assert.match(await noGpu.textContent('#backend-note'),
+      /^Runs on the CPU \((\d+ threads, WebAssembly relaxed SIMD|1 thread, WebAssembly SIMD)\): .*WebGPU/);
     await noGpu.check('input[name="mode"][value="raw"]');
     await noGpu.fill('#prompt', capital.text);
     await noGpu.click('[data-preset="greedy"]');
