@@ -91,6 +91,17 @@ impl IntegerRow {
         }
     }
 
+    /// The 256 digits of each place of block `b`, for the byte builds.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    #[inline(always)]
+    fn block_digits<'a>(&'a self, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
+        let [d0, d1, d2] = &self.digits;
+        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
+            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
+        };
+        [block(d0), block(d1), block(d2)]
+    }
+
     /// Whether products of `ggml_type` go through here.
     pub fn reads(ggml_type: GgmlType) -> bool {
         matches!(ggml_type, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K)
@@ -329,7 +340,7 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
+    use super::{GgmlType, IntegerRow, half};
 
     /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes.
     pub(super) trait PairSums {
@@ -392,16 +403,6 @@ mod avx2 {
             };
         }
         unsafe { total(lanes) }
-    }
-
-    /// The 256 digits of each place of block `b` of `x`.
-    #[inline(always)]
-    pub(super) fn block_digits<'a>(x: &'a IntegerRow, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
-        let [d0, d1, d2] = &x.digits;
-        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
-            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
-        };
-        [block(d0), block(d1), block(d2)]
     }
 
     /// 32 bytes from `at`.
@@ -518,7 +519,7 @@ mod avx2 {
                 let pair = (2 * sub as i16) | ((2 * sub as i16 + 1) << 8);
                 _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pair))
             };
-            let xs = block_digits(x, b);
+            let xs = x.block_digits(b);
             let mut sums = [_mm256_setzero_si256(); 3];
             for group in 0..4 {
                 let (low, high) = quants(group);
@@ -542,7 +543,7 @@ mod avx2 {
     unsafe fn q6_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
         unsafe {
             let d = half(block, 208);
-            let xs = block_digits(x, b);
+            let xs = x.block_digits(b);
             let (nibbles, two_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
             // The sixteen scales as 16-bit lanes; sub-blocks `2k` and `2k + 1` (a run of 32) are
             // 32-bit lane `k`, broadcast, then the low half of the register takes the first scale
@@ -607,7 +608,7 @@ impl RowDot for Avx512 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::avx2::{block_digits, k_scales_and_mins, load, load_f32, load8, total};
+    use super::avx2::{k_scales_and_mins, load, load_f32, load8, total};
     use super::{GgmlType, IntegerRow, half};
 
     /// Per row: the blocks' products in 16 lanes, their minimums or offsets in 8.
@@ -702,7 +703,7 @@ mod avx512 {
             let (d, dmin) = (half(block, 0), half(block, 2));
             let (scales, mins) = k_scales_and_mins(&block[4..16]);
             let scales = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_cvtsi64_si128(scales as i64)));
-            let xs = block_digits(x, b);
+            let xs = x.block_digits(b);
             let mut sums = [_mm512_setzero_si512(); 3];
             for group in 0..4 {
                 let (quants, scale) = (quants(group), spread(scales, 2 * group, 16));
@@ -725,7 +726,7 @@ mod avx512 {
     unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
         unsafe {
             let d = half(block, 208);
-            let xs = block_digits(x, b);
+            let xs = x.block_digits(b);
             let (nibbles, two_bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
             let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
             let scales = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(_mm_unpacklo_epi64(low_scales, high_scales)));
@@ -778,7 +779,7 @@ impl RowDot for Relaxed {
 mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min};
+    use super::{GgmlType, IntegerRow, half, k_scale_min};
 
     /// Per row: the blocks' products in four f32 lanes, their minimums or offsets in one.
     #[inline(always)]
@@ -798,16 +799,6 @@ mod relaxed {
         (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
             + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
             - offsets
-    }
-
-    /// The 256 digits of each place of block `b` of `x`.
-    #[inline(always)]
-    fn block_digits<'a>(x: &'a IntegerRow, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
-        let [d0, d1, d2] = &x.digits;
-        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
-            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
-        };
-        [block(d0), block(d1), block(d2)]
     }
 
     /// 16 bytes from `at`.
@@ -863,7 +854,7 @@ mod relaxed {
     fn k_block(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize) -> [v128; 4]) -> (v128, f32) {
         let (d, dmin) = (half(block, 0), half(block, 2));
         let scales = &block[4..16];
-        let xs = block_digits(x, b);
+        let xs = x.block_digits(b);
         let (mut sums, zero) = ([i32x4_splat(0); 3], i32x4_splat(0));
         let mut minimums = 0f32;
         for group in 0..4 {
@@ -888,7 +879,7 @@ mod relaxed {
     /// scale · Σx` of each sub-block of 16.
     fn q6_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
         let d = half(block, 208);
-        let xs = block_digits(x, b);
+        let xs = x.block_digits(b);
         let (nibbles, two_bits) = (u8x16_splat(0x0F), u8x16_splat(0x30));
         let (mut sums, zero) = ([i32x4_splat(0); 3], i32x4_splat(0));
         for half_block in 0..2 {
