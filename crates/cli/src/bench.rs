@@ -43,6 +43,10 @@ pub struct BenchArgs {
     /// decoding by prompt lookup (0 = skip).
     #[arg(long, value_name = "K", default_value_t = nucleus_engine::DEFAULT_MAX_DRAFT)]
     speculative_lookup: usize,
+    /// Also time each kernel of the fused path on the GPU (timestamp queries around each
+    /// dispatch, in one more run): where a prefill's and a decode step's GPU time goes.
+    #[arg(long)]
+    kernel_times: bool,
     /// Also print the medians as one JSON line at the end (`{"device", "reports": [...]}`), for
     /// tests/browser/bench.mjs's table of engines.
     #[arg(long)]
@@ -91,6 +95,9 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         [] => vec![PathArg::Burn],
         paths => paths.to_vec(),
     };
+    if args.kernel_times && !(device.gpu().is_some() && paths[0] == PathArg::Fused) {
+        return Err(KERNEL_TIMES_NEED.into());
+    }
     let long_context = args.long_context.unwrap_or(if device.is_cpu_adapter() { 0 } else { 2000 });
     println!(
         "backend {:?} on {}; {} prompt tokens, {} generated tokens, {} runs after 1 warm-up",
@@ -160,6 +167,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         if engine.decode_tail() && !args.no_tail {
             println!();
             decode_tail_alone(&engine, &prompt, args.runs.max(5))?;
+        }
+        if args.kernel_times {
+            println!();
+            kernel_times(&mut engine, &prompt, args.gen_tokens)?;
         }
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
@@ -423,6 +434,50 @@ fn host_encode_time(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> R
     let spent = gpu.counters() - before;
     let per_step = |ns: u64| ns as f64 / 1000.0 / steps.max(1) as f64;
     Ok(Some((per_step(spent.record_ns), per_step(spent.submit_ns))))
+}
+
+const KERNEL_TIMES_NEED: &str =
+    "--kernel-times times the fused path's kernels: run it with --backend wgpu and the fused path first";
+
+/// The fused path's GPU time per kernel (`nucleus_kernels::profile`) in one more run: the prefill
+/// with its first token, and the decode steps per token.
+fn kernel_times(engine: &mut Engine, prompt: &[u32], gen_tokens: usize) -> Result<(), String> {
+    let Some(gpu) = engine.model().device().gpu().cloned().filter(|_| engine.model().path() == Path::Fused) else {
+        return Err(KERNEL_TIMES_NEED.into());
+    };
+    gpu.set_profiling(true).map_err(|e| e.to_string())?;
+    let times = (|| {
+        let request = bench_request(engine, prompt, gen_tokens);
+        let mut generation = engine.generate(request).map_err(|e| e.to_string())?;
+        pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?;
+        let prefill = pollster::block_on(gpu.kernel_times()).map_err(|e| e.to_string())?;
+        let mut steps = 0;
+        while pollster::block_on(generation.next_step()).map_err(|e| e.to_string())?.is_some() {
+            steps += 1;
+        }
+        let decode = pollster::block_on(gpu.kernel_times()).map_err(|e| e.to_string())?;
+        Ok::<_, String>((prefill, decode, steps))
+    })();
+    gpu.set_profiling(false).map_err(|e| e.to_string())?;
+    let (prefill, decode, steps) = times?;
+    let table = |title: &str, times: &[nucleus_kernels::profile::KernelTime], per: usize| {
+        let total: f64 = times.iter().map(|t| t.ns).sum();
+        println!("{title}: {:.1} µs of kernels", total / 1000.0 / per as f64);
+        println!("  {:<20} {:>10} {:>10} {:>6}", "kernel", "dispatches", "µs", "%");
+        for t in times {
+            println!(
+                "  {:<20} {:>10.1} {:>10.1} {:>6.1}",
+                t.kernel,
+                t.dispatches as f64 / per as f64,
+                t.ns / 1000.0 / per as f64,
+                100.0 * t.ns / total.max(1.0)
+            );
+        }
+    };
+    println!("GPU time per kernel (timestamps around each dispatch, each in a pass of its own, one more run):");
+    table(&format!("prefill of {} tokens and the first token", prompt.len()), &prefill, 1);
+    table(&format!("decode, per token ({steps} steps)"), &decode, steps.max(1));
+    Ok(())
 }
 
 /// Decode ms/token after a prompt of `position` tokens (16 steps, the last 15 timed).

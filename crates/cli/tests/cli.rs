@@ -278,3 +278,25 @@ fn inspect_describes_the_model() {
         assert!(text.contains(needle), "{needle:?} not in:\n{text}");
     }
 }
+
+/// `bench --kernel-times` on the tiny Qwen3 (lavapipe): a table of the fused path's kernels for
+/// the prefill and per decode token, each kernel of a Qwen3 block named; on the CPU engine, an
+/// error naming the flag.
+#[test]
+fn bench_times_each_kernel_of_the_fused_path() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tiny/qwen3.gguf");
+    let args = ["bench", "--model", model, "--prompt-tokens", "8", "--gen-tokens", "3", "--runs", "1"];
+    let quick = ["--long-context", "0", "--no-tail", "--speculative-lookup", "0", "--kernel-times"];
+    let fused = [&args[..], &["--backend", "wgpu", "--path", "fused"], &quick[..]].concat();
+    let output = nucleus(&fused);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let table = stdout.split("GPU time per kernel").nth(1).expect("the kernel table");
+    let (prefill, decode) = table.split_once("decode, per token (2 steps)").expect("a decode table of two steps");
+    assert!(prefill.contains("prefill of 8 tokens and the first token"), "{table}");
+    for kernel in ["embed", "attn_qkv_norm", "attention", "matvec_residual", "ffn_gate_up", "lm_head"] {
+        assert!(prefill.contains(kernel) && decode.contains(kernel), "{kernel} in {table}");
+    }
+    let cpu = [&args[..], &["--backend", "cpu"], &quick[..]].concat();
+    assert_error(&nucleus(&cpu), "--kernel-times");
+}

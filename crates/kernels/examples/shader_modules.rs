@@ -10,7 +10,7 @@ fn main() {
     let out = std::env::args().nth(1).expect("usage: shader_modules OUT_DIR");
     std::fs::create_dir_all(&out).expect("create the folder");
     let mut count = 0;
-    for tuning in [Tuning { workgroup: 64, lanes_per_row: 1 }, Tuning { workgroup: 256, lanes_per_row: 32 }] {
+    for tuning in [Tuning::CPU_ADAPTER, Tuning::GPU] {
         for (label, source) in nucleus_kernels::layer::module_variants(tuning) {
             let name: String =
                 label.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' { c } else { '_' }).collect();

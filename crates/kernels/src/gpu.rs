@@ -27,15 +27,34 @@ pub struct Tuning {
 }
 
 impl Tuning {
-    /// One lane per output row and no workgroup barrier in the inner loop on adapters that run on
-    /// the CPU (lavapipe, SwiftShader, WARP), where barriers are emulated at great cost; 32 lanes
-    /// per row on GPUs, so that even a 576-row projection keeps thousands of lanes busy.
+    /// On adapters that run on the CPU (lavapipe, SwiftShader, WARP): one lane per output row and
+    /// no workgroup barrier in the inner loop, where barriers are emulated at great cost.
+    pub const CPU_ADAPTER: Tuning = Tuning { workgroup: 64, lanes_per_row: 1 };
+
+    /// On GPUs: 16 lanes per row, so that even a 576-row projection keeps thousands of lanes
+    /// busy. On an H200 (`nucleus bench --kernel-times`, Qwen3.5-0.8B's shape, ARCHITECTURE.md)
+    /// 16 prefilled 512 tokens 20 % faster than 32 and decoded 1.6 % faster; 8 prefilled faster
+    /// still but decoded 5 % slower, 64 was slower at both.
+    pub const GPU: Tuning = Tuning { workgroup: 256, lanes_per_row: 16 };
+
+    /// [`Tuning::CPU_ADAPTER`] on adapters that run on the CPU, else [`Tuning::GPU`].
+    ///
+    /// Natively `NUCLEUS_GPU_TUNING=WGxTPR` (`256x16`) sets another, to measure it; one that
+    /// does not divide (or a workgroup over 256 lanes) is ignored with a warning.
     pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
-        if info.device_type == wgpu::DeviceType::Cpu {
-            Self { workgroup: 64, lanes_per_row: 1 }
-        } else {
-            Self { workgroup: 256, lanes_per_row: 32 }
+        #[cfg(not(target_family = "wasm"))]
+        if let Ok(value) = std::env::var("NUCLEUS_GPU_TUNING") {
+            let parsed = value.split_once('x').and_then(|(wg, tpr)| Some((wg.parse().ok()?, tpr.parse().ok()?)));
+            match parsed {
+                Some((workgroup, lanes_per_row))
+                    if (1..=256).contains(&workgroup) && lanes_per_row >= 1 && workgroup % lanes_per_row == 0 =>
+                {
+                    return Self { workgroup, lanes_per_row };
+                }
+                _ => eprintln!("NUCLEUS_GPU_TUNING={value} ignored: not WGxTPR with TPR dividing WG <= 256"),
+            }
         }
+        if info.device_type == wgpu::DeviceType::Cpu { Self::CPU_ADAPTER } else { Self::GPU }
     }
 
     /// Output rows per workgroup.
@@ -110,6 +129,7 @@ struct Inner {
     layouts: Mutex<HashMap<&'static str, wgpu::BindGroupLayout>>,
     pipelines: Mutex<HashMap<crate::kernel::PipelineKey, wgpu::ComputePipeline>>,
     counters: Counters,
+    profile: Mutex<crate::profile::ProfileState>,
 }
 
 impl std::fmt::Debug for Gpu {
@@ -169,6 +189,7 @@ impl Gpu {
                 layouts: Mutex::default(),
                 pipelines: Mutex::default(),
                 counters: Counters::default(),
+                profile: Mutex::default(),
             }),
         }
     }
@@ -323,6 +344,10 @@ impl Gpu {
 
     pub(crate) fn layouts(&self) -> MutexGuard<'_, HashMap<&'static str, wgpu::BindGroupLayout>> {
         self.inner.layouts.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn profile_state(&self) -> MutexGuard<'_, crate::profile::ProfileState> {
+        self.inner.profile.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn pipelines(&self) -> MutexGuard<'_, HashMap<crate::kernel::PipelineKey, wgpu::ComputePipeline>> {

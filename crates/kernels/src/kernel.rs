@@ -10,6 +10,7 @@ use burn::backend::wgpu::wgpu;
 
 use crate::format::WeightFormat;
 use crate::gpu::{BufferView, Gpu, Tuning};
+use crate::profile::Passes;
 use crate::{KernelError, wgsl};
 
 /// One binding of a kernel, in binding order; its WGSL declaration is generated from this.
@@ -260,21 +261,41 @@ pub struct Recorder {
     encoder: wgpu::CommandEncoder,
     gpu: Gpu,
     dispatches: u32,
+    /// The timestamps around each dispatch, when the GPU profiles (`profile.rs`).
+    profile: Option<Passes>,
 }
 
 impl Recorder {
     /// An empty recording for `gpu`.
     pub fn new(gpu: &Gpu) -> Self {
         let encoder = gpu.device().create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("nucleus") });
-        Self { gpu: gpu.clone(), encoder, pass: None, dispatches: 0 }
+        Self { gpu: gpu.clone(), encoder, pass: None, dispatches: 0, profile: Passes::new(gpu) }
     }
 
-    /// Records one dispatch of `grid` workgroups.
-    pub(crate) fn dispatch(&mut self, pipeline: &wgpu::ComputePipeline, group: &wgpu::BindGroup, grid: [u32; 3]) {
+    /// Records one dispatch of `grid` workgroups of `kernel`'s `pipeline`.
+    pub(crate) fn dispatch(
+        &mut self,
+        kernel: &'static str,
+        pipeline: &wgpu::ComputePipeline,
+        group: &wgpu::BindGroup,
+        grid: [u32; 3],
+    ) {
         let max = self.gpu.limits().max_compute_workgroups_per_dimension;
         assert!(grid.iter().all(|&n| n <= max), "grid {grid:?} exceeds {max} workgroups per dimension");
         if grid.contains(&0) {
             return;
+        }
+        if let Some(timestamps) = self.profile.as_mut().and_then(|passes| passes.next(kernel)) {
+            // A pass of its own, timed at its start and end.
+            self.pass = None;
+            self.pass = Some(
+                self.encoder
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some(kernel),
+                        timestamp_writes: Some(timestamps),
+                    })
+                    .forget_lifetime(),
+            );
         }
         let pass = self.pass.get_or_insert_with(|| {
             self.encoder
@@ -309,6 +330,9 @@ impl Recorder {
     /// The recorded commands.
     pub fn finish(mut self) -> wgpu::CommandBuffer {
         self.pass = None;
+        if let Some(passes) = self.profile.take() {
+            passes.finish(&self.gpu, &mut self.encoder);
+        }
         self.encoder.finish()
     }
 }

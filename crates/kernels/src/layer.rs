@@ -129,6 +129,8 @@ enum Grid {
 /// A kernel with its bind group and parameters, ready to record.
 pub struct Bound {
     gpu: Gpu,
+    /// The kernel's name (its `.wgsl` file), for the kernel times.
+    name: &'static str,
     group: wgpu::BindGroup,
     /// The one-row pipeline and, for matrix kernels, the many-row one.
     single: wgpu::ComputePipeline,
@@ -162,7 +164,7 @@ impl Bound {
             Grid::Entries { count } => (&self.single, [count.div_ceil(tuning.workgroup), 1, 1]),
             Grid::Workgroups { count } => (many_rows(shape.rows).0, [count, 1, 1]),
         };
-        recorder.dispatch(pipeline, &self.group, grid);
+        recorder.dispatch(self.name, pipeline, &self.group, grid);
     }
 }
 
@@ -196,7 +198,15 @@ fn bind<P: WgslStruct>(
     let group = kernel.bind(&views)?;
     let many = matches!(grid, Grid::Matrix { .. } | Grid::Heads { .. } | Grid::Workgroups { .. })
         .then(|| kernel.pipeline(PREFILL_ROWS_PER_GROUP, input_cols));
-    Ok(Bound { gpu: gpu.clone(), group, single: kernel.pipeline(1, input_cols), many, grid, _params: uniform })
+    Ok(Bound {
+        gpu: gpu.clone(),
+        name: spec.name,
+        group,
+        single: kernel.pipeline(1, input_cols),
+        many,
+        grid,
+        _params: uniform,
+    })
 }
 
 const STEP: Slot = Slot::Uniform("step", StepParams::NAME);

@@ -46,7 +46,7 @@
 //! are written once for every kernel.
 //!
 //! The matrix kernels give each output row to a group of `TPR` lanes ([`Tuning`]): 1 on CPU
-//! adapters (no barrier in the inner loop: CPU drivers emulate barriers at great cost), 32 on
+//! adapters (no barrier in the inner loop: CPU drivers emulate barriers at great cost), 16 on
 //! GPUs (even a 576-row projection then keeps thousands of lanes busy; the group's partial sums
 //! are added in workgroup memory). RMSNorm is fused into the product after it:
 //! `RMSNorm(x)·γ·W = inv_rms(x)·((x∘γ)·W)`, `inv_rms` computed once per workgroup.
@@ -86,6 +86,8 @@ mod kernel;
 #[cfg(feature = "gpu")]
 pub mod layer;
 mod linear;
+#[cfg(feature = "gpu")]
+pub mod profile;
 pub mod reference;
 pub mod score;
 pub mod tail;

@@ -1,6 +1,6 @@
 //! The layer kernels against their CPU references (`reference::layer`), on lavapipe: every weight
 //! format (weights made of random GGUF blocks, the reference dequantized by `nucleus-gguf`), both
-//! tunings (one lane per row as on CPU adapters; 32 lanes per row with the group reduction, as on
+//! tunings (one lane per row as on CPU adapters; 16 lanes per row with the group reduction, as on
 //! GPUs), one-row and many-row variants, shapes that are not multiples of the workgroup, and
 //! positions 0, 1 and at the end of the cache.
 
@@ -26,10 +26,7 @@ fn gpu() -> &'static Gpu {
 
 /// Both tunings on the same adapter.
 fn tunings() -> [Gpu; 2] {
-    [
-        gpu().retuned(Tuning { workgroup: 64, lanes_per_row: 1 }),
-        gpu().retuned(Tuning { workgroup: 256, lanes_per_row: 32 }),
-    ]
+    [gpu().retuned(Tuning::CPU_ADAPTER), gpu().retuned(Tuning::GPU)]
 }
 
 fn storage(gpu: &Gpu, data: &[u8]) -> GpuBuffer {
@@ -888,7 +885,7 @@ fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
 fn every_module_variant_compiles() {
     let gpu = gpu();
     let mut count = 0;
-    for tuning in [Tuning { workgroup: 64, lanes_per_row: 1 }, Tuning { workgroup: 256, lanes_per_row: 32 }] {
+    for tuning in [Tuning::CPU_ADAPTER, Tuning::GPU] {
         for (label, source) in layer::module_variants(tuning) {
             let module = gpu.device().create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&label),
@@ -899,4 +896,45 @@ fn every_module_variant_compiles() {
         }
     }
     assert!(count > 100, "{count} modules");
+}
+
+/// The kernel times (`profile.rs`): with profiling on, every dispatch of a recording is timed
+/// under its kernel's name, and the times are read once; off, nothing is timed.
+#[test]
+fn kernel_times_name_every_dispatch_of_a_profiled_recording() {
+    let gpu = gpu().retuned(Tuning::GPU);
+    assert!(gpu.can_profile(), "lavapipe has timestamp queries");
+    let mut rng = Rng::new(10);
+    let dim = 256;
+    let (x, y, gamma) =
+        (random_f32(&mut rng, dim, 1.0), random_f32(&mut rng, dim, 1.0), random_f32(&mut rng, dim, 1.0));
+    let (x_buf, y_buf, norm) = (f32s(&gpu, &x), f32s(&gpu, &y), f32s(&gpu, &gamma));
+    let step = Step::new(&gpu, StepShape::new(0, 1, 1, 1, 4096), &[]);
+    let params = NormResidualParams { dim: dim as u32, eps: 1e-6, ..Default::default() };
+    let norm_residual =
+        layer::norm_residual(&gpu, params, &step.view(), &y_buf.view(), &norm.view(), &x_buf.view()).unwrap();
+    let out = gpu.storage("out", 16);
+    let ids = storage(&gpu, bytemuck::cast_slice(&[1u32, 2, 3, 4]));
+    let gather = layer::gather(
+        &gpu,
+        GatherParams { count: 4, ids_at: 0, ..Default::default() },
+        &step.view(),
+        &ids.view(),
+        &x_buf.view(),
+        &out.view(),
+    )
+    .unwrap();
+
+    gpu.set_profiling(true).unwrap();
+    run(&gpu, &[&norm_residual, &gather, &norm_residual], &step.shape, &out);
+    let mut times = block_on(gpu.kernel_times()).unwrap();
+    times.sort_by_key(|t| t.kernel);
+    let counts: Vec<(&str, u64)> = times.iter().map(|t| (t.kernel, t.dispatches)).collect();
+    assert_eq!(counts, [("gather", 1), ("norm_residual", 2)]);
+    assert!(times.iter().all(|t| t.ns >= 0.0) && times.iter().any(|t| t.ns > 0.0), "{times:?}");
+    assert!(block_on(gpu.kernel_times()).unwrap().is_empty(), "times are read once");
+
+    gpu.set_profiling(false).unwrap();
+    run(&gpu, &[&norm_residual], &step.shape, &out);
+    assert!(block_on(gpu.kernel_times()).unwrap().is_empty(), "nothing is timed with profiling off");
 }
