@@ -395,10 +395,14 @@ unsafe fn add4_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 4], a: &[f32],
 }
 
 /// Two rows against four: per 4 values, two loads of `a`, four of `b` and eight multiply-adds
-/// into eight accumulators, added into the lanes at the end.
+/// into eight accumulators, added into the lanes at the end. A function of its own, not inlined
+/// into the prefill's loops: V8 allocates registers per function, and inlined there the eight
+/// accumulators spilled; alone, a prefill's products ran 1.5x as fast (Q4_K, 3,584 x 1,024, 64
+/// rows, one thread in Node 20's V8: 13.9 -> 20.6 GMAC/s with relaxed SIMD, 13.4 -> 18.0
+/// without; ARCHITECTURE.md, "A hot loop is a function of its own in wasm").
 #[cfg(target_arch = "wasm32")]
 #[target_feature(enable = "simd128")]
-#[inline]
+#[inline(never)]
 unsafe fn add8_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 8], a: [&[f32]; 2], b: [&[f32]; 4]) {
     use std::arch::wasm32::*;
     let len = a.iter().chain(&b).fold(usize::MAX, |len, v| len.min(v.len())) / 32 * 32;

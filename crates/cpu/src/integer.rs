@@ -126,6 +126,13 @@ fn digits(values: &[i32]) -> [Vec<i8>; 3] {
 
 /// `Σ w·x` of one weight row of `ggml_type` (one of [`IntegerRow::reads`]) and the row `x`: one
 /// build per instruction set.
+///
+/// The WebAssembly builds' `row_dot` is a function of its own, called once per weight row, not
+/// inlined into the loop over them: V8 allocates registers per function, and there (a larger
+/// function) the products spilled theirs. Alone they ran 2.1x as fast on Q4_K and 1.7x on Q5_K
+/// and Q6_K in relaxed SIMD (one thread in Node 20's V8, a 3,584 x 1,024 matrix: 3.9 -> 8.0
+/// GMAC/s), 1.1x on Q6_K in SIMD alone; a wrapper of their own that inlined them ran at 7.0
+/// (ARCHITECTURE.md, "A hot loop is a function of its own in wasm").
 pub(crate) trait RowDot {
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32;
 }
@@ -153,7 +160,9 @@ trait Widened {
 }
 
 impl<D: Widened> RowDot for D {
-    #[inline(always)]
+    // In wasm a function of its own (see `RowDot`).
+    #[cfg_attr(target_arch = "wasm32", inline(never))]
+    #[cfg_attr(not(target_arch = "wasm32"), inline(always))]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         match ggml_type {
             GgmlType::Q4K => blocks(ggml_type, row, x, |block, b| {
@@ -781,8 +790,9 @@ mod relaxed {
 
     use super::{GgmlType, IntegerRow, half, k_scale_min};
 
-    /// Per row: the blocks' products in four f32 lanes, their minimums or offsets in one.
-    #[inline(always)]
+    /// Per row: the blocks' products in four f32 lanes, their minimums or offsets in one. A
+    /// function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
+    #[inline(never)]
     pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         let bytes = ggml_type.block_layout().1 as usize;
         let (mut lanes, mut offsets) = (f32x4_splat(0.0), 0f32);

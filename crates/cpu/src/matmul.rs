@@ -503,12 +503,11 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mu
                 let lanes = (&mut lanes[4 * r..4 * r + 8]).try_into().expect("two x rows by four weight rows");
                 D::add8(lanes, [&x_at(r)[..vector], &x_at(r + 1)[..vector]], rows);
             }
-            for r in 0..n {
+            // The rows not done in pairs above.
+            for r in pairs..n {
                 let x = x_at(r);
                 let lanes = &mut lanes[4 * r..4 * r + 4];
-                if r < pairs {
-                    // Done in pairs above.
-                } else if count == 4 {
+                if count == 4 {
                     let rows = [0, 1, 2, 3].map(|j| &tiles[j][..vector]);
                     D::add4(lanes.try_into().expect("four weight rows"), &x[..vector], rows);
                 } else {
@@ -516,8 +515,13 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mu
                         D::add(lanes, &tiles[j][..vector], &x[..vector]);
                     }
                 }
-                for (j, tail) in tails[4 * r..4 * r + count].iter_mut().enumerate() {
-                    *tail += tiles[j][vector..len].iter().zip(&x[vector..]).fold(0.0, |sum, (a, b)| sum + a * b);
+            }
+            if vector < len {
+                for r in 0..n {
+                    let x = x_at(r);
+                    for (j, tail) in tails[4 * r..4 * r + count].iter_mut().enumerate() {
+                        *tail += tiles[j][vector..len].iter().zip(&x[vector..]).fold(0.0, |sum, (a, b)| sum + a * b);
+                    }
                 }
             }
         }
