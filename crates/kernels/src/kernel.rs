@@ -285,15 +285,14 @@ impl Recorder {
         if grid.contains(&0) {
             return;
         }
-        if let Some(timestamps) = self.profile.as_mut().and_then(|passes| passes.next(kernel)) {
-            // A pass of its own, timed at its start and end.
+        if let Some(passes) = self.profile.as_mut() {
+            // A pass of its own, timed at its start and end (past the query set's capacity,
+            // untimed: never inside a timed one).
+            let timestamp_writes = passes.next(kernel);
             self.pass = None;
             self.pass = Some(
                 self.encoder
-                    .begin_compute_pass(&wgpu::ComputePassDescriptor {
-                        label: Some(kernel),
-                        timestamp_writes: Some(timestamps),
-                    })
+                    .begin_compute_pass(&wgpu::ComputePassDescriptor { label: Some(kernel), timestamp_writes })
                     .forget_lifetime(),
             );
         }
