@@ -211,7 +211,9 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
         }
     };
     let mut delta = vec![0.0f32; CHUNK * hd];
-    let mut recalled = vec![0.0f32; CHUNK * hd];
+    // S₀ᵀk for the chunk's keys, then S₀ᵀq for its queries: one pass over S₀ for both (the
+    // state changes only after the chunk's outputs).
+    let mut recalled = vec![0.0f32; 2 * CHUNK * hd];
     for begin in (0..seq).step_by(CHUNK) {
         let len = CHUNK.min(seq - begin);
         let mut cumulative = Vec::with_capacity(len);
@@ -222,14 +224,16 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
         }
         // The triangular solve for the chunk's δ, row by row.
         let keys: Vec<&[f32]> = (begin..begin + len).map(key).collect();
-        recall_all(s, &keys, &mut recalled);
+        let keys_and_queries: Vec<&[f32]> = keys.iter().copied().chain((begin..begin + len).map(query)).collect();
+        recall_all(s, &keys_and_queries, &mut recalled);
+        let (recalled_keys, recalled_queries) = recalled.split_at(len * hd);
         for t in 0..len {
             let beta = inputs.beta[(begin + t) * value_heads + j];
             let decay = cumulative[t].exp();
             let v = &inputs.v[((begin + t) * value_heads + j) * hd..][..hd];
             let (done, rest) = delta.split_at_mut(t * hd);
             let row = &mut rest[..hd];
-            for ((d, &v), &m) in row.iter_mut().zip(v).zip(&recalled[t * hd..][..hd]) {
+            for ((d, &v), &m) in row.iter_mut().zip(v).zip(&recalled_keys[t * hd..][..hd]) {
                 *d = beta * (v - decay * m);
             }
             for u in 0..t {
@@ -238,13 +242,11 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
             }
         }
         // The outputs, from the state before the chunk and the chunk's own writes.
-        let queries: Vec<&[f32]> = (begin..begin + len).map(query).collect();
-        recall_all(s, &queries, &mut recalled);
         for t in 0..len {
             let q = query(begin + t);
             let decay = cumulative[t].exp();
             let row = &mut o[(begin + t) * hd..][..hd];
-            row.iter_mut().zip(&recalled[t * hd..][..hd]).for_each(|(o, &m)| *o = decay * m);
+            row.iter_mut().zip(&recalled_queries[t * hd..][..hd]).for_each(|(o, &m)| *o = decay * m);
             for u in 0..=t {
                 let weight = (cumulative[t] - cumulative[u]).exp() * dot(q, key(begin + u));
                 row.iter_mut().zip(&delta[u * hd..(u + 1) * hd]).for_each(|(o, &d)| *o += weight * d);
