@@ -303,10 +303,10 @@ impl TailKernels {
         }
         let (softmax_group, topk_group) = &target.groups[source as usize];
         // Pass 0 (block records), pass 1 (flags, max, sum): the pass is the grid's z size.
-        recorder.dispatch("softmax_stats", &self.softmax, softmax_group, [self.block_count / WORKGROUP_SIZE, 1, 1]);
-        recorder.dispatch("softmax_stats", &self.softmax, softmax_group, [1, 1, 2]);
+        recorder.dispatch(SOFTMAX_STATS.name, &self.softmax, softmax_group, [self.block_count / WORKGROUP_SIZE, 1, 1]);
+        recorder.dispatch(SOFTMAX_STATS.name, &self.softmax, softmax_group, [1, 1, 2]);
         if k > 0 {
-            recorder.dispatch("topk", &self.topk, topk_group, [1, 1, 1]);
+            recorder.dispatch(TOPK.name, &self.topk, topk_group, [1, 1, 1]);
         }
     }
 
@@ -339,7 +339,7 @@ impl TailKernels {
         recorder.copy(&self.logits.buffer, self.logits.offset, self.adjusted.buffer(), 0, self.logits.size);
         let mask_words = if plan.allow_mask.is_some() { self.vocab.div_ceil(32) } else { 0 };
         let workgroups = plan.entry_count.max(mask_words).div_ceil(WORKGROUP_SIZE).clamp(1, MAX_ADJUST_WORKGROUPS);
-        recorder.dispatch("logit_adjust", &self.adjust_pipeline, &self.adjust_group, [workgroups, 1, 1]);
+        recorder.dispatch(LOGIT_ADJUST.name, &self.adjust_pipeline, &self.adjust_group, [workgroups, 1, 1]);
     }
 }
 
