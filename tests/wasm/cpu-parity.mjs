@@ -1,4 +1,4 @@
-// Runs the CPU engine's products against their reference (crates/cpu/examples/kernel_parity.rs)
+// Runs the CPU engine's products and attention against their reference (crates/cpu/examples/kernel_parity.rs)
 // compiled to wasm32-unknown-unknown: the WebAssembly SIMD and relaxed SIMD kernels, which no
 // native test compiles.
 // Usage: node tests/wasm/cpu-parity.mjs path/to/kernel_parity.wasm NAME
@@ -22,8 +22,8 @@ const result = run(at, cap);
 const failures = Number(result >> 32n);
 if (failures > 0) {
   const text = new TextDecoder().decode(new Uint8Array(memory.buffer, at, Number(result & 0xffffffffn)));
-  console.error(`wasm32 (${name}): ${failures} product outputs off the reference, first:\n${text}`);
+  console.error(`wasm32 (${name}): ${failures} outputs off the reference, first:\n${text}`);
   console.log('0 passed, 1 failed');
   process.exit(1);
 }
-console.log(`wasm32 (${name}): every format's products equal the reference`);
+console.log(`wasm32 (${name}): every format's products and the attention equal the reference`);

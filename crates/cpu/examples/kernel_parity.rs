@@ -6,8 +6,11 @@
 //!
 //! `matmul` against the reference (the matrix dequantized whole by `nucleus-gguf`, f64 sums):
 //! random blocks, one and several activation rows, widths that are not multiples of the tile or of
-//! eight lanes, more weight rows than one task holds, accumulating or not.
+//! eight lanes, more weight rows than one task holds, accumulating or not. `ops::attention` against
+//! its f64 reference: grouped heads, causal rows, windows, heads narrower than the lanes and wider
+//! but not a multiple of them, key counts that are not whole fours.
 
+use nucleus_cpu::ops::{AttentionShape, attention};
 use nucleus_cpu::{Matrix, matmul, reference};
 use nucleus_gguf::GgmlType;
 
@@ -109,14 +112,39 @@ pub fn mismatches() -> Vec<String> {
     found
 }
 
-/// How many outputs `mismatches` finds, and the first five described, one per line (the wasm
+/// Every output of `ops::attention` further than `1e-5` from the reference, described.
+pub fn attention_mismatches() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rng = Rng(13);
+    // (heads, kv heads, head width, position of the first query row, query rows); the last is
+    // Qwen3.5's attention shape (a prompt's tail over a cache).
+    for (heads, kv_heads, hd, pos, rows) in [(4, 2, 8, 9, 3), (6, 3, 72, 33, 7), (8, 2, 256, 61, 3)] {
+        let mut random = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect() };
+        let (keys, values) = (random((pos + rows) * kv_heads * hd), random((pos + rows) * kv_heads * hd));
+        let q = random(rows * heads * hd);
+        for window in [None, Some(4), Some(6)] {
+            let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window };
+            let mut out = vec![0.0; q.len()];
+            attention(&q, &keys, &values, pos, shape, &mut out);
+            let expected = reference::attention(&q, &keys, &values, pos, shape);
+            for (i, (&got, want)) in out.iter().zip(expected).enumerate() {
+                if (f64::from(got) - want).abs() > 1e-5 {
+                    found.push(format!("attention {heads}/{kv_heads} heads of {hd}, window {window:?}: out[{i}] = {got}, reference {want}"));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// How many outputs `mismatches` and `attention_mismatches` find, and the first five described, one per line (the wasm
 /// build's export): the text's length, in bytes, written at `out` (`cap` bytes at most).
 ///
 /// # Safety
 /// `out` must point to `cap` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn failures(out: *mut u8, cap: usize) -> u64 {
-    let found = mismatches();
+    let found = [mismatches(), attention_mismatches()].concat();
     let text = found.iter().take(5).cloned().collect::<Vec<_>>().join("\n");
     let len = text.len().min(cap);
     // SAFETY: the caller provides `cap` bytes at `out`.

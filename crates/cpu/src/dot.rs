@@ -470,3 +470,68 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
         }
     }
 }
+
+/// `out[j] = Σ a[i]·b[j·stride + i]`: `a` against `out.len()` rows of `b` as long as `a`, `stride`
+/// apart (an attention's query against one KV head's keys in a cache of `[positions, kv_width]`
+/// rows). Four rows at a time through [`Dot::add4`] (`a` loaded once for the four), the row's
+/// last few past the whole 32s in order; the widest build the CPU has.
+///
+/// # Panics
+/// When `b` is shorter than the rows need.
+pub(crate) fn strided_dots(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
+    if let Some(last) = out.len().checked_sub(1) {
+        assert!(b.len() >= last * stride + a.len(), "{} rows of {} every {stride} in {}", out.len(), a.len(), b.len());
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::matmul::has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { strided_dots_avx2(a, b, stride, out) };
+        }
+    }
+    #[cfg(target_arch = "wasm32")]
+    {
+        // SAFETY: as `matmul::rows_simd128`'s: a module with SIMD loads only where SIMD runs.
+        return unsafe { strided_dots_simd128(a, b, stride, out) };
+    }
+    #[allow(unreachable_code)]
+    strided_dots_with::<Portable>(a, b, stride, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn strided_dots_avx2(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
+    strided_dots_with::<Avx2>(a, b, stride, out);
+}
+
+#[cfg(target_arch = "wasm32")]
+#[target_feature(enable = "simd128")]
+unsafe fn strided_dots_simd128(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
+    strided_dots_with::<Simd128>(a, b, stride, out);
+}
+
+/// [`strided_dots`]' one body, compiled into each build.
+#[inline(always)]
+fn strided_dots_with<D: Dot>(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
+    let len = a.len();
+    let whole = len / 32 * 32;
+    let (a, a_tail) = a.split_at(whole);
+    let row = |j: usize| b[j * stride..j * stride + len].split_at(whole);
+    let tail = |b: &[f32]| a_tail.iter().zip(b).fold(0.0, |sum, (x, y)| sum + x * y);
+    let done = out.len() / 4 * 4;
+    let mut fours = out.chunks_exact_mut(4);
+    for (four, sums) in (&mut fours).enumerate() {
+        let rows: [(&[f32], &[f32]); 4] = std::array::from_fn(|k| row(4 * four + k));
+        let mut lanes = [D::zero(); 4];
+        D::add4(&mut lanes, a, rows.map(|(whole, _)| whole));
+        for ((sum, lanes), (_, rest)) in sums.iter_mut().zip(lanes).zip(rows) {
+            *sum = D::total(lanes) + tail(rest);
+        }
+    }
+    for (j, sum) in (done..).zip(fours.into_remainder()) {
+        let (whole, rest) = row(j);
+        let mut lanes = D::zero();
+        D::add(&mut lanes, a, whole);
+        *sum = D::total(lanes) + tail(rest);
+    }
+}

@@ -1,5 +1,5 @@
-//! `matmul` against the reference on every format (`examples/kernel_parity.rs`, which the wasm
-//! builds also run), and the embedding lookup against the same dequantization.
+//! `matmul` on every format and `ops::attention` against the reference (`examples/kernel_parity.rs`,
+//! which the wasm builds also run), and the embedding lookup against the same dequantization.
 
 use nucleus_cpu::Matrix;
 use nucleus_gguf::{GgmlType, dequantize};
@@ -12,6 +12,12 @@ use kernel_parity::{Rng, TYPES, random_matrix, widths};
 #[test]
 fn matmul_equals_the_dequantized_product_on_every_format() {
     let found = kernel_parity::mismatches();
+    assert!(found.is_empty(), "{} outputs off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
+}
+
+#[test]
+fn attention_equals_the_f64_reference() {
+    let found = kernel_parity::attention_mismatches();
     assert!(found.is_empty(), "{} outputs off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
 }
 
