@@ -98,7 +98,8 @@ fn a_repeated_prompt_and_a_fork_give_a_cold_runs_tokens() {
         let (_, reference) = tiny_family(TINY_QWEN35);
         let prompt = Prompt::Text(reference.logit_cases["chat"].text.clone());
         let prompt_len = engine.prompt_tokens(&prompt).unwrap().len();
-        // Reported in chunks (as the page asks), one ending right before the last token.
+        // Reported (as the page asks): on the fused path in chunks, one ending right before the
+        // last token; on the CPU engine in one pass, split there by the checkpoint.
         let chunk = nucleus_engine::prefill_chunk_len(prompt_len);
         assert_eq!(chunk, prompt_len - 1, "the prompt is one token longer than its first chunk");
         let mut generation = engine.generate(greedy(prompt.clone(), 8)).unwrap();

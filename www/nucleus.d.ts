@@ -187,6 +187,10 @@ export interface GenerateOptions extends SamplingOptions {
   speculative?: { lookup?: { maxDraft?: number; ngram?: number } };
   responseFormat?: ResponseFormat;
   signal?: AbortSignal;
+  /**
+   * The prompt's progress, in prompt tokens: on WebGPU after each chunk it runs in, on the CPU
+   * engine after each block of its one pass; the last call has `done === total`.
+   */
   onPrefill?: (progress: { done: number; total: number; cached: number }) => void;
 }
 

@@ -21,8 +21,8 @@
  *   strings, so that the engine rejects them by name). Replies with the generation's id.
  * @typedef {{ id: number, type: 'next', gen: number, reportPrefill?: boolean }} NextRequest
  *   Runs one step of generation `gen`. Replies with the step, or null when it has ended. With
- *   `reportPrefill`, a first step runs its prompt in chunks and sends a 'prefill' progress
- *   message after each.
+ *   `reportPrefill`, a first step sends 'prefill' progress messages as its prompt goes: on WebGPU
+ *   after each chunk it runs the prompt in, on the CPU engine after each block of its one pass.
  * @typedef {{ id: number, type: 'logitLens', options: string }} LogitLensRequest
  *   The logit lens of one step (`options`: `lm.logitLens`'s, as JSON). Replies with the report.
  *   Uses the KV cache: refused with `busy` while a generation runs.

@@ -387,9 +387,9 @@ impl Engine {
     }
 
     /// Runs `tokens` after what the cache holds, then keeps the recurrent state there (a
-    /// checkpoint: [`KvCache::checkpoint`]).
-    fn advance_to_checkpoint(&mut self, tokens: &[u32]) -> Result<(), EngineError> {
-        self.model.advance(tokens, &mut self.cache)?;
+    /// checkpoint: [`KvCache::checkpoint`]); `after_block` as [`Model::advance`] calls it.
+    fn advance_to_checkpoint(&mut self, tokens: &[u32], after_block: &mut dyn FnMut(usize)) -> Result<(), EngineError> {
+        self.model.advance(tokens, &mut self.cache, after_block)?;
         self.cached_tokens.extend_from_slice(tokens);
         self.cache.checkpoint();
         Ok(())
@@ -420,7 +420,17 @@ impl Engine {
     /// Runs `tokens` after what the cache holds and returns the last position's logits, still on
     /// the device.
     fn forward_last(&mut self, tokens: &[u32]) -> Result<DeviceLogits, EngineError> {
-        let logits = self.model.forward(tokens, &mut self.cache, Logits::Last)?;
+        self.forward_last_observed(tokens, &mut |_| {})
+    }
+
+    /// [`Engine::forward_last`], calling `after_block(n)` as the pass's first `n` blocks are
+    /// done (on the CPU engine: [`Model::forward_observed`]).
+    fn forward_last_observed(
+        &mut self,
+        tokens: &[u32],
+        after_block: &mut dyn FnMut(usize),
+    ) -> Result<DeviceLogits, EngineError> {
+        let logits = self.model.forward_observed(tokens, &mut self.cache, Logits::Last, after_block)?;
         self.cached_tokens.extend_from_slice(tokens);
         Ok(logits)
     }
@@ -448,8 +458,9 @@ impl Engine {
     }
 }
 
-/// Fewest tokens in a reported prefill chunk: below this a chunk costs about as much as a decode
-/// step, since a forward pass is dispatch-bound.
+/// Fewest tokens in a reported prefill chunk (on a GPU path; the CPU engine reports its blocks
+/// within one pass instead): below this a chunk costs about as much as a decode step, since a
+/// forward pass is dispatch-bound.
 pub const PREFILL_CHUNK_MIN: usize = 16;
 /// Most chunks (reports) in one reported prefill.
 pub const PREFILL_CHUNKS_MAX: usize = 16;

@@ -11,7 +11,9 @@ use crate::speculative::{DraftReport, SpeculationStats};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct PrefillProgress {
-    /// Tokens of the prefill in the KV cache: those it already held, then each chunk's.
+    /// Tokens of the prefill in the KV cache: those it already held, then each chunk's (on the
+    /// CPU engine, whose prompt runs in one pass, the pass's tokens times the share of its blocks
+    /// done).
     pub done: usize,
     /// The prefill's tokens: the prompt's, then the request's forced tokens.
     pub total: usize,

@@ -188,14 +188,16 @@ impl CpuModel {
 
     /// Runs `tokens` at positions `start..` after what `cache` holds and returns the logits of
     /// the last row or of every row. The caller has checked the tokens and the room.
+    /// `after_block(n)` is called as the pass's first `n` blocks are done.
     pub(crate) fn forward(
         &self,
         tokens: &[u32],
         cache: &mut CpuCache,
         start: usize,
         logits: Logits,
+        after_block: &mut dyn FnMut(usize),
     ) -> Result<Vec<Vec<f32>>, ModelError> {
-        let x = self.blocks(tokens, cache, start, Taps::default())?;
+        let x = self.blocks(tokens, cache, start, Taps { after_block: Some(after_block), ..Taps::default() })?;
         let rows = match logits {
             Logits::Last => &x[(tokens.len() - 1) * self.config.embedding_length..],
             Logits::All => &x[..],
@@ -203,9 +205,16 @@ impl CpuModel {
         Ok(self.head(rows))
     }
 
-    /// Runs `tokens` into `cache` without the output layer (no logits wanted).
-    pub(crate) fn advance(&self, tokens: &[u32], cache: &mut CpuCache, start: usize) -> Result<(), ModelError> {
-        self.blocks(tokens, cache, start, Taps::default()).map(drop)
+    /// Runs `tokens` into `cache` without the output layer (no logits wanted), calling
+    /// `after_block` as [`Self::forward`] does.
+    pub(crate) fn advance(
+        &self,
+        tokens: &[u32],
+        cache: &mut CpuCache,
+        start: usize,
+        after_block: &mut dyn FnMut(usize),
+    ) -> Result<(), ModelError> {
+        self.blocks(tokens, cache, start, Taps { after_block: Some(after_block), ..Taps::default() }).map(drop)
     }
 
     /// The logit lens of the last of `tokens`: the residual after every block and the whole rows
@@ -218,7 +227,7 @@ impl CpuModel {
         candidates: usize,
     ) -> Result<LogitLens, ModelError> {
         let mut hidden = Vec::with_capacity(self.config.block_count);
-        self.blocks(tokens, cache, start, Taps { lens: Some(&mut hidden), attention: None })?;
+        self.blocks(tokens, cache, start, Taps { lens: Some(&mut hidden), ..Taps::default() })?;
         // One product over every block's row: the output layer is read once.
         let rows = self.head(&hidden.concat());
         // The rows are in memory already: nothing is read back.
@@ -238,7 +247,7 @@ impl CpuModel {
         rows: Range<usize>,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let mut tap = AttentionTap { block, head, rows, weights: Vec::new() };
-        self.blocks(tokens, cache, start, Taps { lens: None, attention: Some(&mut tap) })?;
+        self.blocks(tokens, cache, start, Taps { attention: Some(&mut tap), ..Taps::default() })?;
         Ok(tap.weights)
     }
 
@@ -266,7 +275,7 @@ impl CpuModel {
         start: usize,
         taps: Taps<'_>,
     ) -> Result<Vec<f32>, ModelError> {
-        let Taps { mut lens, attention: mut tap } = taps;
+        let Taps { mut lens, attention: mut tap, mut after_block } = taps;
         let c = &self.config;
         let spec = self.architecture.block;
         let (seq, d) = (tokens.len(), c.embedding_length);
@@ -319,6 +328,9 @@ impl CpuModel {
             self.add_sublayer(&mut x, &mut projected, block.post_feed_forward_norm.as_ref());
             if let Some(rows) = lens.as_deref_mut() {
                 rows.push(x[(seq - 1) * d..].to_vec());
+            }
+            if let Some(report) = after_block.as_deref_mut() {
+                report(index + 1);
             }
         }
         Ok(x)
@@ -499,6 +511,8 @@ struct Taps<'a> {
     lens: Option<&'a mut Vec<Vec<f32>>>,
     /// One block's attention weights.
     attention: Option<&'a mut AttentionTap>,
+    /// Called with the number of blocks done after each (a prefill's progress).
+    after_block: Option<&'a mut dyn FnMut(usize)>,
 }
 
 /// An attention read ([`CpuModel::attention_weights`]): block `block`'s weights for the query

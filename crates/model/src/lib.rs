@@ -582,6 +582,27 @@ impl Model {
     /// values, and returns the logits (see [`Logits`]), still on the device. Prefill is one call
     /// with the whole prompt; decode is one call per token. Nothing changes on an error.
     pub fn forward(&self, tokens: &[u32], cache: &mut KvCache, logits: Logits) -> Result<DeviceLogits, ModelError> {
+        self.forward_observed(tokens, cache, logits, &mut |_| {})
+    }
+
+    /// Whether [`Model::forward_observed`] reports a pass's blocks as they are done: where the
+    /// pass runs on the calling thread (the CPU engine). A GPU path records the whole pass at
+    /// once and learns of its end only by waiting on the device.
+    pub fn observes_blocks(&self) -> bool {
+        matches!(self.route, Route::Cpu(_))
+    }
+
+    /// [`Model::forward`], calling `after_block(n)` as the pass's first `n` blocks (of
+    /// `config().block_count`) are done, where [`Model::observes_blocks`]; elsewhere never. A
+    /// prompt's progress without splitting its pass: the CPU engine's products read each
+    /// weight once per pass, so a prompt in chunks reads them once per chunk.
+    pub fn forward_observed(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        logits: Logits,
+        after_block: &mut dyn FnMut(usize),
+    ) -> Result<DeviceLogits, ModelError> {
         let (start, end) = self.check_pass(tokens, cache)?;
         let output = match (&self.route, &mut cache.inner) {
             #[cfg(feature = "burn-ops")]
@@ -599,7 +620,7 @@ impl Model {
                 DeviceLogits::Fused(model.forward(tokens, inner, start, logits)?)
             }
             (Route::Cpu(model), CacheKind::Cpu(inner)) => {
-                DeviceLogits::Host(model.forward(tokens, inner, start, logits)?)
+                DeviceLogits::Host(model.forward(tokens, inner, start, logits, after_block)?)
             }
             #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).
             _ => return Err(ModelError::Invalid("the cache was made for another model".into())),
@@ -609,13 +630,19 @@ impl Model {
     }
 
     /// Runs `tokens` after what `cache` holds into it, with no logits wanted (a recurrent
-    /// model's prompt up to a checkpoint): the CPU engine skips the output layer; the GPU paths
-    /// run their usual pass and drop its logits.
-    pub fn advance(&self, tokens: &[u32], cache: &mut KvCache) -> Result<(), ModelError> {
+    /// model's prompt up to a checkpoint): the CPU engine skips the output layer, calling
+    /// `after_block` as [`Model::forward_observed`] does; the GPU paths run their usual pass and
+    /// drop its logits.
+    pub fn advance(
+        &self,
+        tokens: &[u32],
+        cache: &mut KvCache,
+        after_block: &mut dyn FnMut(usize),
+    ) -> Result<(), ModelError> {
         let (start, end) = self.check_pass(tokens, cache)?;
         match (&self.route, &mut cache.inner) {
             (Route::Cpu(model), CacheKind::Cpu(inner)) => {
-                model.advance(tokens, inner, start)?;
+                model.advance(tokens, inner, start, after_block)?;
                 cache.len = end;
             }
             #[allow(unreachable_patterns)] // The CPU engine alone (the threaded browser build).

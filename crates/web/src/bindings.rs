@@ -313,8 +313,9 @@ impl WasmEngine {
     }
 
     /// Runs the next step of the current generation. Resolves to the step as JSON, or `null`
-    /// once the generation has finished. With `on_prefill`, a first step runs its prompt in
-    /// chunks and calls `on_prefill(done, total, cached)` (prompt tokens) after each.
+    /// once the generation has finished. With `on_prefill`, a first step calls
+    /// `on_prefill(done, total, cached)` (prompt tokens) as its prompt goes: on WebGPU after each
+    /// chunk it runs the prompt in, on the CPU engine after each block of its one pass.
     #[wasm_bindgen(js_name = nextStep)]
     // The borrow is held across the step's awaits on purpose: it is the lock that makes any other
     // call during a step fail with `busy` (try_borrow*), never a panic.

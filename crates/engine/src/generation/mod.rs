@@ -239,9 +239,11 @@ impl GenerationState {
     }
 
     /// Runs what the cache does not hold of the context (the prompt, then any forced tokens) and
-    /// returns the last position's logits, still on the device. With `on_prefill`, in chunks of
-    /// [`prefill_chunk_len`], each but the last waited for and reported (the caller reports the
-    /// last once its logits are read).
+    /// returns the last position's logits, still on the device. With `on_prefill`: where the
+    /// model reports its blocks as a pass goes (`Model::observes_blocks`: the CPU engine), in
+    /// one pass reported after each block (the tokens done counted as the share of the blocks
+    /// done); elsewhere in chunks of [`prefill_chunk_len`], each but the last waited for and
+    /// reported. The caller reports the end once the logits are read.
     async fn prefill(
         &mut self,
         engine: &mut Engine,
@@ -251,7 +253,9 @@ impl GenerationState {
         let total = context.len();
         let cached = engine.reuse_cache_prefix(&context);
         self.cached_context_tokens = cached;
-        let chunk = if on_prefill.is_some() { prefill_chunk_len(total - cached) } else { total };
+        let within_pass = on_prefill.is_some() && engine.model.observes_blocks();
+        let chunk = if on_prefill.is_some() && !within_pass { prefill_chunk_len(total - cached) } else { total };
+        let blocks = engine.model.config().block_count;
         // A recurrent state is kept where a later prompt is likely to go back to: before the
         // context's last token, and where the conversation so far ends.
         let mut keep: Vec<usize> = self.state_checkpoints.clone();
@@ -262,13 +266,17 @@ impl GenerationState {
         let mut done = cached;
         loop {
             let end = (done + chunk).min(total);
+            let progress = |from: usize, to: usize| PassProgress { from, to, total, cached, blocks };
             for &at in &keep {
                 if done < at && at < end {
-                    engine.advance_to_checkpoint(&context[done..at])?;
+                    let report = on_prefill.as_deref_mut().filter(|_| within_pass);
+                    engine.advance_to_checkpoint(&context[done..at], &mut progress(done, at).reporter(report))?;
                     done = at;
                 }
             }
-            let logits = engine.forward_last(&context[done..end])?;
+            let report = on_prefill.as_deref_mut().filter(|_| within_pass);
+            let logits =
+                engine.forward_last_observed(&context[done..end], &mut progress(done, end).reporter(report))?;
             done = end;
             if keep.contains(&done) {
                 // A chunk ended where a checkpoint goes.
@@ -277,7 +285,7 @@ impl GenerationState {
             if done == total {
                 return Ok(logits);
             }
-            if let Some(report) = on_prefill.as_mut() {
+            if let Some(report) = on_prefill.as_mut().filter(|_| !within_pass) {
                 logits.wait().await?;
                 report(PrefillProgress { done, total, cached });
             }
@@ -332,6 +340,36 @@ impl GenerationState {
                 decode_tokens_per_s: per_s(decode_steps, self.decode_ms),
             },
             speculation: self.speculation_stats(decode_steps),
+        }
+    }
+}
+
+/// A pass over the context's `from..to`, in a prefill of `total` tokens of which `cached` were
+/// held, on a model that reports its `blocks` as they are done.
+#[derive(Clone, Copy)]
+struct PassProgress {
+    from: usize,
+    to: usize,
+    total: usize,
+    cached: usize,
+    blocks: usize,
+}
+
+impl PassProgress {
+    /// What reports the pass after each block to `report` (the tokens done counted as the share
+    /// of its blocks done) where that count has grown, short of the prefill's end: the caller
+    /// reports that once the logits are read.
+    fn reporter<'r, 'f: 'r>(
+        self,
+        mut report: Option<&'r mut (dyn FnMut(PrefillProgress) + 'f)>,
+    ) -> impl FnMut(usize) + 'r {
+        let mut last = self.from;
+        move |block| {
+            let done = self.from + (self.to - self.from) * block / self.blocks;
+            if let Some(report) = report.as_deref_mut().filter(|_| last < done && done < self.total) {
+                report(PrefillProgress { done, total: self.total, cached: self.cached });
+                last = done;
+            }
         }
     }
 }
