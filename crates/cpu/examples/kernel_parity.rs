@@ -137,8 +137,9 @@ pub fn attention_mismatches() -> Vec<String> {
     found
 }
 
-/// How many outputs `mismatches` and `attention_mismatches` find, and the first five described, one per line (the wasm
-/// build's export): the text's length, in bytes, written at `out` (`cap` bytes at most).
+/// How many outputs `mismatches` and `attention_mismatches` find, and the first five described,
+/// one per line (the wasm build's export): the text's length, in bytes, written at `out` (`cap`
+/// bytes at most).
 ///
 /// # Safety
 /// `out` must point to `cap` writable bytes.
