@@ -222,7 +222,7 @@ fn a_prefill_reported_in_chunks_rises_to_the_prompt_length_and_gives_the_referen
 }
 
 #[test]
-fn a_load_that_would_not_fit_is_refused_before_any_upload_naming_the_context_that_fits() {
+fn a_load_that_would_not_fit_is_refused_before_any_upload_naming_the_context_and_the_backend_that_fit() {
     let device = wgpu_device();
     let budget = 200 << 20;
     let load = |context_length: usize| {
@@ -238,6 +238,10 @@ fn a_load_that_would_not_fit_is_refused_before_any_upload_naming_the_context_tha
     assert_eq!(uploads, 0, "refused before any tensor was uploaded");
     let message = error.to_string();
     assert!(message.contains("more than the budget of 200.0 MiB"), "{message}");
+    // The other backend, which the GPU's budget does not bind: the CPU engine at the same context.
+    let cpu = message.split("; ").nth(1).unwrap_or_else(|| panic!("no other backend named: {message}"));
+    assert!(cpu.starts_with("the CPU engine would run it at 8192 positions (backend cpu, "), "{message}");
+    assert!(cpu.ends_with(" MiB of memory)"), "{message}");
     let fits: usize = message
         .split("contextLength ")
         .nth(1)

@@ -149,7 +149,7 @@ export const ERROR_CODES = Object.freeze({
   'unsupported-model': 'an architecture or tensor type Nucleus does not run',
   'bad-options': 'an invalid option (`contextLength` beyond the model\'s trained length too); `option` names it in the API\'s spelling',
   'context-overflow': 'the prompt does not fit the context',
-  'out-of-memory': 'a buffer the model needs is larger than the GPU allows, all of them more than `memoryBudget`, or the CPU engine\'s more than the 4 GiB of a WebAssembly memory; checked from the file\'s first bytes before the rest is downloaded (where the server sends ranges) and again before anything is uploaded, naming the largest `contextLength` that fits',
+  'out-of-memory': 'a buffer the model needs is larger than the GPU allows, all of them more than `memoryBudget`, or the CPU engine\'s more than the 4 GiB of a WebAssembly memory; checked from the file\'s first bytes before the rest is downloaded (where the server sends ranges) and again before anything is uploaded, naming the largest `contextLength` that fits and, where the GPU cannot hold the model, the CPU engine when it would',
   'bad-logits': 'the model produced NaN or +inf logits, or none that is finite',
   'storage-quota': 'the model could not be kept in the browser\'s storage (a full quota: how much was needed and how much is free); not thrown: `lm.info.cacheError` holds it, and the model runs from the download',
   busy: '`generate` while another generation runs',

@@ -415,7 +415,7 @@ test('a wrong URL, a corrupt file and a truncated file each give their code', as
   const tooBig = await pageError(loadWith, { memoryBudget: 200 * 2 ** 20 });
   assert.equal(tooBig?.code, 'out-of-memory', tooBig?.message);
   // The plan counts every buffer the fused path allocates, the decode tail's and the readback included.
-  assert.match(tooBig.message, /^the model needs 463\.0 MiB on the GPU .* 10\.9 MiB of scratch and RoPE tables\), more than the budget of 200\.0 MiB: contextLength 2240 or less would fit$/);
+  assert.match(tooBig.message, /^the model needs 463\.0 MiB on the GPU .* 10\.9 MiB of scratch and RoPE tables\), more than the budget of 200\.0 MiB: contextLength 2240 or less would fit; the CPU engine would run it at 8192 positions \(backend cpu, [\d.]+ MiB of this browser's WebAssembly memory\)$/);
   console.log(`  out-of-memory: ${tooBig.message}`);
 });
 

@@ -101,7 +101,14 @@ pub(crate) fn checked(
         Path::Fused => {
             let plan = MemoryPlan::fused(header, config, context)?;
             if let Some(gpu) = device.gpu() {
-                plan.check(&MemoryLimits::of_device(&gpu.limits(), options.memory_budget))?;
+                plan.check(&MemoryLimits::of_device(&gpu.limits(), options.memory_budget)).map_err(|refused| {
+                    // What would fit: a shorter context (the GPU's check names it) or the other backend.
+                    let cpu = host.as_the_other_backend(host_limit.map(|limit| (limit.bytes, limit.name)));
+                    match (refused, cpu) {
+                        (ModelError::OutOfMemory(why), Some(cpu)) => ModelError::OutOfMemory(format!("{why}; {cpu}")),
+                        (refused, _) => refused,
+                    }
+                })?;
             }
             plan.total_bytes()
         }

@@ -79,6 +79,21 @@ impl HostPlan {
         usize::try_from(positions).unwrap_or(usize::MAX)
     }
 
+    /// Where the GPU's plan was refused: the CPU engine as the other backend, when it runs the
+    /// same context within `limit` (`(bytes, whose)`; natively there is none): "the CPU engine
+    /// would run it at 8192 positions (backend cpu, 412.0 MiB of this browser's WebAssembly
+    /// memory)". `None` when it would not fit either.
+    pub fn as_the_other_backend(&self, limit: Option<(u64, &str)>) -> Option<String> {
+        let room = match limit {
+            Some((bytes, whose)) => {
+                self.check(bytes, whose).ok()?;
+                format!("{} of {whose}", mib(self.total_bytes()))
+            }
+            None => format!("{} of memory", mib(self.total_bytes())),
+        };
+        Some(format!("the CPU engine would run it at {} positions (backend cpu, {room})", self.context_length))
+    }
+
     /// Refuses the plan when it needs more than `limit` bytes (`limit_name` says whose):
     /// [`ModelError::OutOfMemory`] naming what takes what and the largest context that fits.
     pub fn check(&self, limit: u64, limit_name: &str) -> Result<(), ModelError> {

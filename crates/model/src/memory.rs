@@ -165,7 +165,7 @@ impl MemoryPlan {
         let fixed = self.weights.iter().chain(&self.scratch);
         if let Some(buffer) = fixed.filter(|b| b.largest_part(per_buffer) > per_buffer).max_by_key(|b| b.bytes) {
             return Err(ModelError::OutOfMemory(format!(
-                "{} needs one buffer of {}, more than this GPU allows in one ({}); this model cannot run here",
+                "{} needs one buffer of {}, more than this GPU allows in one ({}); this model cannot run on this GPU",
                 buffer.what,
                 mib(buffer.largest_part(per_buffer)),
                 mib(per_buffer)
@@ -267,6 +267,6 @@ mod tests {
         let limits = MemoryLimits { max_buffer: 8 << 20, ..ROOMY };
         let error = plan(16).check(&limits).unwrap_err().to_string();
         assert!(error.starts_with("tensor 'blk.0.ffn_up.weight' needs one buffer of 10.0 MiB"), "{error}");
-        assert!(error.contains("cannot run here"), "{error}");
+        assert!(error.contains("cannot run on this GPU"), "{error}");
     }
 }
