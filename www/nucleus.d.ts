@@ -14,7 +14,8 @@ export const DEFAULT_MODEL_URL: string;
 export const ERROR_CODES: Readonly<Record<ErrorCode, string>>;
 export type ErrorCode =
   | 'no-webgpu' | 'fetch-failed' | 'bad-model' | 'unsupported-model' | 'bad-options' | 'context-overflow'
-  | 'out-of-memory' | 'bad-logits' | 'storage-quota' | 'busy' | 'device-lost' | 'device' | 'internal' | 'worker-crashed';
+  | 'out-of-memory' | 'bad-logits' | 'storage-quota' | 'busy' | 'device-lost' | 'device' | 'internal' | 'aborted'
+  | 'worker-crashed';
 
 /** Every error of the API. */
 export class NucleusError extends Error {
@@ -62,6 +63,8 @@ export interface LoadOptions {
   memoryBudget?: number;
   /** Keep the file in the Cache API (default true). */
   cache?: boolean;
+  /** Aborted before the load finishes: it rejects with `aborted`, its worker (and the memory it took) ended, nothing kept. */
+  signal?: AbortSignal;
 }
 
 export interface ModelInfo {

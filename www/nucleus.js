@@ -42,6 +42,9 @@ export class NucleusError extends Error {
 
 const badOption = (option, message) => new NucleusError('bad-options', message, { option });
 
+/** A load's `aborted` error, the signal's reason as its cause. */
+const loadAborted = (signal) => new NucleusError('aborted', 'the load was aborted (its signal)', { cause: signal.reason });
+
 /**
  * The assets' folder as an absolute URL ending in `/`: `assets` (a URL, relative ones against the
  * page), or DEFAULT_ASSETS. `bad-options` naming `assets` if it is not a URL.
@@ -198,8 +201,9 @@ class WorkerClient {
     this.#fail(error);
   }
 
-  terminate() {
-    this.#end(new NucleusError('internal', 'this model was disposed'));
+  /** Ends the worker and its helpers, every pending and later call rejecting with `error`. */
+  terminate(error = new NucleusError('internal', 'this model was disposed')) {
+    this.#end(error);
   }
 }
 
@@ -520,7 +524,7 @@ async function createCompletion(lm, request) {
 }
 
 /** The options `Nucleus.load` takes (nucleus.d.ts, LoadOptions, types each). */
-const LOAD_OPTIONS = ['model', 'backend', 'assets', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache'];
+const LOAD_OPTIONS = ['model', 'backend', 'assets', 'sha256', 'onProgress', 'contextLength', 'memoryBudget', 'cache', 'signal'];
 
 /**
  * Registers the service worker that keeps the package's files and this page for visits with the
@@ -569,14 +573,16 @@ export class Nucleus {
    * cached })`, `contextLength` (KV cache positions; default the model's), `memoryBudget` (bytes
    * for every GPU buffer together; default none), `cache` (keep the file in the Cache API; default
    * true), `sha256` (the file's, lowercase hex: a stored copy that differs is replaced, a download
-   * that differs is `bad-model`; default: not checked beyond its length). Whatever model the page
-   * already loaded is untouched: load the next one, then dispose of the old one.
+   * that differs is `bad-model`; default: not checked beyond its length), `signal` (an
+   * AbortSignal: aborted before the load finishes, it rejects with `aborted` and ends the load's
+   * worker, the memory it took with it, nothing of the file kept). Whatever model the page already
+   * loaded is untouched: load the next one, then dispose of the old one.
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
     const unknown = Object.keys(options).find((key) => !LOAD_OPTIONS.includes(key));
     if (unknown) throw badOption(unknown, `unknown option ${JSON.stringify(unknown)} (known: ${LOAD_OPTIONS.join(', ')})`);
-    const { backend = 'auto', sha256, onProgress, contextLength, memoryBudget, cache = true } = options;
+    const { backend = 'auto', sha256, onProgress, contextLength, memoryBudget, cache = true, signal } = options;
     const assets = assetsBase(options.assets);
     const model = options.model ?? new URL(DEFAULT_MODEL_PATH, assets).href;
     if (!BACKENDS.includes(backend)) {
@@ -596,13 +602,19 @@ export class Nucleus {
     if (memoryBudget !== undefined && !(Number.isSafeInteger(memoryBudget) && memoryBudget >= 1)) {
       throw badOption('memoryBudget', `memoryBudget must be a whole number of bytes >= 1, got ${memoryBudget}`);
     }
+    if (signal !== undefined && !(signal instanceof AbortSignal)) throw badOption('signal', 'signal must be an AbortSignal');
     if (backend === 'webgpu' && !globalThis.navigator?.gpu) {
       throw new NucleusError('no-webgpu', NO_WEBGPU_MESSAGE);
     }
     const source = file
       ? { file, name: file.name || 'model.gguf' }
       : { url: new URL(model, globalThis.document?.baseURI ?? import.meta.url).href };
+    if (signal?.aborted) throw loadAborted(signal);
     const client = new WorkerClient(assets);
+    // Aborted mid-load: the worker (its download, its memory, its helpers) ends at once and every
+    // pending call rejects with `aborted`; a Cache API entry is only written whole, so none is.
+    const abort = () => client.terminate(loadAborted(signal));
+    signal?.addEventListener('abort', abort, { once: true });
     try {
       const info = await client.call(REQUEST.load,
         { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
@@ -610,6 +622,8 @@ export class Nucleus {
     } catch (error) {
       client.terminate();
       throw error;
+    } finally {
+      signal?.removeEventListener('abort', abort);
     }
   }
 

@@ -156,6 +156,7 @@ export const ERROR_CODES = Object.freeze({
   'device-lost': 'the GPU device was lost; load the model again',
   device: 'another GPU error',
   internal: 'a bug in the engine (its panic message); the worker is ended and the next `Nucleus.load()` starts a new one',
+  aborted: 'a load\'s `signal` aborted it before it finished: its worker is ended, the memory it took with it, and nothing of the file is kept (`cause` is the signal\'s reason)',
   'worker-crashed': 'the engine\'s worker failed outside any request (an error in a callback, or the worker could not start: its message); the worker is ended, every call on the model gets this error, and the next `Nucleus.load()` starts a new one',
 });
 

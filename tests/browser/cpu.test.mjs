@@ -8,7 +8,7 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { startServer, MODEL_PATH, GEMMA_NAME, QWEN35_NAME, BLANK_PAGE } from './server.mjs';
+import { startServer, MODEL_NAME, MODEL_PATH, GEMMA_NAME, QWEN35_NAME, BLANK_PAGE } from './server.mjs';
 import { keptThreads, launch, open } from './browser.mjs';
 import { FIXTURES, assertScoreMatchesReference, lastLogits } from './reference.mjs';
 
@@ -252,6 +252,46 @@ test('an unknown backend is bad-options, named', async () => {
   });
   assert.deepEqual(error, { code: 'bad-options', option: 'backend',
     message: "backend must be one of 'auto', 'webgpu', 'cpu', got \"gpu\"" });
+});
+
+test('a load aborted through its signal rejects with aborted, ends its worker and helpers and keeps nothing; so does a failed load', async () => {
+  const engineWorkers = () => page.workers().filter((w) => /nucleus-(worker|thread)\.js/.test(w.url())).length;
+  const settledWorkers = async (count, what) => {
+    for (let waited = 0; engineWorkers() !== count; waited += 50) {
+      assert.ok(waited < 10_000, `${what}: ${engineWorkers()} engine workers, not ${count}`);
+      await new Promise((resolve) => setTimeout(resolve, 50));
+    }
+  };
+  const before = engineWorkers();
+  const outcome = await page.evaluate(async ({ url, bad }) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const failure = (e) => ({ code: e.code, message: e.message, cause: e.cause?.message ?? null });
+    const early = new AbortController();
+    early.abort(new Error('not wanted'));
+    const refused = await Nucleus.load({ model: url, signal: early.signal }).then(() => null, failure);
+    const controller = new AbortController();
+    const phases = [];
+    const onProgress = ({ phase, loaded, total }) => {
+      phases.push({ phase, loaded, total });
+      if (phase === 'download' && loaded > 0) controller.abort(new Error('the person cancelled'));
+    };
+    const aborted = await Nucleus.load({ model: url, signal: controller.signal, onProgress }).then(() => null, failure);
+    const failed = await Nucleus.load({ model: bad }).then(() => null, failure);
+    const stored = (await Nucleus.storedModels()).models.map((m) => m.url);
+    const notSignal = await Nucleus.load({ model: url, signal: 'stop' }).then(() => null, failure);
+    return { refused, aborted, failed, notSignal, phases, stored };
+  }, { url: `${server.url}models/${MODEL_NAME}?aborted`, bad: `${server.url}blank.html` });
+  assert.deepEqual(outcome.refused, { code: 'aborted', message: 'the load was aborted (its signal)', cause: 'not wanted' });
+  assert.deepEqual(outcome.aborted, { code: 'aborted', message: 'the load was aborted (its signal)', cause: 'the person cancelled' });
+  const download = outcome.phases.find((p) => p.phase === 'download');
+  assert.ok(download && download.loaded < download.total, `aborted part-way: ${JSON.stringify(outcome.phases)}`);
+  assert.equal(outcome.failed?.code, 'bad-model', JSON.stringify(outcome.failed));
+  assert.equal(outcome.notSignal?.code, 'bad-options');
+  assert.ok(!outcome.stored.some((url) => url.endsWith('?aborted')), `nothing kept of the aborted download: ${outcome.stored}`);
+  // The aborted and the failed loads' workers (and the aborted one's helpers) are gone.
+  await settledWorkers(before, 'after the aborted and failed loads');
+  const info = await loadInPage({ model: `${server.url}models/${MODEL_NAME}` });
+  assert.equal(info.backend.kind, 'cpu', 'and the next load works');
 });
 
 test('a page that is not cross-origin isolated runs the CPU engine on one thread, and says why', async () => {
