@@ -3,7 +3,8 @@
 //! and one prefill-shaped product (32 rows) of a 1,536 × 576 matrix (SmolLM2's gate projection)
 //! on the calling thread and on every thread: GMAC/s and weight bytes read per second. `-- ROWS
 //! COLS [FORMAT]` measures another shape (`-- 262144 640 Q8_0`: Gemma 3's output layer, which
-//! does not fit in a cache).
+//! does not fit in a cache); `-- ROWS COLS FORMAT N` multiplies N activation rows instead (`-- 3584
+//! 1024 Q4_K 512`: a 512-token prefill's gate projection in Qwen3.5-0.8B).
 
 use std::time::Instant;
 
@@ -44,7 +45,11 @@ fn main() {
             })
             .collect();
         let w = Matrix::new(ggml_type, &bytes, rows, cols).unwrap();
-        for n in [1, 32] {
+        let counts: Vec<usize> = match args.get(3) {
+            Some(n) => vec![n.parse().expect("N")],
+            None => vec![1, 32],
+        };
+        for n in counts {
             let x: Vec<f32> = (0..n * cols).map(|i| (i % 17) as f32 * 0.01).collect();
             let mut y = vec![0f32; n * rows];
             let runs = ((4e8 / (rows * cols * n) as f64) as usize).clamp(2, 400);

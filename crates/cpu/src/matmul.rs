@@ -472,9 +472,35 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], 
 /// an odd last row by `Dot::add4`), so x (a prefill's rows, beyond L1) is read an eighth as
 /// often: 1.5-1.7x the GMAC/s on 32 rows (`matmul_speed -- 3584 1024`; ARCHITECTURE.md). One x
 /// row (a decode step) stays a weight row at a time: grouped, it fell from 18 GMAC/s to 12 on
-/// Q8_0. `lanes[r · 4 + j]`: x row r against weight row j of the four.
+/// Q8_0. The x rows go in blocks of [`x_rows_in_cache`], which stay in the cache while every
+/// group of four weight rows reads them (each group's tiles dequantized again per block).
 #[inline(always)]
 fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+    let span = x_rows_in_cache(w.cols).min(n);
+    for from in (0..n).step_by(span) {
+        let m = span.min(n - from);
+        fours_in_block::<D>(
+            w,
+            &x[from * w.cols..(from + m) * w.cols],
+            m,
+            first,
+            Outputs { out: &mut *out, n, from },
+            accumulate,
+        );
+    }
+}
+
+/// Where [`fours_in_block`] writes: x rows `from..` of `out`, `[weight row, n]`.
+struct Outputs<'a> {
+    out: &'a mut [f32],
+    n: usize,
+    from: usize,
+}
+
+/// [`rows_in_fours`] for one block of `n` x rows. `lanes[r · 4 + j]`: x row r against weight row j
+/// of the four.
+#[inline(always)]
+fn fours_in_block<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, outputs: Outputs, accumulate: bool) {
     let cols = w.cols;
     let (block, block_bytes) = w.ggml_type.block_layout();
     let tile_bytes = TILE / block as usize * block_bytes as usize;
@@ -482,8 +508,9 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mu
     let mut tiles = [[0f32; TILE]; 4];
     let mut lanes = vec![D::zero(); 4 * n];
     let mut tails = vec![0f32; 4 * n];
-    for (i4, sums) in out.chunks_mut(4 * n).enumerate() {
-        let count = sums.len() / n;
+    let Outputs { out, n: stride, from } = outputs;
+    for (i4, sums) in out.chunks_mut(4 * stride).enumerate() {
+        let count = sums.len() / stride;
         lanes.fill(D::zero());
         tails.fill(0.0);
         for t in 0..cols.div_ceil(TILE) {
@@ -525,14 +552,32 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mu
                 }
             }
         }
-        for (j, sums) in sums.chunks_exact_mut(n).enumerate() {
-            for (r, sum) in sums.iter_mut().enumerate() {
+        for (j, sums) in sums.chunks_exact_mut(stride).enumerate() {
+            for (r, sum) in sums[from..from + n].iter_mut().enumerate() {
                 let value = D::total(lanes[4 * r + j]) + tails[4 * r + j];
                 *sum = if accumulate { *sum + value } else { value };
             }
         }
     }
 }
+
+/// How many x rows of `cols` values [`rows_in_fours`] multiplies by its weight rows before the
+/// next ones (an even count, so the pairs fall as without blocks): as many as fill
+/// [`X_ROWS_BYTES`].
+fn x_rows_in_cache(cols: usize) -> usize {
+    (X_ROWS_BYTES / (4 * cols)).max(2) / 2 * 2
+}
+
+/// The x rows [`rows_in_fours`] keeps in the cache while each group of four weight rows reads
+/// them (the weight tiles dequantized again for each block of them). Natively half the 1 MiB L2
+/// of this machine's cores: a prefill's x rows (512 tokens of 1,024 values are 2 MiB) were read
+/// from L3 once per four weight rows; in blocks, one thread's Q4_K products of Qwen3.5-0.8B's
+/// shapes over 512 rows ran 17.6 -> 19.3 GMAC/s (3,584 x 1,024) and 18.9 -> 18.9 (1,024 x 3,584),
+/// best of four (`matmul_speed -- 3584 1024 Q4_K 512`); the whole 512-token prefill of that model
+/// on two threads 7-9 % faster (`nucleus bench`, three pairs). In wasm no blocks: V8's loop, not the
+/// cache, bounds it (relaxed SIMD 10.4-10.8 GMAC/s either way) and the tiles' second conversion
+/// cost more than it saved in blocks of 128 KiB or less.
+const X_ROWS_BYTES: usize = if cfg!(target_family = "wasm") { usize::MAX } else { 512 << 10 };
 
 #[cfg(test)]
 mod tests {

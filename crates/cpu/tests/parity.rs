@@ -21,6 +21,28 @@ fn attention_equals_the_f64_reference() {
     assert!(found.is_empty(), "{} outputs off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
 }
 
+/// A prompt's rows are multiplied in blocks that stay in the cache (`matmul.rs`,
+/// `x_rows_in_cache`: 64 rows of 2,048 values natively); every row's sums are the same, bit for
+/// bit, as when its block is multiplied alone, and within the reference.
+#[test]
+fn a_prompt_multiplied_in_blocks_of_rows_sums_each_row_as_alone() {
+    let mut rng = Rng(17);
+    let (rows, cols, n, first_block) = (9, 2048, 67, 64);
+    let bytes = random_matrix(&mut rng, GgmlType::Q4K, rows, cols);
+    let w = Matrix::new(GgmlType::Q4K, &bytes, rows, cols).unwrap();
+    let x: Vec<f32> = (0..n * cols).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
+    let mut whole = vec![0.0; n * rows];
+    nucleus_cpu::matmul(&w, &x, &mut whole, false);
+    let (mut head, mut tail) = (vec![0.0; first_block * rows], vec![0.0; (n - first_block) * rows]);
+    nucleus_cpu::matmul(&w, &x[..first_block * cols], &mut head, false);
+    nucleus_cpu::matmul(&w, &x[first_block * cols..], &mut tail, false);
+    assert!(whole == [head, tail].concat(), "the rows' sums depend on the block they fall in");
+    let expected = nucleus_cpu::reference::matmul(&w, &x);
+    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    let worst = whole.iter().zip(&expected).map(|(&got, want)| (f64::from(got) - want).abs()).fold(0.0, f64::max);
+    assert!(worst <= 1e-5 * scale, "{worst} off the reference");
+}
+
 #[test]
 fn a_row_dequantizes_as_the_whole_matrix_does() {
     let mut rng = Rng(11);
