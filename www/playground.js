@@ -1310,11 +1310,15 @@ async function loadModel(choice = state.modelChoice) {
     download: 'Downloading', read: 'Reading the file', parse: 'Reading the model',
     upload: backend === 'cpu' ? 'Preparing the weights' : 'Uploading the weights',
   };
+  // "Stop loading" ends this load: its worker and the memory it took; the model before stays.
+  const stopping = new AbortController();
+  $('load-stop').onclick = () => stopping.abort();
   let next;
   try {
     next = await Nucleus.load({
       model: choice.file ?? choice.url,
       backend,
+      signal: stopping.signal,
       onProgress: ({ phase, loaded, total, cached, plan }) => {
         const mb = (n) => (n / 1e6).toFixed(1);
         $('load-label').textContent = `${phases[phase]} ${choice.label}${cached && phase === 'download' ? ' (from the browser cache)' : ''}: `
@@ -1334,6 +1338,11 @@ async function loadModel(choice = state.modelChoice) {
         saveSettings();
       }
       showModelError(choice, error);
+    } else if (error.code === 'aborted') {
+      // Stopped with nothing loaded: the page waits for a choice, or the same one again.
+      document.body.dataset.state = 'error';
+      $('status').textContent = `Loading ${choice.label} stopped. Pick a model, or load it again.`;
+      $('reload-model').hidden = false;
     } else if (choice.id !== 'default') {
       // A kept choice that no longer loads (a removed file, a URL gone): the default instead.
       showModelError(choice, error);
@@ -1380,7 +1389,9 @@ function planText({ hostBytes, deviceBytes, contextLength, offers }) {
 
 function showModelError(choice, error) {
   const fits = /contextLength (\d+) or less would fit/.exec(error.message)?.[1];
-  $('model-error').textContent = `${choice.label} could not load (${error.code}): ${error.message}`
+  $('model-error').textContent = (error.code === 'aborted'
+    ? `Loading ${choice.label} stopped.`
+    : `${choice.label} could not load (${error.code}): ${error.message}`)
     + (fits ? ` The engine checked this before uploading anything: a shorter context would fit (${fits} positions).` : '')
     + (state.lm ? ` ${state.lm.info.title} is still loaded.` : '');
   $('model-error').hidden = false;

@@ -19,8 +19,14 @@ const gemma = JSON.parse(readFileSync(path.join(REPO, 'tests/fixtures/gemma-3-27
 const GEMMA_PHONE = { prompt: 'My phone number is', pattern: String.raw`\d{3}-\d{4}`, seed: 7,
   native: [236770, 236770, 236770, 236772, 236828, 236810, 236810, 236832] };
 
+const qwen2Bytes = readFileSync(path.join(TINY, 'qwen2.gguf'));
 const extra = {
-  '/test-models/qwen2.gguf': readFileSync(path.join(TINY, 'qwen2.gguf')),
+  '/test-models/qwen2.gguf': qwen2Bytes,
+  // A download that stalls after its first 64 KiB until the page stops it.
+  '/test-models/stalled.gguf': (_request, response, headers) => {
+    response.writeHead(200, { ...headers, 'content-type': 'application/octet-stream', 'content-length': qwen2Bytes.length });
+    response.write(qwen2Bytes.subarray(0, 65_536));
+  },
 };
 
 let server;
@@ -127,6 +133,28 @@ test('files Nucleus cannot run are refused by name, and the model before stays',
   }
   assert.deepEqual(await page.$eval('#model-choice', (s) => [s.value, s.selectedOptions[0].textContent]),
     ['loaded', 'llama3.gguf (from this computer) (loaded)'], 'the picker shows the model still loaded');
+  const llama3 = tinyReference('llama3').logit_cases.count;
+  assert.deepEqual(await greedy(llama3.text, 2), llama3.greedy.slice(0, 2), 'and it still generates');
+});
+
+test('"Stop loading" ends a load part-way: its worker gone, nothing kept, and the model before still runs', async () => {
+  const engineWorkers = () => page.workers().filter((w) => /nucleus-(worker|thread)\.js/.test(w.url())).length;
+  const before = { workers: engineWorkers(), status: await status() };
+  await page.selectOption('#model-choice', 'url');
+  await page.fill('#model-url', `${server.url}test-models/stalled.gguf`);
+  await page.click('#model-url-load');
+  await page.waitForFunction(() => /^Downloading stalled\.gguf/.test(document.getElementById('load-label').textContent));
+  assert.ok(engineWorkers() > before.workers, 'the load runs in a worker of its own');
+  await page.click('#load-stop');
+  await settled();
+  assert.match(await modelError(), /^Loading stalled\.gguf stopped\. llama3 · llama · Q8_0 · 0 MB · 400 tokens is still loaded\.$/);
+  assert.equal(await status(), before.status, 'the loaded model is untouched');
+  for (let waited = 0; engineWorkers() !== before.workers; waited += 50) {
+    assert.ok(waited < 10_000, `${engineWorkers()} engine workers after the stop, not ${before.workers}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+  const stored = await page.evaluate(async () => (await (await import('/nucleus.js')).Nucleus.storedModels()).models.map((m) => m.url));
+  assert.ok(!stored.some((url) => url.endsWith('stalled.gguf')), `nothing kept of the stopped download: ${stored}`);
   const llama3 = tinyReference('llama3').logit_cases.count;
   assert.deepEqual(await greedy(llama3.text, 2), llama3.greedy.slice(0, 2), 'and it still generates');
 });

@@ -88,8 +88,9 @@ async function listen(handle, port = 0) {
 }
 
 /**
- * Serves `root` and `extra` (URL path -> Buffer, or { body, type }), cross-origin isolated unless
- * `isolated` is false. Resolves to { url, close, requests, setOffline }.
+ * Serves `root` and `extra` (URL path -> Buffer, { body, type }, or a function answering
+ * `(request, response, headers)` itself: `headers` are the isolation's), cross-origin isolated
+ * unless `isolated` is false. Resolves to { url, close, requests, setOffline }.
  */
 export async function startServer({ root = path.join(REPO, 'www'), extra = {}, port = 0, isolated = true } = {}) {
   const isolation = isolated ? ISOLATION_HEADERS : {};
@@ -97,6 +98,10 @@ export async function startServer({ root = path.join(REPO, 'www'), extra = {}, p
     throw new Error(`the model is missing at ${MODEL_PATH}: run ./build.sh model (or set NUCLEUS_MODEL)`);
   });
   return listen(async (request, response, pathname) => {
+    if (typeof extra[pathname] === 'function') {
+      extra[pathname](request, response, isolation);
+      return;
+    }
     if (extra[pathname]) {
       const { body, type } = Buffer.isBuffer(extra[pathname]) ? { body: extra[pathname] } : extra[pathname];
       response.writeHead(200, { ...isolation, 'content-type': type ?? 'application/octet-stream', 'content-length': body.length });
