@@ -186,18 +186,12 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
     let i = j % key_heads;
     let key = |t: usize| &inputs.k[(t * key_heads + i) * hd..][..hd];
     let query = |t: usize| &inputs.q[(t * key_heads + i) * hd..][..hd];
-    // In eight running sums, so that it vectorises (one sum is a chain the compiler must keep in
-    // order: that was most of this function's time).
-    let dot = |a: &[f32], b: &[f32]| {
-        let mut lanes = [0f32; 8];
-        for (a, b) in a.chunks_exact(8).zip(b.chunks_exact(8)) {
-            for k in 0..8 {
-                lanes[k] += a[k] * b[k];
-            }
-        }
-        let tail = a.len() / 8 * 8;
-        lanes.iter().sum::<f32>() + a[tail..].iter().zip(&b[tail..]).map(|(x, y)| x * y).sum::<f32>()
+    // `x` against the keys of tokens `begin..begin + out.len()` (rows `key_heads · hd` apart), four
+    // at a time in the products' lanes (`dot::strided_dots`).
+    let dots_with_keys = |x: &[f32], begin: usize, out: &mut [f32]| {
+        crate::dot::strided_dots(x, &inputs.k[(begin * key_heads + i) * hd..], key_heads * hd, out);
     };
+    let mut dots = [0f32; CHUNK];
     // S₀ᵀx for each of the chunk's key-sized xs: as many rows of value dimensions. A row of
     // S₀ serves every token before the next is read: S₀ (64 KiB at a head dimension of 128)
     // leaves L1, and a token at a time read it from L2 per token.
@@ -236,8 +230,9 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
             for ((d, &v), &m) in row.iter_mut().zip(v).zip(&recalled_keys[t * hd..][..hd]) {
                 *d = beta * (v - decay * m);
             }
+            dots_with_keys(key(begin + t), begin, &mut dots[..t]);
             for u in 0..t {
-                let a = beta * (cumulative[t] - cumulative[u]).exp() * dot(key(begin + t), key(begin + u));
+                let a = beta * (cumulative[t] - cumulative[u]).exp() * dots[u];
                 row.iter_mut().zip(&done[u * hd..(u + 1) * hd]).for_each(|(d, &x)| *d -= a * x);
             }
         }
@@ -247,8 +242,9 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
             let decay = cumulative[t].exp();
             let row = &mut o[(begin + t) * hd..][..hd];
             row.iter_mut().zip(&recalled_queries[t * hd..][..hd]).for_each(|(o, &m)| *o = decay * m);
+            dots_with_keys(q, begin, &mut dots[..=t]);
             for u in 0..=t {
-                let weight = (cumulative[t] - cumulative[u]).exp() * dot(q, key(begin + u));
+                let weight = (cumulative[t] - cumulative[u]).exp() * dots[u];
                 row.iter_mut().zip(&delta[u * hd..(u + 1) * hd]).for_each(|(o, &d)| *o += weight * d);
             }
         }
