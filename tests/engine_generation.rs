@@ -654,13 +654,17 @@ fn a_load_is_planned_from_the_files_first_bytes() {
     assert_eq!(planned, plan(whole.header(), &device, &unasked, None).unwrap());
     assert_eq!((planned.path, planned.file_bytes, planned.context_length), ("cpu", file_len, 1024));
     assert!(planned.host_bytes > file_len + planned.kv_cache_bytes + planned.state_bytes, "{planned:?}");
+    // A position costs its keys and values alone: the CPU engine computes a pass's RoPE rows.
+    let half =
+        plan(&header, &device, &LoadOptions { context_length: Some(512), ..LoadOptions::default() }, None).unwrap();
+    assert_eq!(planned.host_bytes - half.host_bytes, planned.kv_cache_bytes - half.kv_cache_bytes);
 
     let limit = HostLimit { bytes: planned.host_bytes - 1, name: "the test's limit" };
     let asked = LoadOptions { context_length: Some(1024), ..LoadOptions::default() };
     let refused = plan(&header, &device, &asked, Some(limit)).unwrap_err();
     assert_eq!(refused.code(), "out-of-memory");
     assert!(
-        refused.to_string().ends_with("more than the test's limit (31.9 MiB): contextLength 1023 or less would fit"),
+        refused.to_string().ends_with("more than the test's limit (31.8 MiB): contextLength 1023 or less would fit"),
         "{refused}"
     );
     let capped = plan(&header, &device, &unasked, Some(limit)).unwrap();

@@ -17,11 +17,11 @@ fn print_memory_plan(header: &GgufHeader, config: &ModelConfig) {
         let config = ModelConfig { context_length: context, ..config.clone() };
         match HostPlan::new(header, &config, context) {
             Ok(host) => println!(
-                "  memory at {context} positions: CPU engine {:.1} MiB (file {:.1}, KV cache and RoPE tables {:.1}, \
+                "  memory at {context} positions: CPU engine {:.1} MiB (file {:.1}, KV cache {:.1}, \
                  state, vectors and logits {:.1}){}",
                 mib(host.total_bytes()),
                 mib(host.file),
-                mib(host.kv_cache + host.rope_tables),
+                mib(host.kv_cache),
                 mib(host.recurrent_state + host.vectors + host.logits),
                 match MemoryPlan::fused(header, &config, context) {
                     Ok(gpu) => format!("; fused path {:.1} MiB on the GPU", mib(gpu.total_bytes())),

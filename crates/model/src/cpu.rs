@@ -58,14 +58,20 @@ impl CpuWeight {
     }
 }
 
+/// A pass's positions in an attention block: the first, and the RoPE rows of the block's table
+/// for each, `[seq, rope_dims / 2]`.
+struct Positions<'a> {
+    start: usize,
+    rope: &'a [(f32, f32)],
+}
+
 /// A model on the CPU.
 pub(crate) struct CpuModel {
     config: ModelConfig,
     architecture: &'static Architecture,
     weights: ModelWeights<CpuWeight>,
-    /// Per distinct RoPE base, `[context, hd/2]` pairs (cos, sin).
-    rope: Vec<Vec<(f32, f32)>>,
-    rope_of_block: Vec<usize>,
+    /// The blocks' RoPE, whose rows a pass computes for its own positions.
+    rope: RopeTables,
 }
 
 /// Keys and values of every attention block: `[positions, kv_dim]` f32 rows each, grown as
@@ -149,13 +155,11 @@ impl CpuModel {
                 .map_err(|reason| ModelError::Unsupported(format!("tensor '{}': {reason}", info.name)))?;
         }
         let weights = weights::load(file, config, progress, |role, info| load(file, role, info))?;
-        let tables = RopeTables::new(file, config)?;
         Ok(Self {
             config: config.clone(),
             architecture: config.architecture(),
             weights,
-            rope: tables.tables,
-            rope_of_block: tables.block_table,
+            rope: RopeTables::new(file, config)?,
         })
     }
 
@@ -297,13 +301,17 @@ impl CpuModel {
             // state here, to come back to if the pass's tokens are not all kept.
             cache.checkpoints.keep_rollback(start, &cache.states);
         }
+        // The pass's RoPE rows, `[seq, rope_dims / 2]` per table.
+        let rope: Vec<Vec<(f32, f32)>> =
+            (0..RopeTables::count(c)).map(|table| self.rope.rows(table, start..start + seq)).collect();
         let mut recurrent_index = 0;
         for (index, block) in self.weights.blocks.iter().enumerate() {
             self.norm(&x, &block.attention_norm, &mut h);
             match &block.mixer {
                 MixerWeights::Attention(weights) => {
                     let tap = tap.as_deref_mut().filter(|tap| tap.block == index);
-                    let attended = self.attention(&h, weights, index, cache, start, tap)?;
+                    let positions = Positions { start, rope: &rope[self.rope.block_table[index]] };
+                    let attended = self.attention(&h, weights, index, cache, positions, tap)?;
                     matmul(&weights.output.matrix(), &attended, &mut projected, false);
                 }
                 MixerWeights::GatedDeltaNet(weights) => {
@@ -407,17 +415,18 @@ impl CpuModel {
     }
 
     /// The attention sub-layer of block `index` for the normalised rows `h`, its keys and values
-    /// written into `cache` at `start..`: the heads' outputs `[seq, q_dim]` (times the sigmoid
-    /// of the output gate where the family has one).
+    /// written into `cache` at `positions.start..`: the heads' outputs `[seq, q_dim]` (times the
+    /// sigmoid of the output gate where the family has one).
     fn attention(
         &self,
         h: &[f32],
         block: &AttentionWeights<CpuWeight>,
         index: usize,
         cache: &mut CpuCache,
-        start: usize,
+        positions: Positions,
         tap: Option<&mut AttentionTap>,
     ) -> Result<Vec<f32>, ModelError> {
+        let Positions { start, rope: angles } = positions;
         let c = &self.config;
         let spec = self.architecture.block;
         let seq = h.len() / c.embedding_length;
@@ -446,13 +455,12 @@ impl CpuModel {
                 }
             }
         }
-        let table = &self.rope[self.rope_of_block[index]];
         // RoPE turns the first `rope_dims` of each head (all but in Qwen3.5), the rest pass through.
         let (rotated, pairs) = (c.rope_dims, c.rope_dims / 2);
         for (values, norm) in [(&mut q, &block.query_norm), (&mut k, &block.key_norm)] {
             let width = values.len() / seq;
             for (s, row) in values.chunks_exact_mut(width).enumerate() {
-                let angles = &table[(start + s) * pairs..(start + s + 1) * pairs];
+                let angles = &angles[s * pairs..(s + 1) * pairs];
                 for head in row.chunks_exact_mut(hd) {
                     if let Some(norm) = norm {
                         let inv = inverse_rms(head, c.rms_norm_eps);

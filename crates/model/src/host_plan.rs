@@ -5,13 +5,12 @@
 //! The file is in memory once and the matrices are read where they lie in it (see
 //! `nucleus_gguf::SharedBytes`); beside it the engine holds the vectors as f32, the KV cache
 //! (grown as positions are written, counted here at the whole context), the recurrent state and
-//! its checkpoints, the RoPE tables (a row per position) and a pass's logits. Left out: the
-//! tokenizer's tables and the activations of a pass, a few MiB.
+//! its checkpoints and a pass's logits. Left out: the tokenizer's tables and the activations of a
+//! pass (its RoPE rows among them), a few MiB.
 
 use nucleus_gguf::GgufHeader;
 
 use crate::architecture::Role;
-use crate::rope::RopeTables;
 use crate::{MAX_LOGIT_ROWS, ModelConfig, ModelError, weights};
 
 /// The most a wasm32 memory can hold (65,536 pages of 64 KiB): the browser's CPU engine, and
@@ -29,13 +28,11 @@ pub struct HostPlan {
     pub kv_cache: u64,
     /// The recurrent blocks' state with its checkpoints.
     pub recurrent_state: u64,
-    /// The RoPE tables at the whole context.
-    pub rope_tables: u64,
     /// A pass's logits rows.
     pub logits: u64,
     /// Positions the plan is for.
     pub context_length: usize,
-    /// Bytes each position adds (KV cache and RoPE rows).
+    /// Bytes each position adds (its keys and values).
     pub position_bytes: u64,
 }
 
@@ -49,14 +46,12 @@ impl HostPlan {
             .sum();
         // The state, its checkpoints and the one kept before a multi-token pass (state.rs).
         let copies = crate::state::MAX_CHECKPOINTS as u64 + 2;
-        let position_bytes =
-            config.kv_token_bytes() + RopeTables::count(config) as u64 * RopeTables::position_bytes(config);
+        let position_bytes = config.kv_token_bytes();
         Ok(Self {
             file: header.file_len,
             vectors,
-            kv_cache: config.kv_token_bytes() * context_length as u64,
+            kv_cache: position_bytes * context_length as u64,
             recurrent_state: copies * config.recurrent_state_bytes(),
-            rope_tables: RopeTables::count(config) as u64 * RopeTables::position_bytes(config) * context_length as u64,
             logits: (MAX_LOGIT_ROWS * config.vocab_size * 4) as u64,
             context_length,
             position_bytes,
@@ -65,12 +60,12 @@ impl HostPlan {
 
     /// Everything together.
     pub fn total_bytes(&self) -> u64 {
-        self.file + self.vectors + self.kv_cache + self.recurrent_state + self.rope_tables + self.logits
+        self.file + self.vectors + self.kv_cache + self.recurrent_state + self.logits
     }
 
     /// What does not grow with the context.
     fn fixed_bytes(&self) -> u64 {
-        self.total_bytes() - self.kv_cache - self.rope_tables
+        self.total_bytes() - self.kv_cache
     }
 
     /// The most positions that fit in `limit` bytes (0 when the rest alone does not).
@@ -105,11 +100,11 @@ impl HostPlan {
             n => format!("contextLength {n} or less would fit"),
         };
         Err(ModelError::OutOfMemory(format!(
-            "the CPU engine needs {} ({} of file, {} of KV cache and RoPE tables for {} positions, {} of state, \
+            "the CPU engine needs {} ({} of file, {} of KV cache for {} positions, {} of state, \
              vectors and logits), more than {limit_name} ({}): {fits}",
             mib(self.total_bytes()),
             mib(self.file),
-            mib(self.kv_cache + self.rope_tables),
+            mib(self.kv_cache),
             self.context_length,
             mib(self.recurrent_state + self.vectors + self.logits),
             mib(limit),

@@ -1,6 +1,6 @@
-//! The RoPE angle tables both paths rotate with: `m · (cos, sin)` of `position · θ_i` for every
-//! position of the context and every pair `i < rope_dims / 2`, computed in f64 and rounded to f32
-//! once. Unscaled, `θ_i = base^(−2i/rope_dims) / factor_i` and `m = 1`; `factor_i` is Llama 3's
+//! The RoPE angle tables every path rotates with: `m · (cos, sin)` of `position · θ_i` for the
+//! positions a path needs (the GPU's every position of the context at load, the CPU engine's a
+//! pass's) and every pair `i < rope_dims / 2`, computed in f64 and rounded to f32 once. Unscaled, `θ_i = base^(−2i/rope_dims) / factor_i` and `m = 1`; `factor_i` is Llama 3's
 //! `rope_freqs.weight`, 1 without it. A file's RoPE scaling ([`RopeScaling`]: linear, YaRN)
 //! changes `θ_i` and `m` here and nowhere else: every path reads these tables.
 //!
@@ -161,9 +161,14 @@ impl std::fmt::Display for RopeScaling {
     }
 }
 
+/// The RoPE of a model's blocks: per distinct frequencies, each pair's angle per position, from
+/// which a table of `(cos, sin)` rows is computed for the positions a caller needs. The GPU and
+/// Burn paths upload every position's rows at load ([`RopeTables::whole`]); the CPU engine computes
+/// a pass's rows as it runs ([`RopeTables::rows`]: 128 pairs per table and position, microseconds
+/// a decode step), which kept 64 MiB of Gemma 3's two tables at 32,768 positions out of its memory.
 pub(crate) struct RopeTables {
-    /// Position-major `[context, rope_dims / 2]` pairs, one table per distinct frequencies.
-    pub tables: Vec<Vec<(f32, f32)>>,
+    /// Per distinct frequencies: each pair's angle per position, and the rows' magnitude.
+    rates: Vec<(Vec<f64>, f64)>,
     /// The table of each block.
     pub block_table: Vec<usize>,
 }
@@ -172,8 +177,8 @@ impl RopeTables {
     pub(crate) fn new(file: &GgufFile, config: &ModelConfig) -> Result<Self, ModelError> {
         let factors = frequency_factors(file, config)?;
         let (distinct, block_table) = distinct_frequencies(config);
-        let tables = distinct.iter().map(|frequencies| angles(config, frequencies, factors.as_deref())).collect();
-        Ok(Self { tables, block_table })
+        let rates = distinct.iter().map(|frequencies| rates(config, frequencies, factors.as_deref())).collect();
+        Ok(Self { rates, block_table })
     }
 
     /// Tables a configuration needs (one per distinct frequencies), before the file is read.
@@ -182,8 +187,29 @@ impl RopeTables {
     }
 
     /// Bytes of one position's row in one table as the fused path uploads it (f32 pairs).
+    #[cfg(feature = "gpu")]
     pub(crate) fn position_bytes(config: &ModelConfig) -> u64 {
         (config.rope_dims / 2) as u64 * 8
+    }
+
+    /// Table `table`'s `(cos, sin)` pairs for `positions`, position-major `[positions, rope_dims /
+    /// 2]`.
+    pub(crate) fn rows(&self, table: usize, positions: std::ops::Range<usize>) -> Vec<(f32, f32)> {
+        let (theta, magnitude) = &self.rates[table];
+        let mut rows = Vec::with_capacity(positions.len() * theta.len());
+        for position in positions {
+            rows.extend(theta.iter().map(|&t| {
+                let angle = position as f64 * t;
+                ((magnitude * angle.cos()) as f32, (magnitude * angle.sin()) as f32)
+            }));
+        }
+        rows
+    }
+
+    /// Every table's rows for positions `0..context`.
+    #[cfg(feature = "gpu")]
+    pub(crate) fn whole(&self, context: usize) -> Vec<Vec<(f32, f32)>> {
+        (0..self.rates.len()).map(|table| self.rows(table, 0..context)).collect()
     }
 }
 
@@ -217,22 +243,15 @@ fn distinct_frequencies(config: &ModelConfig) -> (Vec<RopeFrequencies>, Vec<usiz
     (distinct, block_table)
 }
 
-fn angles(config: &ModelConfig, frequencies: &RopeFrequencies, factors: Option<&[f32]>) -> Vec<(f32, f32)> {
+/// Each pair's angle per position for `frequencies` (its scaling applied, and `rope_freqs`'
+/// factors), and the rows' magnitude (YaRN's attention factor).
+fn rates(config: &ModelConfig, frequencies: &RopeFrequencies, factors: Option<&[f32]>) -> (Vec<f64>, f64) {
     let (dims, base, scaling) = (config.rope_dims, frequencies.base, frequencies.scaling);
-    let half = dims / 2;
-    let theta: Vec<f64> = (0..half)
+    let theta = (0..dims / 2)
         .map(|i| {
             let factor = factors.map_or(1.0, |f| f64::from(f[i]));
             scaling.frequency(base.powf(-2.0 * i as f64 / dims as f64) / factor, i, dims, base)
         })
         .collect();
-    let magnitude = scaling.magnitude();
-    let mut angles = Vec::with_capacity(config.context_length * half);
-    for position in 0..config.context_length {
-        angles.extend(theta.iter().map(|&t| {
-            let angle = position as f64 * t;
-            ((magnitude * angle.cos()) as f32, (magnitude * angle.sin()) as f32)
-        }));
-    }
-    angles
+    (theta, scaling.magnitude())
 }
