@@ -1,6 +1,7 @@
 //! The RoPE angle tables every path rotates with: `m · (cos, sin)` of `position · θ_i` for the
 //! positions a path needs (the GPU's every position of the context at load, the CPU engine's a
-//! pass's) and every pair `i < rope_dims / 2`, computed in f64 and rounded to f32 once. Unscaled, `θ_i = base^(−2i/rope_dims) / factor_i` and `m = 1`; `factor_i` is Llama 3's
+//! pass's) and every pair `i < rope_dims / 2`, computed in f64 and rounded to f32 once.
+//! Unscaled, `θ_i = base^(−2i/rope_dims) / factor_i` and `m = 1`; `factor_i` is Llama 3's
 //! `rope_freqs.weight`, 1 without it. A file's RoPE scaling ([`RopeScaling`]: linear, YaRN)
 //! changes `θ_i` and `m` here and nowhere else: every path reads these tables.
 //!
