@@ -65,6 +65,17 @@ export async function open(context, url) {
   return page;
 }
 
+/** The Nucleus workers (engine and helper threads) alive in a Chromium `page`. */
+export const engineWorkers = (page) => page.workers().filter((w) => /nucleus-(worker|thread)\.js/.test(w.url())).length;
+
+/** Waits (10 s at most) until `page` has `count` Nucleus workers; `what` names the moment in a failure. */
+export async function engineWorkersSettle(page, count, what) {
+  for (let waited = 0; engineWorkers(page) !== count; waited += 50) {
+    if (waited >= 10_000) throw new Error(`${what}: ${engineWorkers(page)} engine workers, not ${count}`);
+    await new Promise((resolve) => setTimeout(resolve, 50));
+  }
+}
+
 export const FIREFOX = process.env.FIREFOX ?? '/usr/bin/firefox-esr';
 export const WEBKIT_DRIVER = process.env.WEBKIT_DRIVER ?? '/usr/bin/WebKitWebDriver';
 export const MINIBROWSER = process.env.MINIBROWSER ?? '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
