@@ -102,7 +102,7 @@ impl BurnModel {
         let tables = RopeTables::new(file, config)?;
         let half = config.rope_dims / 2;
         let rope = tables
-            .whole(config.context_length)
+            .every_table(0..config.context_length)
             .into_iter()
             .map(|table| {
                 let (cos, sin): (Vec<f32>, Vec<f32>) = table.into_iter().unzip();

@@ -302,8 +302,7 @@ impl CpuModel {
             cache.checkpoints.keep_rollback(start, &cache.states);
         }
         // The pass's RoPE rows, `[seq, rope_dims / 2]` per table.
-        let rope: Vec<Vec<(f32, f32)>> =
-            (0..RopeTables::count(c)).map(|table| self.rope.rows(table, start..start + seq)).collect();
+        let rope = self.rope.every_table(start..start + seq);
         let mut recurrent_index = 0;
         for (index, block) in self.weights.blocks.iter().enumerate() {
             self.norm(&x, &block.attention_norm, &mut h);

@@ -402,7 +402,7 @@ impl FusedModel {
         let sizes = ScratchSizes::new(c);
         let tables = RopeTables::new(file, c)?;
         let rope: Vec<GpuBuffer> = tables
-            .whole(c.context_length)
+            .every_table(0..c.context_length)
             .iter()
             .map(|table| {
                 let pairs: Vec<f32> = table.iter().flat_map(|&(cos, sin)| [cos, sin]).collect();

@@ -164,9 +164,9 @@ impl std::fmt::Display for RopeScaling {
 
 /// The RoPE of a model's blocks: per distinct frequencies, each pair's angle per position, from
 /// which a table of `(cos, sin)` rows is computed for the positions a caller needs. The GPU and
-/// Burn paths upload every position's rows at load ([`RopeTables::whole`]); the CPU engine computes
-/// a pass's rows as it runs ([`RopeTables::rows`]: 128 pairs per table and position, microseconds
-/// a decode step), which kept 64 MiB of Gemma 3's two tables at 32,768 positions out of its memory.
+/// Burn paths upload every position's rows at load; the CPU engine computes a pass's rows as it
+/// runs ([`RopeTables::every_table`]: 128 pairs per table and position, microseconds a decode
+/// step), which kept 64 MiB of Gemma 3's two tables at 32,768 positions out of its memory.
 pub(crate) struct RopeTables {
     /// Per distinct frequencies: each pair's angle per position, and the rows' magnitude.
     rates: Vec<(Vec<f64>, f64)>,
@@ -183,6 +183,7 @@ impl RopeTables {
     }
 
     /// Tables a configuration needs (one per distinct frequencies), before the file is read.
+    #[cfg(feature = "gpu")]
     pub(crate) fn count(config: &ModelConfig) -> usize {
         distinct_frequencies(config).0.len()
     }
@@ -195,7 +196,7 @@ impl RopeTables {
 
     /// Table `table`'s `(cos, sin)` pairs for `positions`, position-major `[positions, rope_dims /
     /// 2]`.
-    pub(crate) fn rows(&self, table: usize, positions: std::ops::Range<usize>) -> Vec<(f32, f32)> {
+    fn rows(&self, table: usize, positions: std::ops::Range<usize>) -> Vec<(f32, f32)> {
         let (theta, magnitude) = &self.rates[table];
         let mut rows = Vec::with_capacity(positions.len() * theta.len());
         for position in positions {
@@ -207,10 +208,10 @@ impl RopeTables {
         rows
     }
 
-    /// Every table's rows for positions `0..context`.
-    #[cfg(feature = "gpu")]
-    pub(crate) fn whole(&self, context: usize) -> Vec<Vec<(f32, f32)>> {
-        (0..self.rates.len()).map(|table| self.rows(table, 0..context)).collect()
+    /// Every table's rows for `positions` (a pass's on the CPU engine; the whole context where a
+    /// path uploads them at load).
+    pub(crate) fn every_table(&self, positions: std::ops::Range<usize>) -> Vec<Vec<(f32, f32)>> {
+        (0..self.rates.len()).map(|table| self.rows(table, positions.clone())).collect()
     }
 }
 
