@@ -397,14 +397,15 @@ impl Engine {
 
     /// Where a prefill of `prompt` (its tokens `prompt_tokens`) keeps the recurrent state besides
     /// before the context's last token (which the prefill always keeps: prefix reuse runs that
-    /// token again), for a model with recurrent blocks (none otherwise): for a chat, where the
+    /// token again), for a cache that goes back through checkpoints (recurrent blocks, a
+    /// window's ring: [`KvCache::needs_checkpoints`]; none otherwise): for a chat, where the
     /// conversation so far ends, before the template's generation prompt (a next turn renders
     /// that part again the same way, and changes what follows). Each costs a copy of the state
     /// and splits the prefill's pass there. A template that cannot render without the
     /// generation prompt gives none.
     fn state_checkpoints(&self, prompt: &Prompt, prompt_tokens: &[u32]) -> Vec<usize> {
         let Prompt::Chat(messages) = prompt else { return Vec::new() };
-        if !self.cache.is_recurrent() {
+        if !self.cache.needs_checkpoints() {
             return Vec::new();
         }
         let so_far =

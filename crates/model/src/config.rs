@@ -5,6 +5,7 @@ use nucleus_gguf::GgufHeader;
 use crate::ModelError;
 use crate::architecture::{self, Architecture, Mixer};
 use crate::rope::{RopeFrequencies, RopeScaling};
+use crate::window::WindowRing;
 
 /// Shape and constants of a model of one of the supported families.
 #[derive(Debug, Clone, PartialEq)]
@@ -278,6 +279,12 @@ impl ModelConfig {
             },
             _ => global,
         }
+    }
+
+    /// The ring the local blocks keep their rows in (`window.rs`), for a family with a sliding
+    /// window.
+    pub fn window_ring(&self) -> Option<WindowRing> {
+        self.architecture().sliding_window.and(self.sliding_window).map(WindowRing::new)
     }
 
     /// The factor the token embedding is multiplied by (`√embedding_length` for Gemma, else 1),

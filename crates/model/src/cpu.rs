@@ -7,7 +7,8 @@
 //! over the threads natively. Norm weights and biases are f32. The block is the family's
 //! [`BlockSpec`](crate::BlockSpec), computed as `burn_ops.rs` computes it on tensors (its module
 //! documentation has the formulas): same seam, same weight table, same RoPE tables. The KV cache
-//! is f32 rows per attention block, grown as positions are used; a Gated DeltaNet block
+//! is f32 rows per attention block, grown as positions are used (a local block's a ring of its
+//! window: [`crate::window`]); a Gated DeltaNet block
 //! (Qwen3.5) keeps its fixed-size state instead ([`crate::state`]), and its prompt runs through
 //! the chunked form of the delta rule (`nucleus_cpu::delta_net`).
 
@@ -18,10 +19,11 @@ use nucleus_cpu::ops::{AttentionShape, attention, attention_weights, inverse_rms
 use nucleus_cpu::{Matrix, matmul, matmuls};
 use nucleus_gguf::{GgmlType, GgufFile, SharedSlice, TensorInfo};
 
-use crate::architecture::{Architecture, FeedForward, Norm, Role};
+use crate::architecture::{Architecture, FeedForward, Mixer, Norm, Role};
 use crate::rope::RopeTables;
-use crate::state::{Checkpoints, RecurrentState};
+use crate::state::{Checkpoints, MAX_CHECKPOINTS, RecurrentState, Snapshot};
 use crate::weights::{self, AttentionWeights, DeltaNetWeights, MixerWeights, ModelWeights};
+use crate::window::WindowRing;
 use crate::{LoadProgress, LogitLens, Logits, ModelConfig, ModelError};
 
 /// A weight as the CPU engine holds it.
@@ -74,20 +76,49 @@ pub(crate) struct CpuModel {
     rope: RopeTables,
 }
 
-/// Keys and values of every attention block: `[positions, kv_dim]` f32 rows each, grown as
-/// positions are written; the state of every recurrent block (empty for a family without), and
-/// its checkpoints.
+/// Keys and values of every attention block, the state of every recurrent block (empty for a
+/// family without) and the checkpoints of what cannot go back (the recurrent states, the local
+/// blocks' rings).
 pub(crate) struct CpuCache {
-    keys: Vec<Vec<f32>>,
-    values: Vec<Vec<f32>>,
+    /// Per block, in block order (a recurrent block's stay empty).
+    rows: Vec<BlockRows>,
+    /// Values in one row: `kv_dim`.
+    width: usize,
+    /// The local blocks' ring, for a family with a sliding window.
+    ring: Option<WindowRing>,
     /// Per recurrent block, in block order.
     states: Vec<RecurrentState>,
-    checkpoints: Checkpoints<Vec<RecurrentState>>,
+    checkpoints: Checkpoints<CpuSnapshot>,
+}
+
+/// One attention block's keys and values, f32 rows of `kv_dim`, grown as positions are written:
+/// every position from 0; or for a local block its ring (`window.rs`), twice its slots long:
+/// a position from `slots` on is written at its slot and again at `slot + slots`, so that any
+/// `slots` consecutive positions are consecutive rows (what the attention kernel reads).
+#[derive(Clone, Default)]
+struct BlockRows {
+    keys: Vec<f32>,
+    values: Vec<f32>,
+    ring: bool,
+}
+
+/// What a checkpoint copies: the recurrent states, and each local block's rows of the window
+/// before the checkpoint's position (keys, values), in block order.
+#[derive(Default)]
+pub(crate) struct CpuSnapshot {
+    states: Vec<RecurrentState>,
+    windows: Vec<(Vec<f32>, Vec<f32>)>,
+}
+
+impl Snapshot for CpuSnapshot {
+    fn bytes(&self) -> u64 {
+        self.states.bytes() + self.windows.iter().map(|(k, v)| (k.len() + v.len()) as u64 * 4).sum::<u64>()
+    }
 }
 
 impl CpuCache {
     pub(crate) fn bytes(&self) -> u64 {
-        self.keys.iter().chain(&self.values).map(|rows| rows.len() as u64 * 4).sum::<u64>()
+        self.rows.iter().map(|rows| (rows.keys.len() + rows.values.len()) as u64 * 4).sum::<u64>()
             + self.state_bytes()
             + self.checkpoints.bytes()
     }
@@ -97,7 +128,7 @@ impl CpuCache {
         self.states.iter().map(RecurrentState::bytes).sum()
     }
 
-    pub(crate) fn checkpoints(&self) -> &Checkpoints<Vec<RecurrentState>> {
+    pub(crate) fn checkpoints(&self) -> &Checkpoints<CpuSnapshot> {
         &self.checkpoints
     }
 
@@ -106,38 +137,174 @@ impl CpuCache {
         !self.states.is_empty()
     }
 
-    /// Goes back to `len` positions from `filled`: the rows need nothing; the recurrent state
-    /// goes back to its latest checkpoint at or before `len`. Returns the positions held after.
-    pub(crate) fn go_back(&mut self, len: usize, filled: usize) -> usize {
-        if !self.is_recurrent() || len >= filled {
-            return len.min(filled);
-        }
-        self.checkpoints.restore_into(len, &mut self.states)
+    /// Whether going back may need a checkpoint: a recurrent state, or a ring that drops rows.
+    pub(crate) fn needs_checkpoints(&self) -> bool {
+        self.is_recurrent() || self.ring.is_some()
     }
 
-    /// Keeps a copy of the recurrent state as it is at `position`.
+    /// Goes back to `len` positions from `filled`: rows of every position need nothing, nor a
+    /// ring that still holds the window before `len`; else the recurrent states and the rings go
+    /// back to the latest checkpoint at or before `len` (the start when there is none). Returns
+    /// the positions held after.
+    pub(crate) fn go_back(&mut self, len: usize, filled: usize) -> usize {
+        if len >= filled {
+            return filled;
+        }
+        if !self.is_recurrent() && self.ring.is_none_or(|ring| ring.holds_window_before(len)) {
+            // A checkpoint after `len` holds rows of the tokens being forgotten.
+            self.checkpoints.forget_after(len);
+            return len;
+        }
+        let Self { rows, width, ring, states, checkpoints } = self;
+        match checkpoints.restore(len) {
+            Some((at, saved)) => {
+                states.clone_from_slice(&saved.states);
+                if let Some(ring) = ring {
+                    let window = ring.window_before(at);
+                    for (rows, (keys, values)) in rows.iter_mut().filter(|rows| rows.ring).zip(&saved.windows) {
+                        rows.write(*width, Some(*ring), window.clone(), keys, values);
+                    }
+                    ring.restored_at(at);
+                }
+                at
+            }
+            None => {
+                states.iter_mut().for_each(RecurrentState::reset);
+                if let Some(ring) = ring {
+                    ring.clear();
+                }
+                0
+            }
+        }
+    }
+
+    /// Keeps a copy of what cannot go back, as it is at `position` (nothing for rows alone).
     pub(crate) fn checkpoint(&mut self, position: usize) {
+        if self.needs_checkpoints() {
+            let Self { rows, width, ring, states, checkpoints } = self;
+            checkpoints.record(position, |old| snapshot(rows, *width, *ring, states, position, old));
+        }
+    }
+
+    /// Before a pass of several tokens from `position` on a recurrent cache (a prompt's chunk, a
+    /// draft's verification): the state here, to come back to if the pass's tokens are not all
+    /// kept. A ring needs none: such a pass goes back within its slack.
+    fn checkpoint_for_rollback(&mut self, position: usize) {
         if self.is_recurrent() {
-            self.checkpoints.keep(position, &self.states);
+            let Self { rows, width, ring, states, checkpoints } = self;
+            checkpoints.record_rollback(position, |old| snapshot(rows, *width, *ring, states, position, old));
         }
     }
 
     /// Forgets everything: zero states, no checkpoints.
     pub(crate) fn clear(&mut self) {
         self.checkpoints.clear();
-        self.checkpoints.restore_into(0, &mut self.states);
+        let ended = self.go_back(0, usize::MAX);
+        debug_assert_eq!(ended, 0);
     }
 
     /// An independent copy of the rows and the live state, without the checkpoints (a copy is
     /// a beam or a fork that goes on from here: it does not go back before its start).
     pub(crate) fn duplicate(&self) -> Self {
         Self {
-            keys: self.keys.clone(),
-            values: self.values.clone(),
+            rows: self.rows.clone(),
+            width: self.width,
+            ring: self.ring,
             states: self.states.clone(),
             checkpoints: Checkpoints::default(),
         }
     }
+}
+
+impl BlockRows {
+    /// Writes the rows of `positions` (`keys`, `values`: `[positions, width]`): at their
+    /// positions, or in `ring`.
+    fn write(&mut self, width: usize, ring: Option<WindowRing>, positions: Range<usize>, keys: &[f32], values: &[f32]) {
+        let Some(ring) = ring.filter(|_| self.ring) else {
+            let end = positions.end * width;
+            if self.keys.len() < end {
+                self.keys.resize(end, 0.0);
+                self.values.resize(end, 0.0);
+            }
+            self.keys[positions.start * width..end].copy_from_slice(keys);
+            self.values[positions.start * width..end].copy_from_slice(values);
+            return;
+        };
+        let slots = ring.slots();
+        for ((position, key), value) in positions.zip(keys.chunks_exact(width)).zip(values.chunks_exact(width)) {
+            let slot = ring.slot(position);
+            let mirrored = (position >= slots).then_some(slot + slots);
+            for row in std::iter::once(slot).chain(mirrored) {
+                let end = (row + 1) * width;
+                if self.keys.len() < end {
+                    self.keys.resize(end, 0.0);
+                    self.values.resize(end, 0.0);
+                }
+                self.keys[row * width..end].copy_from_slice(key);
+                self.values[row * width..end].copy_from_slice(value);
+            }
+        }
+    }
+
+    /// The rows of `positions`, consecutive (keys, values); in a ring, at most its slots.
+    fn read(&self, width: usize, ring: Option<WindowRing>, positions: Range<usize>) -> (&[f32], &[f32]) {
+        let first = match ring.filter(|_| self.ring) {
+            Some(ring) => {
+                debug_assert!(positions.len() <= ring.slots());
+                ring.slot(positions.start)
+            }
+            None => positions.start,
+        };
+        let rows = first * width..(first + positions.len()) * width;
+        (&self.keys[rows.clone()], &self.values[rows])
+    }
+}
+
+/// What the CPU engine's cache of rows holds at `positions` positions, from the configuration
+/// alone: the bytes each position adds (the global blocks' rows), and the bytes that stop
+/// growing past the ring (the local blocks' rings, twice their slots at most, and the window
+/// each kept checkpoint copies).
+pub(crate) fn planned_rows(config: &ModelConfig, positions: usize) -> (u64, u64) {
+    let row = config.kv_position_bytes();
+    let local = (0..config.block_count)
+        .filter(|&b| config.mixer(b) == Mixer::Attention && config.block_attention(b).window.is_some())
+        .count() as u64;
+    let global = config.attention_blocks() as u64 - local;
+    let rings = config.window_ring().map_or(0, |ring| {
+        let rows = positions.min(2 * ring.slots()) + MAX_CHECKPOINTS * ring.window_before(positions).len();
+        local * rows as u64 * row
+    });
+    (global * row, rings)
+}
+
+/// A checkpoint at `position` of `states` and of each local block's window before it, in
+/// `reuse`'s memory when there is one.
+fn snapshot(
+    rows: &[BlockRows],
+    width: usize,
+    ring: Option<WindowRing>,
+    states: &[RecurrentState],
+    position: usize,
+    reuse: Option<CpuSnapshot>,
+) -> CpuSnapshot {
+    let mut saved = reuse.unwrap_or_default();
+    if saved.states.len() == states.len() {
+        saved.states.clone_from_slice(states);
+    } else {
+        saved.states = states.to_vec();
+    }
+    let mut old = std::mem::take(&mut saved.windows).into_iter();
+    for rows in rows.iter().filter(|rows| rows.ring) {
+        let ring = ring.expect("a cache with local blocks has their ring");
+        let (keys, values) = rows.read(width, Some(ring), ring.window_before(position));
+        let (mut saved_keys, mut saved_values) = old.next().unwrap_or_default();
+        saved_keys.clear();
+        saved_keys.extend_from_slice(keys);
+        saved_values.clear();
+        saved_values.extend_from_slice(values);
+        saved.windows.push((saved_keys, saved_values));
+    }
+    saved
 }
 
 impl CpuModel {
@@ -182,12 +349,11 @@ impl CpuModel {
             }
             None => Vec::new(),
         };
-        CpuCache {
-            keys: vec![Vec::new(); blocks],
-            values: vec![Vec::new(); blocks],
-            states,
-            checkpoints: Checkpoints::default(),
-        }
+        let c = &self.config;
+        let rows = (0..blocks)
+            .map(|block| BlockRows { ring: c.block_attention(block).window.is_some(), ..BlockRows::default() })
+            .collect();
+        CpuCache { rows, width: c.kv_dim(), ring: c.window_ring(), states, checkpoints: Checkpoints::default() }
     }
 
     /// Runs `tokens` at positions `start..` after what `cache` holds and returns the logits of
@@ -296,10 +462,8 @@ impl CpuModel {
         let mut projected = vec![0.0; seq * d];
         let (hidden, ffn) = (c.feed_forward_length, seq * c.feed_forward_length);
         let (mut gate, mut up) = (vec![0.0; ffn], vec![0.0; ffn]);
-        if seq > 1 && cache.is_recurrent() {
-            // Before a pass of several tokens (a prompt's chunk, a draft's verification): the
-            // state here, to come back to if the pass's tokens are not all kept.
-            cache.checkpoints.keep_rollback(start, &cache.states);
+        if seq > 1 {
+            cache.checkpoint_for_rollback(start);
         }
         // The pass's RoPE rows, `[seq, rope_dims / 2]` per table.
         let rope = self.rope.every_table(start..start + seq);
@@ -339,6 +503,9 @@ impl CpuModel {
             if let Some(report) = after_block.as_deref_mut() {
                 report(index + 1);
             }
+        }
+        if let Some(ring) = &mut cache.ring {
+            ring.wrote_up_to(start + seq);
         }
         Ok(x)
     }
@@ -474,14 +641,28 @@ impl CpuModel {
                 }
             }
         }
-        let (keys, values) = (&mut cache.keys[index], &mut cache.values[index]);
-        let end = (start + seq) * kv_dim;
-        if keys.len() < end {
-            keys.resize(end, 0.0);
-            values.resize(end, 0.0);
-        }
-        keys[start * kv_dim..end].copy_from_slice(&k);
-        values[start * kv_dim..end].copy_from_slice(&v);
+        // The keys and values the pass's queries see, consecutive from position `first` (the
+        // first of the window before the pass in a local block, else 0): written, then read
+        // where they lie; a pass longer than a ring's slack reads the window before it from the
+        // ring and its own rows where they are, and the ring keeps its last rows.
+        let (end, rows) = (start + seq, &mut cache.rows[index]);
+        let ring = cache.ring.filter(|_| rows.ring);
+        let first = ring.map_or(0, |ring| ring.window_before(start).start);
+        let gathered;
+        let (keys, values) = match ring {
+            Some(ring) if end - first > ring.slots() => {
+                let (keys, values) = rows.read(kv_dim, Some(ring), first..start);
+                gathered = ([keys, &k].concat(), [values, &v].concat());
+                let dropped = seq.saturating_sub(ring.slots());
+                let (k, v) = (&k[dropped * kv_dim..], &v[dropped * kv_dim..]);
+                rows.write(kv_dim, Some(ring), start + dropped..end, k, v);
+                (&gathered.0[..], &gathered.1[..])
+            }
+            _ => {
+                rows.write(kv_dim, ring, start..end, &k, &v);
+                rows.read(kv_dim, ring, first..end)
+            }
+        };
         let shape = AttentionShape {
             heads: c.head_count,
             kv_heads: c.head_count_kv,
@@ -492,10 +673,13 @@ impl CpuModel {
         if let Some(tap) = tap {
             // The rows asked that this pass holds, as rows of the pass.
             let local = tap.rows.start.max(start) - start..tap.rows.end.min(start + seq).max(start) - start;
-            tap.weights.extend(attention_weights(&q, &keys[..end], start, shape, local, tap.head));
+            // Positions count from `first` (attention depends on the distance alone): each row's
+            // weights of the positions before it are zeros.
+            let rows = attention_weights(&q, keys, start - first, shape, local, tap.head);
+            tap.weights.extend(rows.into_iter().map(|row| [vec![0.0; first], row].concat()));
         }
         let mut out = vec![0.0; seq * q_dim];
-        attention(&q, &keys[..end], &values[..end], start, shape, &mut out);
+        attention(&q, keys, values, start - first, shape, &mut out);
         if let Some(gate) = gate {
             out.iter_mut().zip(&gate).for_each(|(o, &g)| *o /= 1.0 + (-g).exp());
         }

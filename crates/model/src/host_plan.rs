@@ -4,7 +4,8 @@
 //!
 //! The file is in memory once and the matrices are read where they lie in it (see
 //! `nucleus_gguf::SharedBytes`); beside it the engine holds the vectors as f32, the KV cache
-//! (grown as positions are written, counted here at the whole context), the recurrent state and
+//! (grown as positions are written, counted here at the whole context; a local block's is a ring
+//! of its window, `window.rs`), the recurrent state and
 //! its checkpoints and a pass's logits. Left out: the tokenizer's tables and the activations of a
 //! pass (its RoPE rows among them), a few MiB.
 
@@ -24,7 +25,8 @@ pub struct HostPlan {
     pub file: u64,
     /// Norms' and biases' vectors (and Qwen3.5's convolution taps) as f32.
     pub vectors: u64,
-    /// Every attention block's keys and values (f32) at the whole context.
+    /// Every attention block's keys and values (f32) at the whole context: every position of a
+    /// global block, a local block's ring (and the window rows its checkpoints copy).
     pub kv_cache: u64,
     /// The recurrent blocks' state with its checkpoints.
     pub recurrent_state: u64,
@@ -32,7 +34,7 @@ pub struct HostPlan {
     pub logits: u64,
     /// Positions the plan is for.
     pub context_length: usize,
-    /// Bytes each position adds (its keys and values).
+    /// Bytes each position adds (its keys and values in the global blocks).
     pub position_bytes: u64,
 }
 
@@ -46,11 +48,11 @@ impl HostPlan {
             .sum();
         // The state, its checkpoints and the one kept before a multi-token pass (state.rs).
         let copies = crate::state::MAX_CHECKPOINTS as u64 + 2;
-        let position_bytes = config.kv_token_bytes();
+        let (position_bytes, rings) = crate::cpu::planned_rows(config, context_length);
         Ok(Self {
             file: header.file_len,
             vectors,
-            kv_cache: position_bytes * context_length as u64,
+            kv_cache: position_bytes * context_length as u64 + rings,
             recurrent_state: copies * config.recurrent_state_bytes(),
             logits: (MAX_LOGIT_ROWS * config.vocab_size * 4) as u64,
             context_length,
@@ -63,9 +65,9 @@ impl HostPlan {
         self.file + self.vectors + self.kv_cache + self.recurrent_state + self.logits
     }
 
-    /// What does not grow with the context.
+    /// What does not grow with the context (the rings counted as they are at this one).
     fn fixed_bytes(&self) -> u64 {
-        self.total_bytes() - self.kv_cache
+        self.total_bytes() - self.position_bytes * self.context_length as u64
     }
 
     /// The most positions that fit in `limit` bytes (0 when the rest alone does not).

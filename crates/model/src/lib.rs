@@ -37,6 +37,7 @@ mod memory;
 mod rope;
 mod state;
 mod weights;
+mod window;
 
 #[cfg(feature = "burn-ops")]
 use burn::tensor::Tensor;
@@ -59,6 +60,7 @@ pub use nucleus_kernels::{LinearKernel, MAX_SCORE_TOP_K, RowScore, TargetScore};
 pub use rope::{RopeFrequencies, RopeScaling, Yarn};
 pub use state::MAX_CHECKPOINTS;
 pub use weights::{parameter_count, vocabulary_parts};
+pub use window::{RING_SLACK, WindowRing};
 
 #[cfg(feature = "burn-ops")]
 use burn_ops::{BurnCache, BurnModel};
@@ -225,9 +227,10 @@ impl KvCache {
 
     /// Forgets positions from `len` on, so generation can go back (a rejected draft, a shared
     /// prefix), and returns the positions it holds after: `len` (or fewer, when it held fewer)
-    /// for a cache of rows; for a model with recurrent blocks, whose state cannot forget, the
-    /// position of the latest checkpoint at or before `len` (`state.rs`), from which the caller
-    /// runs the tokens up to `len` again.
+    /// for a cache of rows (or a ring of a window that still holds the rows before `len`); for a
+    /// model with recurrent blocks, whose state cannot forget, or a ring that has dropped those
+    /// rows, the position of the latest checkpoint at or before `len` (`state.rs`), from which
+    /// the caller runs the tokens up to `len` again.
     #[must_use = "a recurrent cache may go back further than asked: run the tokens in between again"]
     pub fn truncate(&mut self, len: usize) -> usize {
         self.len = match &mut self.inner {
@@ -240,11 +243,13 @@ impl KvCache {
         self.len
     }
 
-    /// Whether the cache holds a recurrent state (Qwen3.5's Gated DeltaNet blocks): going back
-    /// restores a checkpoint ([`KvCache::truncate`]).
-    pub fn is_recurrent(&self) -> bool {
+    /// Whether going back may restore a checkpoint ([`KvCache::truncate`]), so that the engine
+    /// keeps them where a later prompt is likely to go back: the cache holds a recurrent state
+    /// (Qwen3.5's Gated DeltaNet blocks), or the CPU engine's local blocks keep a ring of their
+    /// window (Gemma 3), which drops rows.
+    pub fn needs_checkpoints(&self) -> bool {
         match &self.inner {
-            CacheKind::Cpu(cache) => cache.is_recurrent(),
+            CacheKind::Cpu(cache) => cache.needs_checkpoints(),
             #[cfg(feature = "gpu")]
             CacheKind::Fused(cache) => cache.is_recurrent(),
             #[allow(unreachable_patterns)]
@@ -263,8 +268,9 @@ impl KvCache {
         }
     }
 
-    /// Keeps a copy of the recurrent state as it is now, to come back to ([`KvCache::truncate`];
-    /// nothing for a cache of rows alone). Passes of several tokens keep one before they run.
+    /// Keeps a copy of what cannot go back as it is now (the recurrent state, a ring's window),
+    /// to come back to ([`KvCache::truncate`]; nothing for a cache of rows alone). Passes of
+    /// several tokens on a recurrent cache keep one before they run.
     pub fn checkpoint(&mut self) {
         match &mut self.inner {
             CacheKind::Cpu(cache) => cache.checkpoint(self.len),
@@ -275,7 +281,8 @@ impl KvCache {
         }
     }
 
-    /// The positions whose recurrent state is kept to go back to, oldest first, and their bytes.
+    /// The positions kept to go back to (their recurrent state, their window's rows), oldest
+    /// first, and their bytes.
     pub fn checkpoints(&self) -> (Vec<usize>, u64) {
         match &self.inner {
             CacheKind::Cpu(cache) => (cache.checkpoints().positions(), cache.checkpoints().bytes()),

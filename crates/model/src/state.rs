@@ -1,4 +1,4 @@
-//! What a recurrent block remembers, and how a cache with such blocks goes back.
+//! What a recurrent block remembers, and how a cache that cannot forget rows goes back.
 //!
 //! An attention block's cache is rows per position: going back to position `p` is forgetting
 //! the rows after it. A Gated DeltaNet block's is a fixed-size state that every token rewrites
@@ -22,9 +22,16 @@
 //! draft's length; a chat's next turn: the previous generation prompt and answer). The engine
 //! reports those tokens as prefilled, not as reused from the cache.
 //!
+//! A local block's ring (`window.rs`) is the same kind of cache once it has dropped rows: going
+//! back further than its slack needs the window's rows before the position, so the CPU engine
+//! keeps them in its kept checkpoints too (Gemma 3 270M: 15 blocks of 511 rows of 2 KiB, 15
+//! MiB a copy once the context passes the window). A ring needs no rollback checkpoint: a
+//! verification pass is within its slack.
+//!
 //! The policy (which positions, how many, which comes back) is [`Checkpoints`]'s alone, for
 //! every engine; a copy is a [`Snapshot`] of wherever the state lives: memory on the CPU engine
-//! (`Vec<RecurrentState>`), one GPU buffer on the fused path (copied in the queue's order).
+//! (`cpu.rs`, the states and the windows' rows), one GPU buffer on the fused path (copied in
+//! the queue's order).
 
 /// Most kept checkpoints a cache holds (besides its one rollback checkpoint); the oldest is
 /// dropped first. A generation keeps two; four keep the last two generations' worth.
@@ -48,7 +55,7 @@ impl RecurrentState {
         4 * (self.conv.len() + self.matrices.len()) as u64
     }
 
-    fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.conv.fill(0.0);
         self.matrices.fill(0.0);
     }
@@ -105,11 +112,17 @@ impl<S: Snapshot> Checkpoints<S> {
     /// The latest checkpoint at or before `position`, to put back (`None`: the zero state);
     /// checkpoints after it are dropped.
     pub fn restore(&mut self, position: usize) -> Option<(usize, &S)> {
+        self.forget_after(position);
+        self.kept.last().into_iter().chain(&self.rollback).max_by_key(|(p, _)| *p).map(|(p, s)| (*p, s))
+    }
+
+    /// Drops the checkpoints after `position`: the cache went back there without one (a ring
+    /// that still held the rows), and what follows will be other tokens.
+    pub fn forget_after(&mut self, position: usize) {
         self.kept.retain(|(p, _)| *p <= position);
         if self.rollback.as_ref().is_some_and(|(p, _)| *p > position) {
             self.rollback = None;
         }
-        self.kept.last().into_iter().chain(&self.rollback).max_by_key(|(p, _)| *p).map(|(p, s)| (*p, s))
     }
 
     /// Forgets every checkpoint (the cache was cleared).
@@ -128,45 +141,6 @@ impl<S: Snapshot> Checkpoints<S> {
     }
 }
 
-/// The CPU engine's checkpoints: copies of its states in memory.
-impl Checkpoints<Vec<RecurrentState>> {
-    /// [`Checkpoints::record_rollback`] of a copy of `states`.
-    pub fn keep_rollback(&mut self, position: usize, states: &[RecurrentState]) {
-        self.record_rollback(position, |old| copy_of(states, old));
-    }
-
-    /// [`Checkpoints::record`] of a copy of `states`.
-    pub fn keep(&mut self, position: usize, states: &[RecurrentState]) {
-        self.record(position, |old| copy_of(states, old));
-    }
-
-    /// Puts `states` back to the latest checkpoint at or before `position` (zeros if none) and
-    /// returns its position.
-    pub fn restore_into(&mut self, position: usize, states: &mut [RecurrentState]) -> usize {
-        match self.restore(position) {
-            Some((at, saved)) => {
-                states.clone_from_slice(saved);
-                at
-            }
-            None => {
-                states.iter_mut().for_each(RecurrentState::reset);
-                0
-            }
-        }
-    }
-}
-
-/// A copy of `states`, in `reuse`'s memory when there is one.
-fn copy_of(states: &[RecurrentState], reuse: Option<Vec<RecurrentState>>) -> Vec<RecurrentState> {
-    match reuse {
-        Some(mut saved) => {
-            saved.clone_from_slice(states);
-            saved
-        }
-        None => states.to_vec(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -175,19 +149,38 @@ mod tests {
         vec![RecurrentState { conv: vec![value; 2], matrices: vec![value; 4] }]
     }
 
+    /// Puts `now` back to the latest checkpoint at or before `position` (zeros if none), as an
+    /// engine does, and returns its position.
+    fn restore(
+        checkpoints: &mut Checkpoints<Vec<RecurrentState>>,
+        position: usize,
+        now: &mut [RecurrentState],
+    ) -> usize {
+        match checkpoints.restore(position) {
+            Some((at, saved)) => {
+                now.clone_from_slice(saved);
+                at
+            }
+            None => {
+                now.iter_mut().for_each(RecurrentState::reset);
+                0
+            }
+        }
+    }
+
     #[test]
     fn going_back_restores_the_latest_checkpoint_at_or_before_the_position() {
         let mut checkpoints = Checkpoints::<Vec<RecurrentState>>::default();
         for position in [0, 10, 20, 30] {
-            checkpoints.keep(position, &state(position as f32));
+            checkpoints.record(position, |_| state(position as f32));
         }
         assert_eq!(checkpoints.positions(), [10, 20, 30]);
         let mut now = state(99.0);
-        assert_eq!(checkpoints.restore_into(25, &mut now), 20);
+        assert_eq!(restore(&mut checkpoints, 25, &mut now), 20);
         assert_eq!(now, state(20.0));
         // The one after the position is gone; the earlier ones stay.
         assert_eq!(checkpoints.positions(), [10, 20]);
-        assert_eq!(checkpoints.restore_into(9, &mut now), 0);
+        assert_eq!(restore(&mut checkpoints, 9, &mut now), 0);
         assert_eq!(now, state(0.0));
         assert!(checkpoints.positions().is_empty());
     }
@@ -195,14 +188,21 @@ mod tests {
     #[test]
     fn at_most_max_checkpoints_are_kept_the_oldest_dropped_first() {
         let mut checkpoints = Checkpoints::<Vec<RecurrentState>>::default();
+        let mut reused = 0;
         for position in 1..=MAX_CHECKPOINTS + 2 {
-            checkpoints.keep(position, &state(1.0));
-            checkpoints.keep(position, &state(2.0));
+            for value in [1.0, 2.0] {
+                checkpoints.record(position, |old| {
+                    reused += usize::from(old.is_some());
+                    state(value)
+                });
+            }
         }
         assert_eq!(checkpoints.positions(), (3..=MAX_CHECKPOINTS + 2).collect::<Vec<_>>());
+        // The dropped ones' memory is offered to the next copy.
+        assert_eq!(reused, 2);
         assert_eq!(checkpoints.bytes(), MAX_CHECKPOINTS as u64 * 24);
         let mut now = state(5.0);
-        assert_eq!(checkpoints.restore_into(MAX_CHECKPOINTS + 2, &mut now), MAX_CHECKPOINTS + 2);
+        assert_eq!(restore(&mut checkpoints, MAX_CHECKPOINTS + 2, &mut now), MAX_CHECKPOINTS + 2);
         // Recorded once per position: the first copy is the one kept.
         assert_eq!(now, state(1.0));
     }
@@ -210,17 +210,17 @@ mod tests {
     #[test]
     fn the_one_rollback_checkpoint_is_replaced_and_the_kept_ones_stay() {
         let mut checkpoints = Checkpoints::<Vec<RecurrentState>>::default();
-        checkpoints.keep(5, &state(5.0));
+        checkpoints.record(5, |_| state(5.0));
         for position in [8, 12, 20] {
-            checkpoints.keep_rollback(position, &state(position as f32));
+            checkpoints.record_rollback(position, |_| state(position as f32));
         }
         assert_eq!(checkpoints.positions(), [5, 20]);
         let mut now = state(99.0);
         // Going back past the rollback checkpoint: the kept one.
-        assert_eq!(checkpoints.restore_into(19, &mut now), 5);
+        assert_eq!(restore(&mut checkpoints, 19, &mut now), 5);
         assert_eq!((&now, checkpoints.positions()), (&state(5.0), vec![5]));
-        checkpoints.keep_rollback(30, &state(30.0));
-        assert_eq!(checkpoints.restore_into(31, &mut now), 30);
+        checkpoints.record_rollback(30, |_| state(30.0));
+        assert_eq!(restore(&mut checkpoints, 31, &mut now), 30);
         assert_eq!(now, state(30.0));
     }
 }

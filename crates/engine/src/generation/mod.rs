@@ -256,10 +256,10 @@ impl GenerationState {
         let within_pass = on_prefill.is_some() && engine.model.observes_blocks();
         let chunk = if on_prefill.is_some() && !within_pass { prefill_chunk_len(total - cached) } else { total };
         let blocks = engine.model.config().block_count;
-        // A recurrent state is kept where a later prompt is likely to go back to: before the
-        // context's last token, and where the conversation so far ends.
+        // A recurrent state (or a ring's window) is kept where a later prompt is likely to go
+        // back to: before the context's last token, and where the conversation so far ends.
         let mut keep: Vec<usize> = self.state_checkpoints.clone();
-        if engine.cache.is_recurrent() {
+        if engine.cache.needs_checkpoints() {
             keep.push(total - 1);
         }
         keep.sort_unstable();
