@@ -96,6 +96,17 @@ pub fn run(path: &Path, bytes: &SharedBytes) -> Result<(), String> {
                     n => format!("; {n} multi-token-prediction block(s) not run"),
                 }
             );
+            if let Some(ring) = c.window_ring() {
+                let local = (0..c.block_count).filter(|&b| c.block_attention(b).window.is_some()).count();
+                println!(
+                    "  on the CPU engine the {local} local blocks keep a ring of their window instead: {} rows \
+                     each at most ({} before a query and {} of slack, each written twice so that a window's \
+                     rows are consecutive)",
+                    2 * ring.slots(),
+                    ring.slots() - nucleus_model::RING_SLACK,
+                    nucleus_model::RING_SLACK
+                );
+            }
             match nucleus_model::parameter_count(&file, &c) {
                 Ok(n) => println!("  parameters {n} ({:.1} MB as f32 on the device)", n as f64 * 4.0 / 1e6),
                 Err(e) => println!("  not loadable: {e}"),

@@ -277,6 +277,12 @@ fn inspect_describes_the_model() {
     ] {
         assert!(text.contains(needle), "{needle:?} not in:\n{text}");
     }
+    // The tiny Gemma 3: five local blocks with a window of 8 keep a ring on the CPU engine.
+    let gemma = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tiny/gemma3-linear.gguf");
+    let text = String::from_utf8(nucleus(&["inspect", "--model", gemma]).stdout).unwrap();
+    let ring = "on the CPU engine the 5 local blocks keep a ring of their window instead: 270 rows each at most \
+                (7 before a query and 128 of slack";
+    assert!(text.contains(ring), "{ring:?} not in:\n{text}");
 }
 
 /// `bench --kernel-times` on the tiny Qwen3 (lavapipe): a table of the fused path's kernels for
