@@ -65,15 +65,33 @@ export async function open(context, url) {
   return page;
 }
 
-/** The Nucleus workers (engine and helper threads) alive in a Chromium `page`. */
-export const engineWorkers = (page) => page.workers().filter((w) => /nucleus-(worker|thread)\.js/.test(w.url())).length;
+const isEngineWorker = (worker) => /nucleus-(worker|thread)\.js/.test(worker.url());
 
-/** Waits (10 s at most) until `page` has `count` Nucleus workers; `what` names the moment in a failure. */
-export async function engineWorkersSettle(page, count, what) {
-  for (let waited = 0; engineWorkers(page) !== count; waited += 50) {
-    if (waited >= 10_000) throw new Error(`${what}: ${engineWorkers(page)} engine workers, not ${count}`);
-    await new Promise((resolve) => setTimeout(resolve, 50));
-  }
+/**
+ * Watches the Nucleus workers (engine and helper threads) that `page` starts from now on, so a test
+ * asks about its own workers and not about one an earlier test left ending. `started()` counts them;
+ * `settled(what)` waits (10 s at most) until each has ended, `what` naming the moment in a failure.
+ */
+export function watchEngineWorkers(page) {
+  const alive = new Set();
+  let started = 0;
+  const onWorker = (worker) => {
+    if (!isEngineWorker(worker)) return;
+    started += 1;
+    alive.add(worker);
+    worker.once('close', () => alive.delete(worker));
+  };
+  page.on('worker', onWorker);
+  return {
+    started: () => started,
+    async settled(what) {
+      for (let waited = 0; alive.size > 0; waited += 50) {
+        if (waited >= 10_000) throw new Error(`${what}: ${alive.size} of the ${started} engine workers started are still running`);
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      page.off('worker', onWorker);
+    },
+  };
 }
 
 export const FIREFOX = process.env.FIREFOX ?? '/usr/bin/firefox-esr';

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { startServer, MODEL_NAME, MODEL_PATH, GEMMA_NAME, QWEN35_NAME, BLANK_PAGE } from './server.mjs';
-import { engineWorkers, engineWorkersSettle, keptThreads, launch, open } from './browser.mjs';
+import { keptThreads, launch, open, watchEngineWorkers } from './browser.mjs';
 import { FIXTURES, assertScoreMatchesReference, lastLogits } from './reference.mjs';
 
 const smollm = JSON.parse(readFileSync(path.join(FIXTURES, 'smollm2-135m-instruct-q4_1.json'), 'utf8'));
@@ -255,7 +255,7 @@ test('an unknown backend is bad-options, named', async () => {
 });
 
 test('a load aborted through its signal rejects with aborted, ends its worker and helpers and keeps nothing; so does a failed load', async () => {
-  const before = engineWorkers(page);
+  const workers = watchEngineWorkers(page);
   const outcome = await page.evaluate(async ({ url, bad }) => {
     const { Nucleus } = await import('/nucleus.js');
     const failure = (e) => ({ code: e.code, message: e.message, cause: e.cause?.message ?? null });
@@ -282,7 +282,8 @@ test('a load aborted through its signal rejects with aborted, ends its worker an
   assert.equal(outcome.notSignal?.code, 'bad-options');
   assert.ok(!outcome.stored.some((url) => url.endsWith('?aborted')), `nothing kept of the aborted download: ${outcome.stored}`);
   // The aborted and the failed loads' workers (and the aborted one's helpers) are gone.
-  await engineWorkersSettle(page, before, 'after the aborted and failed loads');
+  assert.ok(workers.started() > 0, `the loads ran in workers of their own`);
+  await workers.settled('after the aborted and failed loads');
   const info = await loadInPage({ model: `${server.url}models/${MODEL_NAME}` });
   assert.equal(info.backend.kind, 'cpu', 'and the next load works');
 });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { startServer, REPO } from './server.mjs';
-import { engineWorkers, engineWorkersSettle, launch, open } from './browser.mjs';
+import { launch, open, watchEngineWorkers } from './browser.mjs';
 
 const OUTPUT = path.join(REPO, 'test-output');
 const TINY = path.join(REPO, 'tests/fixtures/tiny');
@@ -138,17 +138,18 @@ test('files Nucleus cannot run are refused by name, and the model before stays',
 });
 
 test('"Stop loading" ends a load part-way: its worker gone, nothing kept, and the model before still runs', async () => {
-  const before = { workers: engineWorkers(page), status: await status() };
+  const workers = watchEngineWorkers(page);
+  const before = { status: await status() };
   await page.selectOption('#model-choice', 'url');
   await page.fill('#model-url', `${server.url}test-models/stalled.gguf`);
   await page.click('#model-url-load');
   await page.waitForFunction(() => /^Downloading stalled\.gguf/.test(document.getElementById('load-label').textContent));
-  assert.ok(engineWorkers(page) > before.workers, 'the load runs in a worker of its own');
+  assert.ok(workers.started() > 0, 'the load runs in a worker of its own');
   await page.click('#load-stop');
   await settled();
   assert.match(await modelError(), /^Loading stalled\.gguf stopped\. llama3 · llama · Q8_0 · 0 MB · 400 tokens is still loaded\.$/);
   assert.equal(await status(), before.status, 'the loaded model is untouched');
-  await engineWorkersSettle(page, before.workers, 'after the stop');
+  await workers.settled('after the stop');
   const stored = await page.evaluate(async () => (await (await import('/nucleus.js')).Nucleus.storedModels()).models.map((m) => m.url));
   assert.ok(!stored.some((url) => url.endsWith('stalled.gguf')), `nothing kept of the stopped download: ${stored}`);
   const llama3 = tinyReference('llama3').logit_cases.count;
