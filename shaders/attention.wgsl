@@ -14,7 +14,8 @@
 //   params    uniform AttentionParams
 //   q         array<f32> [rows, heads, head_dim]: the rotated queries (attn_qkv.wgsl)
 //   kv        array<f32> [positions, 2, kv_heads, head_dim]: the cache (keys, then values, of each
-//             position), positions 0 .. pos + rows − 1 filled
+//             position), positions 0 .. pos + rows − 1 filled; a local block's ring
+//             (params.ring > 0) holds position t at row t mod ring, the window's rows filled
 //   partials  array<f32> [rows, heads, attn_chunks, head_dim + 2]: written; record (s, h, c) =
 //             m, l, o[0 .. head_dim]: m the largest score of the chunk, l = Σ exp(score − m),
 //             o = Σ exp(score − m)·v. An empty chunk (all its keys after the query) gets
@@ -73,7 +74,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         var score = LOWEST_SCORE;
         if t < end {
             var s = 0.0;
-            let key = keys + t * stride;
+            let key = keys + cache_row(t, params.ring) * stride;
             for (var d = 0u; d < hd; d++) {
                 s += query[d] * kv[key + d];
             }
@@ -96,7 +97,7 @@ fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: v
         for (var i = 0u; i < count; i++) {
             let p = weights[i];
             l += p;
-            let value = values + (t0 + i) * stride;
+            let value = values + cache_row(t0 + i, params.ring) * stride;
             for (var k = 0u; k < MAX_HEAD_DIM / ATTENTION_LANES; k++) {
                 let d = lid + k * ATTENTION_LANES;
                 if d < hd {

@@ -15,7 +15,8 @@
 //   params  uniform AttentionWeightsParams
 //   q       array<f32> [rows, heads, head_dim]: the pass's rotated queries (attn_qkv.wgsl)
 //   kv      array<f32> [positions, 2, kv_heads, head_dim]: the block's cache (keys, then values,
-//           of each position), positions 0 .. p filled
+//           of each position), positions 0 .. p filled; a local block's ring (params.ring > 0)
+//           holds position t at row t mod ring
 //   out     array<f32> [count, keys]: row p − first written whole: the weights of keys 0 ..= p,
 //           0 before the window's first key and after p
 //
@@ -31,7 +32,7 @@ var<workgroup> query: array<f32, MAX_HEAD_DIM>;
 
 fn score(t: u32, kv_head: u32) -> f32 {
     let hd = params.head_dim;
-    let key = t * 2u * params.kv_heads * hd + kv_head * hd;
+    let key = cache_row(t, params.ring) * 2u * params.kv_heads * hd + kv_head * hd;
     var dot = 0.0;
     for (var d = 0u; d < hd; d++) {
         dot += query[d] * kv[key + d];

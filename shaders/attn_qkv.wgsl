@@ -18,7 +18,8 @@
 //           RoPE base; Llama 3's frequency factors), computed in f64 on the host
 //   q       array<f32> [rows, q_dim]: written, rotated
 //   kv      array<f32> [positions, 2, kv_heads, head_dim]: per position its keys (rotated), then its
-//           values; positions pos .. pos + rows − 1 are written
+//           values; positions pos .. pos + rows − 1 are written, at row p mod params.ring in a
+//           local block's ring (params.ring > 0)
 //
 // Semantics, per row s at position p = pos + s (reference.rs, `attn_qkv`):
 //   h = x_s / sqrt(mean(x_s²) + eps) ∘ γ, computed as inv_rms · Σ_k W[o, k]·(x_s[k]·γ[k]);

@@ -4,10 +4,10 @@
 //! - A model with recurrent blocks (the tiny Qwen3.5), on the CPU engine and on the fused path:
 //!   a Gated DeltaNet state cannot forget positions (it goes back to a checkpoint and runs the
 //!   tokens after it again).
-//! - A model with local blocks (the tiny Gemma 3, a window of 8) on the CPU engine, past the ring
-//!   its local blocks keep (`window.rs`: 135 rows): within the ring's slack it goes back for
-//!   free, further through a checkpoint of the window's rows; and it gives the tokens of Burn's
-//!   path, which keeps every row.
+//! - A model with local blocks (the tiny Gemma 3, a window of 8), on the CPU engine and on the
+//!   fused path, past the ring its local blocks keep (`window.rs`: 135 rows): within the ring's
+//!   slack it goes back for free, further through a checkpoint of the window's rows; and it gives
+//!   the tokens of Burn's path, which keeps every row.
 
 use nucleus_engine::{BeamRequest, Engine, GenerateRequest, LoadOptions, Prompt, PromptLookup, Step};
 use nucleus_gguf::GgufFile;
@@ -183,12 +183,20 @@ fn beams_keep_a_state_each_and_one_beam_is_greedy() {
 /// The tiny Gemma 3 with linear RoPE scaling: local blocks with a window of 8 beside a global one.
 const TINY_GEMMA: &str = "gemma3-linear";
 
-/// The tiny Gemma 3 on the CPU engine (its local blocks keep a ring) at its whole context (256).
+/// The tiny Gemma 3 on `path` at its whole context (256): the CPU engine in memory, the fused
+/// path on lavapipe (their local blocks keep a ring), Burn's path on its CPU backend.
 fn gemma_engine(path: Path) -> Engine {
     let (bytes, _) = tiny_family(TINY_GEMMA);
-    let device = if path == Path::Cpu { cpu_device() } else { burn_cpu_device() };
+    let device = match path {
+        Path::Cpu => cpu_device(),
+        Path::Fused => wgpu_device(),
+        _ => burn_cpu_device(),
+    };
     Engine::load(&bytes, &device, LoadOptions { path: Some(path), ..LoadOptions::default() }).unwrap()
 }
+
+/// The engines whose local blocks keep a ring.
+const RING_PATHS: [Path; 2] = [Path::Cpu, Path::Fused];
 
 /// The rows the tiny Gemma's ring holds.
 fn gemma_ring_slots() -> usize {
@@ -214,100 +222,108 @@ fn counting_prompt(engine: &Engine, tokens: usize, tail: &str) -> Prompt {
 fn past_its_ring_a_local_blocks_cache_gives_the_tokens_of_one_that_keeps_every_row() {
     let slots = gemma_ring_slots();
     assert_eq!(slots, 8 - 1 + RING_SLACK);
-    let mut engine = gemma_engine(Path::Cpu);
     let mut burn = gemma_engine(Path::BurnOps(LinearKernel::BurnMatmul));
     // A prompt longer than the ring (its pass writes the ring's last rows), then decode steps
     // that wrap around it again.
-    let prompt = counting_prompt(&engine, slots + 10, "");
-    let (ring, _) = run(&mut engine, greedy(prompt.clone(), 100));
+    let prompt = counting_prompt(&burn, slots + 10, "");
+    let prompt_len = burn.prompt_tokens(&prompt).unwrap().len();
     let (every_row, _) = run(&mut burn, greedy(prompt.clone(), 100));
-    assert_eq!(ids(&ring), ids(&every_row));
-    for (a, b) in ring.iter().zip(&every_row) {
-        assert!((a.top[0].logit - b.top[0].logit).abs() < 1e-3, "step {}", a.index);
-    }
-    // The global block keeps every position; the local ones a ring of twice its slots at most
-    // (each row past the first lap written twice: at this short context, as many rows as
-    // positions) and the checkpoint the prefill keeps before the prompt's last token, the
-    // window's 7 rows.
-    let positions = engine.cache().len();
-    let prompt_len = engine.prompt_tokens(&prompt).unwrap().len();
-    assert_eq!(positions, prompt_len + 99);
     let config = ModelConfig::from_gguf(&GgufFile::parse(&tiny_family(TINY_GEMMA).0).unwrap()).unwrap();
     let row = config.kv_position_bytes();
     let local = (0..config.block_count).filter(|&b| config.block_attention(b).window.is_some()).count() as u64;
     let global = config.block_count as u64 - local;
-    let (checkpoints, checkpoint_bytes) = engine.cache().checkpoints();
-    assert_eq!((checkpoints, checkpoint_bytes), (vec![prompt_len - 1], local * 7 * row));
-    assert_eq!(
-        engine.cache().device_bytes(),
-        global * positions as u64 * row + local * positions.min(2 * slots) as u64 * row + checkpoint_bytes
-    );
+    for path in RING_PATHS {
+        let mut engine = gemma_engine(path);
+        let (ring, _) = run(&mut engine, greedy(prompt.clone(), 100));
+        assert_eq!(ids(&ring), ids(&every_row), "{path:?}");
+        for (a, b) in ring.iter().zip(&every_row) {
+            assert!((a.top[0].logit - b.top[0].logit).abs() < 1e-3, "{path:?}, step {}", a.index);
+        }
+        // The checkpoint the prefill keeps before the prompt's last token: the window's 7 rows.
+        let positions = engine.cache().len();
+        assert_eq!(positions, prompt_len + 99);
+        let (checkpoints, checkpoint_bytes) = engine.cache().checkpoints();
+        assert_eq!((checkpoints, checkpoint_bytes), (vec![prompt_len - 1], local * 7 * row), "{path:?}");
+        // The global block keeps every position. The CPU engine's local blocks a ring of twice
+        // its slots at most (each row past the first lap written twice: at this short context,
+        // as many rows as positions); the fused path's its slots, in a buffer of the context's
+        // 256 positions for the global block.
+        let rows = match path {
+            Path::Cpu => global * positions as u64 + local * positions.min(2 * slots) as u64,
+            _ => global * 256 + local * slots as u64,
+        };
+        assert_eq!(engine.cache().device_bytes(), rows * row + checkpoint_bytes, "{path:?}");
+    }
 }
 
 #[test]
 fn past_its_ring_a_repeated_prompt_and_a_fork_give_a_cold_runs_tokens() {
-    let mut engine = gemma_engine(Path::Cpu);
-    let prompt = counting_prompt(&engine, 90, "");
-    let prompt_len = engine.prompt_tokens(&prompt).unwrap().len();
-    // 150 tokens: going back to the prompt is further than the ring's slack.
-    let (parent, _) = run(&mut engine, greedy(prompt.clone(), 150));
-    assert!(parent.len() > RING_SLACK);
-    let (again, result) = run(&mut engine, greedy(prompt.clone(), 150));
-    assert_eq!(ids(&again), ids(&parent));
-    // The window before the prompt's last token was kept: only that token ran again.
-    assert_eq!(result.usage.cached_prompt_tokens, prompt_len - 1, "{:?}", result.usage);
-    // Forks: the parent's first tokens, then the next step's second candidate, then 8 more. At
-    // 140 the cache goes back 9 positions (within the ring); at 10, 138 (through the checkpoint).
-    let forks = [140, 10].map(|at| {
-        let mut fork = greedy(prompt.clone(), at + 9);
-        fork.forced_tokens = [&ids(&parent)[..at], &[parent[at].top[1].id]].concat();
-        fork
-    });
-    let warm = forks.clone().map(|fork| run(&mut engine, fork).0);
-    for (fork, warm) in forks.into_iter().zip(warm) {
-        engine.clear_cache();
-        let (cold, _) = run(&mut engine, fork);
-        assert_eq!(ids(&warm), ids(&cold));
-        assert_eq!(warm.len(), 8);
-        let worst = warm.iter().zip(&cold).map(|(a, b)| logit_gap(a, b)).fold(0.0, f32::max);
-        assert!(worst < 1e-4, "the fork's logits differ from a cold run's by {worst}");
+    for path in RING_PATHS {
+        let mut engine = gemma_engine(path);
+        let prompt = counting_prompt(&engine, 90, "");
+        let prompt_len = engine.prompt_tokens(&prompt).unwrap().len();
+        // 150 tokens: going back to the prompt is further than the ring's slack.
+        let (parent, _) = run(&mut engine, greedy(prompt.clone(), 150));
+        assert!(parent.len() > RING_SLACK);
+        let (again, result) = run(&mut engine, greedy(prompt.clone(), 150));
+        assert_eq!(ids(&again), ids(&parent));
+        // The window before the prompt's last token was kept: only that token ran again.
+        assert_eq!(result.usage.cached_prompt_tokens, prompt_len - 1, "{:?}", result.usage);
+        // Forks: the parent's first tokens, then the next step's second candidate, then 8 more. At
+        // 140 the cache goes back 9 positions (within the ring); at 10, 138 (through the checkpoint).
+        let forks = [140, 10].map(|at| {
+            let mut fork = greedy(prompt.clone(), at + 9);
+            fork.forced_tokens = [&ids(&parent)[..at], &[parent[at].top[1].id]].concat();
+            fork
+        });
+        let warm = forks.clone().map(|fork| run(&mut engine, fork).0);
+        for (fork, warm) in forks.into_iter().zip(warm) {
+            engine.clear_cache();
+            let (cold, _) = run(&mut engine, fork);
+            assert_eq!(ids(&warm), ids(&cold));
+            assert_eq!(warm.len(), 8);
+            let worst = warm.iter().zip(&cold).map(|(a, b)| logit_gap(a, b)).fold(0.0, f32::max);
+            assert!(worst < 1e-4, "{path:?}: the fork's logits differ from a cold run's by {worst}");
+        }
+        // Within the slack: the ring still holds the rows, nothing is restored.
+        let (short, result) = run(&mut engine, greedy(prompt, 10));
+        assert_eq!((ids(&short), result.usage.cached_prompt_tokens), (ids(&parent)[..10].to_vec(), prompt_len - 1));
     }
-    // Within the slack: the ring still holds the rows, nothing is restored.
-    let (short, result) = run(&mut engine, greedy(prompt, 10));
-    assert_eq!((ids(&short), result.usage.cached_prompt_tokens), (ids(&parent)[..10].to_vec(), prompt_len - 1));
 }
 
 #[test]
 fn past_its_ring_speculative_lookup_and_beams_give_plain_decodings_tokens() {
-    let mut engine = gemma_engine(Path::Cpu);
-    // As for Qwen3.5: a bias makes the model say " of" over and over; lookup drafts what
-    // followed " of" in the prompt (rejected: the ring goes back within its slack) and more
-    // " of"s (accepted), 150 tokens past a 90-token prompt.
-    let prompt = counting_prompt(&engine, 90, " The capital of France is");
-    let of = engine.prompt_tokens(&Prompt::Text(" of".into())).unwrap()[0];
-    let mut plain_request = greedy(prompt.clone(), 150);
-    plain_request.sampling.logit_bias.insert(of, 50.0);
-    let (plain, _) = run(&mut engine, plain_request.clone());
-    engine.clear_cache();
-    let (steps, result) =
-        run(&mut engine, GenerateRequest { speculative: Some(PromptLookup::default()), ..plain_request });
-    assert_eq!(ids(&steps), ids(&plain));
-    let worst = steps.iter().zip(&plain).map(|(a, b)| logit_gap(a, b)).fold(0.0, f32::max);
-    assert!(worst < 1e-4, "speculative decoding's logits differ from plain decoding's by {worst}");
-    let stats = result.speculation;
-    assert!(stats.accepted_tokens > 0 && stats.accepted_tokens < stats.drafted_tokens, "{stats:?}");
+    for path in RING_PATHS {
+        let mut engine = gemma_engine(path);
+        // As for Qwen3.5: a bias makes the model say " of" over and over; lookup drafts what
+        // followed " of" in the prompt (rejected: the ring goes back within its slack) and more
+        // " of"s (accepted), 150 tokens past a 90-token prompt.
+        let prompt = counting_prompt(&engine, 90, " The capital of France is");
+        let of = engine.prompt_tokens(&Prompt::Text(" of".into())).unwrap()[0];
+        let mut plain_request = greedy(prompt.clone(), 150);
+        plain_request.sampling.logit_bias.insert(of, 50.0);
+        let (plain, _) = run(&mut engine, plain_request.clone());
+        engine.clear_cache();
+        let (steps, result) =
+            run(&mut engine, GenerateRequest { speculative: Some(PromptLookup::default()), ..plain_request });
+        assert_eq!(ids(&steps), ids(&plain));
+        let worst = steps.iter().zip(&plain).map(|(a, b)| logit_gap(a, b)).fold(0.0, f32::max);
+        assert!(worst < 1e-4, "{path:?}: speculative decoding's logits differ from plain decoding's by {worst}");
+        let stats = result.speculation;
+        assert!(stats.accepted_tokens > 0 && stats.accepted_tokens < stats.drafted_tokens, "{stats:?}");
 
-    // Beams over a prompt past the ring: each beam's copy of the ring goes on from there.
-    let prompt = counting_prompt(&engine, gemma_ring_slots() + 5, "");
-    let request =
-        |beams| BeamRequest { prompt: prompt.clone(), beams, length_penalty: 1.0, max_tokens: 6, ignore_eos: true };
-    let one = pollster::block_on(engine.beam_search(&request(1))).unwrap();
-    let (greedy_steps, _) = run(&mut engine, greedy(prompt.clone(), 6));
-    assert_eq!(one.hypotheses[0].tokens, ids(&greedy_steps));
-    let three = pollster::block_on(engine.beam_search(&request(3))).unwrap();
-    assert_eq!(three, pollster::block_on(engine.beam_search(&request(3))).unwrap());
-    let (after, _) = run(&mut engine, greedy(prompt, 6));
-    assert_eq!(ids(&after), ids(&greedy_steps));
+        // Beams over a prompt past the ring: each beam's copy of the ring goes on from there.
+        let prompt = counting_prompt(&engine, gemma_ring_slots() + 5, "");
+        let request =
+            |beams| BeamRequest { prompt: prompt.clone(), beams, length_penalty: 1.0, max_tokens: 6, ignore_eos: true };
+        let one = pollster::block_on(engine.beam_search(&request(1))).unwrap();
+        let (greedy_steps, _) = run(&mut engine, greedy(prompt.clone(), 6));
+        assert_eq!(one.hypotheses[0].tokens, ids(&greedy_steps));
+        let three = pollster::block_on(engine.beam_search(&request(3))).unwrap();
+        assert_eq!(three, pollster::block_on(engine.beam_search(&request(3))).unwrap());
+        let (after, _) = run(&mut engine, greedy(prompt, 6));
+        assert_eq!(ids(&after), ids(&greedy_steps));
+    }
 }
 
 /// The model's own contract: going back within the slack keeps the position; past the ring it
@@ -317,47 +333,49 @@ fn past_its_ring_speculative_lookup_and_beams_give_plain_decodings_tokens() {
 fn a_ring_goes_back_within_its_slack_or_to_a_checkpoint() {
     let (bytes, _) = tiny_family(TINY_GEMMA);
     let file = GgufFile::parse(&bytes).unwrap();
-    let model = Model::load(&file, &cpu_device(), Path::Cpu).unwrap();
-    let vocab = model.config().vocab_size as u32;
-    let tokens: Vec<u32> = (0..250u32).map(|i| (i * 7919 + 13) % vocab).collect();
-    let pass = |cache: &mut KvCache, tokens: &[u32]| {
-        pollster::block_on(model.forward(tokens, cache, Logits::Last).unwrap().read()).unwrap().remove(0)
-    };
-    let cold = |tokens: &[u32]| pass(&mut model.new_cache(256).unwrap(), tokens);
-    let mut cache = model.new_cache(256).unwrap();
-    // Passes of one token, of a few, and one longer than the slack.
-    pass(&mut cache, &tokens[..60]);
-    cache.checkpoint();
-    for start in 60..70 {
-        pass(&mut cache, &tokens[start..start + 1]);
-    }
-    pass(&mut cache, &tokens[70..85]);
-    pass(&mut cache, &tokens[85..240]);
-    // Within the slack: kept as asked.
-    assert_eq!(cache.truncate(240 - RING_SLACK), 240 - RING_SLACK);
-    let logits = pass(&mut cache, &tokens[240 - RING_SLACK..200]);
-    assert!(max_abs_diff(&logits, &cold(&tokens[..200])) < 1e-4);
-    // Past the ring (it holds the rows from 105 on): back to the checkpoint at 60, then the
-    // tokens to 100 again.
-    assert_eq!(cache.truncate(100), 60);
-    let logits = pass(&mut cache, &tokens[60..100]);
-    assert!(max_abs_diff(&logits, &cold(&tokens[..100])) < 1e-4);
-    // Before the checkpoint: from the start.
-    pass(&mut cache, &tokens[100..250]);
-    assert_eq!(cache.truncate(40), 0);
-    let logits = pass(&mut cache, &tokens[..40]);
-    assert!(max_abs_diff(&logits, &cold(&tokens[..40])) < 1e-4);
+    for (device, path) in [(cpu_device(), Path::Cpu), (wgpu_device(), Path::Fused)] {
+        let model = Model::load(&file, &device, path).unwrap();
+        let vocab = model.config().vocab_size as u32;
+        let tokens: Vec<u32> = (0..250u32).map(|i| (i * 7919 + 13) % vocab).collect();
+        let pass = |cache: &mut KvCache, tokens: &[u32]| {
+            pollster::block_on(model.forward(tokens, cache, Logits::Last).unwrap().read()).unwrap().remove(0)
+        };
+        let cold = |tokens: &[u32]| pass(&mut model.new_cache(256).unwrap(), tokens);
+        let mut cache = model.new_cache(256).unwrap();
+        // Passes of one token, of a few, and one longer than the slack.
+        pass(&mut cache, &tokens[..60]);
+        cache.checkpoint();
+        for start in 60..70 {
+            pass(&mut cache, &tokens[start..start + 1]);
+        }
+        pass(&mut cache, &tokens[70..85]);
+        pass(&mut cache, &tokens[85..240]);
+        // Within the slack: kept as asked.
+        assert_eq!(cache.truncate(240 - RING_SLACK), 240 - RING_SLACK);
+        let logits = pass(&mut cache, &tokens[240 - RING_SLACK..200]);
+        assert!(max_abs_diff(&logits, &cold(&tokens[..200])) < 1e-4);
+        // Past the ring (it holds the rows from 105 on): back to the checkpoint at 60, then the
+        // tokens to 100 again.
+        assert_eq!(cache.truncate(100), 60);
+        let logits = pass(&mut cache, &tokens[60..100]);
+        assert!(max_abs_diff(&logits, &cold(&tokens[..100])) < 1e-4);
+        // Before the checkpoint: from the start.
+        pass(&mut cache, &tokens[100..250]);
+        assert_eq!(cache.truncate(40), 0);
+        let logits = pass(&mut cache, &tokens[..40]);
+        assert!(max_abs_diff(&logits, &cold(&tokens[..40])) < 1e-4);
 
-    // Going back within the slack to before a checkpoint, then other tokens: the checkpoint
-    // held the first tokens' rows, and is gone.
-    let mut cache = model.new_cache(256).unwrap();
-    pass(&mut cache, &tokens[..60]);
-    cache.checkpoint();
-    pass(&mut cache, &tokens[60..80]);
-    assert_eq!(cache.truncate(58), 58);
-    let mut other = tokens.clone();
-    other[58..].iter_mut().for_each(|t| *t = (*t + 1) % vocab);
-    let logits = pass(&mut cache, &other[58..240]);
-    assert!(max_abs_diff(&logits, &cold(&other[..240])) < 1e-4);
-    assert_eq!(cache.truncate(70), 0);
+        // Going back within the slack to before a checkpoint, then other tokens: the checkpoint
+        // held the first tokens' rows, and is gone.
+        let mut cache = model.new_cache(256).unwrap();
+        pass(&mut cache, &tokens[..60]);
+        cache.checkpoint();
+        pass(&mut cache, &tokens[60..80]);
+        assert_eq!(cache.truncate(58), 58);
+        let mut other = tokens.clone();
+        other[58..].iter_mut().for_each(|t| *t = (*t + 1) % vocab);
+        let logits = pass(&mut cache, &other[58..240]);
+        assert!(max_abs_diff(&logits, &cold(&other[..240])) < 1e-4);
+        assert_eq!(cache.truncate(70), 0);
+    }
 }

@@ -54,3 +54,9 @@ fn sum_over_group(sums: vec4<f32>, lid: u32) -> vec4<f32> {
     workgroupBarrier();
     return total;
 }
+
+// The row of the KV cache that holds position `position`: a local block's ring of `ring` rows
+// keeps it at `position mod ring` (crates/model/src/window.rs), every other block at `position`.
+fn cache_row(position: u32, ring: u32) -> u32 {
+    return select(position, position % ring, ring > 0u);
+}

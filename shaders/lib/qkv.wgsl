@@ -84,8 +84,9 @@ fn store_pair(outs: vec2<u32>, row: u32, a: f32, b: f32) {
         return;
     }
     if outs.x >= params.q_dim + params.kv_dim {
-        let at = (2u * position + 1u) * params.kv_dim + outs.x - params.q_dim - params.kv_dim;
-        let bt = (2u * position + 1u) * params.kv_dim + outs.y - params.q_dim - params.kv_dim;
+        let row = cache_row(position, params.ring);
+        let at = (2u * row + 1u) * params.kv_dim + outs.x - params.q_dim - params.kv_dim;
+        let bt = (2u * row + 1u) * params.kv_dim + outs.y - params.q_dim - params.kv_dim;
         kv[at] = a;
         kv[bt] = b;
         return;
@@ -103,7 +104,8 @@ fn store_pair(outs: vec2<u32>, row: u32, a: f32, b: f32) {
         q[row * params.q_dim + outs.x] = ra;
         q[row * params.q_dim + outs.y] = rb;
     } else {
-        kv[2u * position * params.kv_dim + outs.x - params.q_dim] = ra;
-        kv[2u * position * params.kv_dim + outs.y - params.q_dim] = rb;
+        let row = cache_row(position, params.ring);
+        kv[2u * row * params.kv_dim + outs.x - params.q_dim] = ra;
+        kv[2u * row * params.kv_dim + outs.y - params.q_dim] = rb;
     }
 }

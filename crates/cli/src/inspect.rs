@@ -99,10 +99,10 @@ pub fn run(path: &Path, bytes: &SharedBytes) -> Result<(), String> {
             if let Some(ring) = c.window_ring() {
                 let local = (0..c.block_count).filter(|&b| c.block_attention(b).window.is_some()).count();
                 println!(
-                    "  on the CPU engine the {local} local blocks keep a ring of their window instead: {} rows \
-                     each at most ({} before a query and {} of slack, each written twice so that a window's \
-                     rows are consecutive)",
-                    2 * ring.slots(),
+                    "  the {local} local blocks keep a ring of their window instead: {} rows each ({} before a \
+                     query and {} of slack) on the fused path, at most twice as many on the CPU engine (each \
+                     written twice so that a window's rows are consecutive)",
+                    ring.slots(),
                     ring.slots() - nucleus_model::RING_SLACK,
                     nucleus_model::RING_SLACK
                 );

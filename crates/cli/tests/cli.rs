@@ -277,11 +277,11 @@ fn inspect_describes_the_model() {
     ] {
         assert!(text.contains(needle), "{needle:?} not in:\n{text}");
     }
-    // The tiny Gemma 3: five local blocks with a window of 8 keep a ring on the CPU engine.
+    // The tiny Gemma 3: five local blocks with a window of 8 keep a ring.
     let gemma = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tiny/gemma3-linear.gguf");
     let text = String::from_utf8(nucleus(&["inspect", "--model", gemma]).stdout).unwrap();
-    let ring = "on the CPU engine the 5 local blocks keep a ring of their window instead: 270 rows each at most \
-                (7 before a query and 128 of slack";
+    let ring = "the 5 local blocks keep a ring of their window instead: 135 rows each (7 before a query and 128 \
+                of slack) on the fused path, at most twice as many on the CPU engine";
     assert!(text.contains(ring), "{ring:?} not in:\n{text}");
 }
 

@@ -290,8 +290,9 @@ wgsl_struct! {
         /// `[2·q_dim, dim]`, each head's query rows then its gate's: Qwen3.5), or 0 without a
         /// gate (the gates follow the queries, so they are never at 0).
         pub gate_at: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
+        /// Rows of a local block's ring (`nucleus_model::WindowRing`): position `p`'s keys and
+        /// values go to row `p mod ring`; 0: to row `p`.
+        pub ring: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad1: u32,
     }
@@ -431,8 +432,9 @@ wgsl_struct! {
         /// f32 offset in `q` of the output gate's values (`attention_combine` multiplies each
         /// output by their sigmoid), or 0 without a gate (as in [`AttnQkvParams::gate_at`]).
         pub gate_at: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad1: u32,
+        /// Rows of the block's ring (position `p` at row `p mod ring`), or 0: row `p`
+        /// ([`AttnQkvParams::ring`]).
+        pub ring: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad2: u32,
     }
@@ -984,8 +986,9 @@ wgsl_struct! {
         pub count: u32,
         /// Values per row of `out` (at least `first + count`: a row holds keys `0..=position`).
         pub keys: u32,
-        /// Padding (uniform structs are read in 16-byte rows).
-        pub _pad0: u32,
+        /// Rows of the block's ring (position `p` at row `p mod ring`), or 0: row `p`
+        /// ([`AttnQkvParams::ring`]).
+        pub ring: u32,
         /// Padding (uniform structs are read in 16-byte rows).
         pub _pad1: u32,
         /// Padding (uniform structs are read in 16-byte rows).

@@ -106,6 +106,18 @@ fn random_weight(rng: &mut Rng, format: WeightFormat, rows: usize, cols: usize) 
     (bytes, values)
 }
 
+/// A local block's ring of `ring` rows (`width` values each) after positions `0..end` were
+/// written into it: row `r` holds the last position `p` with `p mod ring = r`, taken from
+/// `by_position` (a row per position).
+fn ring_of(by_position: &[f32], width: usize, end: usize, ring: usize) -> Vec<f32> {
+    let mut rows = vec![0.0; ring * width];
+    for p in end.saturating_sub(ring)..end {
+        let r = p % ring;
+        rows[r * width..(r + 1) * width].copy_from_slice(&by_position[p * width..(p + 1) * width]);
+    }
+    rows
+}
+
 fn random_f32(rng: &mut Rng, n: usize, spread: f64) -> Vec<f32> {
     (0..n).map(|_| (rng.normal() * spread) as f32).collect()
 }
@@ -378,19 +390,23 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         bias: variant.bias.then_some(bias.as_slice()),
                         qk_norm: variant.qk_norm.then_some((q_norm.as_slice(), k_norm.as_slice())),
                     };
-                    // Every position case for the first shape and variant; two for the others.
-                    let cases: &[(usize, usize)] = if shape_index == 0 && !variant.rope_halves && !variant.bias {
-                        &[(0, 1), (1, 1), (0, 6), (36, 4)]
+                    // Every position case for the first shape and variant; two for the others. The
+                    // third: the rows of a local block's ring (0: none), positions 36..40 at 2..5.
+                    let cases: &[(usize, usize, usize)] = if shape_index == 0 && !variant.rope_halves && !variant.bias {
+                        &[(0, 1, 0), (1, 1, 0), (0, 6, 0), (36, 4, 0), (36, 4, 17)]
                     } else {
-                        &[(1, 1), (36, 4)]
+                        &[(1, 1, 0), (36, 4, 0), (36, 4, 17)]
                     };
-                    for &(pos, rows) in cases {
+                    for &(pos, rows, ring) in cases {
                         let x = random_f32(&mut rng, rows * dim, 2.0);
                         let x_buf = f32s(&gpu, &x);
                         // Queries, then (with a gate) the gates.
                         let q = gpu.storage("q", (2 * rows * q_dim * 4) as u64);
-                        let params =
-                            AttnQkvParams { gate_at: if variant.gate { (rows * q_dim) as u32 } else { 0 }, ..params };
+                        let params = AttnQkvParams {
+                            gate_at: if variant.gate { (rows * q_dim) as u32 } else { 0 },
+                            ring: ring as u32,
+                            ..params
+                        };
                         let (wq, wq_buf) = if variant.gate { (&wq_gated, &wq_gated_buf) } else { (&wq, &wq_buf) };
                         let kv = f32s(&gpu, &vec![0.0; capacity * 2 * kv_dim]);
                         let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
@@ -407,7 +423,7 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         };
                         let bound = layer::attn_qkv(&gpu, [format, format, value_format], params, buffers).unwrap();
                         let what = format!(
-                            "{format}/{value_format}, {heads}x{head_dim} over {dim}, {variant:?}, pos {pos}, {rows} rows, {:?}",
+                            "{format}/{value_format}, {heads}x{head_dim} over {dim}, {variant:?}, pos {pos}, {rows} rows, ring {ring}, {:?}",
                             gpu.tuning()
                         );
                         let got_q = run(&gpu, &[&bound], &step.shape, &q);
@@ -418,9 +434,12 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                         if variant.gate {
                             assert_close(&got_q[rows * q_dim..], &expected.gate, &format!("{what}: gate"));
                         }
-                        // Position p of the cache: [keys (kv_dim), values (kv_dim)].
-                        for s in 0..rows {
-                            let at = (pos + s) * 2 * kv_dim;
+                        // Position p of the cache: [keys (kv_dim), values (kv_dim)], at row p (or
+                        // p mod ring).
+                        let row_of = |p: usize| if ring > 0 { p % ring } else { p };
+                        let written: Vec<usize> = (pos..pos + rows).map(row_of).collect();
+                        for (s, &row) in written.iter().enumerate() {
+                            let at = row * 2 * kv_dim;
                             assert_close(
                                 &cache[at..at + kv_dim],
                                 &expected.k[s * kv_dim..(s + 1) * kv_dim],
@@ -433,7 +452,7 @@ fn attn_qkv_and_attn_qkv_norm_at_positions_0_1_and_the_end() {
                             );
                         }
                         let untouched =
-                            cache.iter().enumerate().filter(|(i, _)| !(pos..pos + rows).contains(&(i / (2 * kv_dim))));
+                            cache.iter().enumerate().filter(|(i, _)| !written.contains(&(i / (2 * kv_dim))));
                         assert!(
                             untouched.into_iter().all(|(_, &v)| v == 0.0),
                             "{what}: only the new positions are written"
@@ -460,25 +479,36 @@ fn attention_over_one_and_many_key_ranges() {
                 keys[p * kv_width..(p + 1) * kv_width].iter().chain(&values[p * kv_width..(p + 1) * kv_width]).copied()
             })
             .collect();
-        let kv = f32s(gpu, &cache);
-        // (pos, rows, record budget, window, output gate): one range; several; a prefill split
-        // into ranges; the end; then windows (Gemma 3's local blocks) that drop whole ranges, part
-        // of one, or nothing, for one row and for rows whose windows differ; then Qwen3.5's
-        // output gate (each output times the sigmoid of its gate, read after the queries).
-        for (pos, rows, budget, window, gated) in [
-            (0usize, 1usize, 4096u32, 0usize, false),
-            (1, 1, 4096, 0, false),
-            (150, 1, 4096, 0, false),
-            (130, 5, 60, 0, false),
-            (62, 3, 4096, 0, false),
-            (296, 4, 4096, 0, false),
-            (150, 1, 4096, 100, false),
-            (200, 6, 60, 70, false),
-            (296, 4, 4096, 64, false),
-            (5, 3, 4096, 100, false),
-            (70, 3, 4096, 0, true),
-            (1, 1, 4096, 0, true),
+        let every_row = f32s(gpu, &cache);
+        // (pos, rows, record budget, window, output gate, ring): one range; several; a prefill
+        // split into ranges; the end; then windows (Gemma 3's local blocks) that drop whole
+        // ranges, part of one, or nothing, for one row and for rows whose windows differ; then
+        // Qwen3.5's output gate (each output times the sigmoid of its gate, read after the
+        // queries); then windows read from a ring of as few rows as they need, wrapped.
+        for (pos, rows, budget, window, gated, ring) in [
+            (0usize, 1usize, 4096u32, 0usize, false, 0usize),
+            (1, 1, 4096, 0, false, 0),
+            (150, 1, 4096, 0, false, 0),
+            (130, 5, 60, 0, false, 0),
+            (62, 3, 4096, 0, false, 0),
+            (296, 4, 4096, 0, false, 0),
+            (150, 1, 4096, 100, false, 0),
+            (200, 6, 60, 70, false, 0),
+            (296, 4, 4096, 64, false, 0),
+            (5, 3, 4096, 100, false, 0),
+            (70, 3, 4096, 0, true, 0),
+            (1, 1, 4096, 0, true, 0),
+            (150, 1, 4096, 100, false, 100),
+            (200, 6, 60, 70, false, 75),
+            (296, 4, 4096, 64, false, 79),
         ] {
+            let ring_rows;
+            let kv = if ring > 0 {
+                ring_rows = f32s(gpu, &ring_of(&cache, 2 * kv_width, pos + rows, ring));
+                &ring_rows
+            } else {
+                &every_row
+            };
             let q = random_f32(&mut rng, rows * heads * head_dim, 1.0);
             let gate = if gated { random_f32(&mut rng, q.len(), 3.0) } else { Vec::new() };
             let q_buf = f32s(gpu, &[q.as_slice(), &gate].concat());
@@ -495,6 +525,7 @@ fn attention_over_one_and_many_key_ranges() {
                 scale: (1.0 / (head_dim as f64).sqrt()) as f32,
                 window: window as u32,
                 gate_at: if gated { q.len() as u32 } else { 0 },
+                ring: ring as u32,
                 ..Default::default()
             };
             let split =
@@ -519,7 +550,7 @@ fn attention_over_one_and_many_key_ranges() {
                 expected
             };
             let what = format!(
-                "{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, window {window}, gate {gated}, {} ranges",
+                "{heads}/{kv_heads} heads of {head_dim}, pos {pos}, {rows} rows, window {window}, gate {gated}, ring {ring}, {} ranges",
                 shape.attn_chunks
             );
             assert_close(&got, &expected, &what);
@@ -750,11 +781,13 @@ fn score_rates_each_row_like_the_reference() {
 fn attention_weights_are_the_softmax_of_each_asked_row() {
     let mut rng = Rng::new(10);
     for gpu in tunings() {
-        for (heads, kv_heads, head_dim, window, head) in [
-            (4usize, 2usize, 16usize, 0u32, Some(3usize)),
-            (4, 2, 16, 0, None),
-            (2, 1, 64, 70, None),
-            (6, 6, 8, 5, Some(0)),
+        // The last: a window read from a ring of as few rows as the pass needs.
+        for (heads, kv_heads, head_dim, window, head, ring) in [
+            (4usize, 2usize, 16usize, 0u32, Some(3usize), 0usize),
+            (4, 2, 16, 0, None, 0),
+            (2, 1, 64, 70, None, 0),
+            (6, 6, 8, 5, Some(0), 0),
+            (2, 1, 64, 70, None, 73),
         ] {
             // The pass: rows at positions 290..294; rows 291 and 292 asked.
             let (pos, rows, first, count) = (290usize, 4usize, 291usize, 2usize);
@@ -769,6 +802,7 @@ fn attention_weights_are_the_softmax_of_each_asked_row() {
                 .collect();
             let keys_per_row = first + count + 3;
             let out = gpu.storage("weights", (count * keys_per_row * 4) as u64);
+            let kv = if ring > 0 { ring_of(&kv, 2 * kv_heads * head_dim, positions, ring) } else { kv };
             let (q_buf, kv_buf) = (f32s(&gpu, &q), f32s(&gpu, &kv));
             let step = Step::new(&gpu, StepShape::new(pos as u32, rows as u32, 1, heads as u32, 4096), &[]);
             let params = AttentionWeightsParams {
@@ -781,6 +815,7 @@ fn attention_weights_are_the_softmax_of_each_asked_row() {
                 first: first as u32,
                 count: count as u32,
                 keys: keys_per_row as u32,
+                ring: ring as u32,
                 ..Default::default()
             };
             let bound =
@@ -792,7 +827,7 @@ fn attention_weights_are_the_softmax_of_each_asked_row() {
             for (i, expected) in expected.iter().enumerate() {
                 let row = &got[i * keys_per_row..(i + 1) * keys_per_row];
                 let context = format!(
-                    "{heads}/{kv_heads} heads of {head_dim}, window {window:?}, head {head:?}, row {i}, {:?}",
+                    "{heads}/{kv_heads} heads of {head_dim}, window {window:?}, head {head:?}, ring {ring}, row {i}, {:?}",
                     gpu.tuning()
                 );
                 assert_close(&row[..expected.len()], expected, &context);

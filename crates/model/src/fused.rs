@@ -34,6 +34,7 @@ use crate::memory::PlannedBuffer;
 use crate::rope::RopeTables;
 use crate::state::{Checkpoints, Snapshot};
 use crate::weights::{self, MixerWeights, ModelWeights};
+use crate::window::{RING_SLACK, WindowRing};
 use crate::{LensLogits, LoadProgress, LogitLens, Logits, MAX_LOGIT_ROWS, ModelConfig, ModelError};
 
 /// Most rows (tokens) one pass runs; a longer prompt runs in several passes.
@@ -651,13 +652,17 @@ impl FusedModel {
 
     /// A cache for up to `capacity` positions; its memory grows with the positions used.
     pub(crate) fn new_cache(&self, capacity: usize) -> Result<FusedCache, ModelError> {
-        let recurrent = StateLayout::new(&self.shared.config).map(|layout| RecurrentStates {
-            live: self.shared.gpu.storage("recurrent state", layout.bytes()),
-            layout,
+        let recurrent = StateLayout::new(&self.shared.config)
+            .map(|layout| RecurrentStates { live: self.shared.gpu.storage("recurrent state", layout.bytes()), layout });
+        let mut cache = FusedCache {
+            shared: self.shared.clone(),
+            capacity,
+            allocated: 0,
+            blocks: Vec::new(),
+            recurrent,
+            ring: self.shared.config.window_ring(),
             checkpoints: Checkpoints::default(),
-        });
-        let mut cache =
-            FusedCache { shared: self.shared.clone(), capacity, allocated: 0, blocks: Vec::new(), recurrent };
+        };
         cache.allocate(INITIAL_CACHE_POSITIONS.min(capacity), None)?;
         Ok(cache)
     }
@@ -837,6 +842,7 @@ impl FusedModel {
             first: rows.start as u32,
             count: rows.len() as u32,
             keys: keys as u32,
+            ring: attention.ring,
             ..Default::default()
         };
         let step = shared.step.range(0, std::mem::size_of::<layer::StepParams>() as u64);
@@ -977,6 +983,9 @@ impl FusedModel {
                 shared.gpu.submit([std::mem::replace(&mut recorder, Recorder::new(&shared.gpu)).finish()]);
             }
         }
+        if let Some(ring) = &mut cache.ring {
+            ring.wrote_up_to(start + tokens.len());
+        }
         state.passes += 1;
         state.pending = Some((state.passes, recorder.finish()));
         shared.gpu.add_record_time(clock.elapsed());
@@ -1008,9 +1017,18 @@ fn attention_params(c: &ModelConfig, block: usize) -> AttentionParams {
         scale: (1.0 / (c.head_dim as f64).sqrt()) as f32,
         window: c.block_attention(block).window.map_or(0, |w| w as u32),
         gate_at: gate_at(c),
+        ring: ring_rows(c, block).map_or(0, |rows| rows as u32),
         ..Default::default()
     }
 }
+
+/// The rows of block `block`'s ring (`window.rs`), for a local block; `None`: a row per position.
+fn ring_rows(c: &ModelConfig, block: usize) -> Option<usize> {
+    c.window_ring().filter(|_| c.block_attention(block).window.is_some()).map(|ring| ring.slots())
+}
+
+// A pass writes its rows before its queries read their windows: it must be within a ring's slack.
+const _: () = assert!(MAX_ROWS <= RING_SLACK);
 
 /// Shapes the kernels read in whole units of 8 values.
 pub(crate) fn check_dims(c: &ModelConfig) -> Result<(), ModelError> {
@@ -1129,15 +1147,20 @@ fn lens_record_words(candidates: usize) -> usize {
 }
 
 /// A cache of the fused path: per attention block its KV buffer `[positions, 2, kv_heads,
-/// head_dim]` f32 (keys, then values, of each position), the Gated DeltaNet blocks' state, and
-/// the blocks' kernels bound to them.
+/// head_dim]` f32 (keys, then values, of each position; a local block's ring holds position `p`
+/// at row `p mod slots`, `window.rs`), the Gated DeltaNet blocks' state, the checkpoints of what
+/// cannot go back, and the blocks' kernels bound to them.
 pub(crate) struct FusedCache {
     shared: Arc<Shared>,
     capacity: usize,
     allocated: usize,
     blocks: Vec<CachedBlock>,
-    /// The Gated DeltaNet blocks' state and its checkpoints (models that have such blocks).
+    /// The Gated DeltaNet blocks' state (models that have such blocks).
     recurrent: Option<RecurrentStates>,
+    /// The local blocks' ring (families with a sliding window).
+    ring: Option<WindowRing>,
+    /// Copies of the recurrent state and of each local block's window rows (`snapshot`).
+    checkpoints: Checkpoints<GpuBuffer>,
 }
 
 enum CachedBlock {
@@ -1153,7 +1176,6 @@ enum CachedBlock {
 struct RecurrentStates {
     live: GpuBuffer,
     layout: StateLayout,
-    checkpoints: Checkpoints<GpuBuffer>,
 }
 
 /// The offset alignment of the state's bindings: WebGPU's largest `minStorageBufferOffsetAlignment`.
@@ -1188,8 +1210,13 @@ impl Snapshot for GpuBuffer {
     }
 }
 
+/// Bytes of one window's rows in a checkpoint of the local blocks (`window − 1` positions).
+pub(crate) fn window_checkpoint_bytes(config: &ModelConfig) -> u64 {
+    config.window_ring().map_or(0, |ring| ring.window_before(usize::MAX).len() as u64 * config.kv_position_bytes())
+}
+
 impl FusedCache {
-    /// Bytes the cache holds on the GPU now: the KV rows, the recurrent state and its checkpoints.
+    /// Bytes the cache holds on the GPU now: the KV rows, the recurrent state and the checkpoints.
     pub(crate) fn bytes(&self) -> u64 {
         let rows: u64 = self
             .blocks
@@ -1199,7 +1226,7 @@ impl FusedCache {
                 CachedBlock::GatedDeltaNet { .. } => 0,
             })
             .sum();
-        rows + self.recurrent.as_ref().map_or(0, |r| r.live.size() + r.checkpoints.bytes())
+        rows + self.recurrent.as_ref().map_or(0, |r| r.live.size()) + self.checkpoints.bytes()
     }
 
     fn position_bytes(&self) -> u64 {
@@ -1210,6 +1237,11 @@ impl FusedCache {
         self.recurrent.is_some()
     }
 
+    /// Whether going back may need a checkpoint: a recurrent state, or a ring that drops rows.
+    pub(crate) fn needs_checkpoints(&self) -> bool {
+        self.is_recurrent() || self.ring.is_some()
+    }
+
     /// Bytes of the recurrent blocks' live state (without the alignment between its parts).
     pub(crate) fn state_bytes(&self) -> u64 {
         self.shared.config.recurrent_state_bytes()
@@ -1217,48 +1249,60 @@ impl FusedCache {
 
     /// The kept checkpoints' positions (oldest first, then the rollback one's) and their bytes.
     pub(crate) fn checkpoints(&self) -> (Vec<usize>, u64) {
-        self.recurrent.as_ref().map_or((Vec::new(), 0), |r| (r.checkpoints.positions(), r.checkpoints.bytes()))
+        (self.checkpoints.positions(), self.checkpoints.bytes())
     }
 
     /// Records a copy of the state as it is before the pass being recorded into `recorder`, the
-    /// rollback checkpoint at `position`.
+    /// rollback checkpoint at `position` (a recurrent cache only: a ring goes back within its
+    /// slack).
     fn record_rollback(&mut self, position: usize, recorder: &mut Recorder) {
-        let gpu = &self.shared.gpu;
-        if let Some(states) = &mut self.recurrent {
-            let live = &states.live;
-            states.checkpoints.record_rollback(position, |old| snapshot(gpu, live, old, recorder));
+        if self.is_recurrent() {
+            let mut checkpoints = std::mem::take(&mut self.checkpoints);
+            checkpoints.record_rollback(position, |old| self.snapshot(position, old, recorder));
+            self.checkpoints = checkpoints;
         }
     }
 
-    /// Keeps a copy of the recurrent state as it is at `position` (after the pending pass).
+    /// Keeps a copy of what cannot go back as it is at `position` (after the pending pass).
     pub(crate) fn checkpoint(&mut self, position: usize) {
-        let gpu = &self.shared.gpu;
-        if let Some(states) = &mut self.recurrent {
-            let mut recorder = Recorder::new(gpu);
-            let live = &states.live;
-            states.checkpoints.record(position, |old| snapshot(gpu, live, old, &mut recorder));
+        if self.needs_checkpoints() {
+            let mut recorder = Recorder::new(&self.shared.gpu);
+            let mut checkpoints = std::mem::take(&mut self.checkpoints);
+            checkpoints.record(position, |old| self.snapshot(position, old, &mut recorder));
+            self.checkpoints = checkpoints;
             self.shared.submit_after_pending(recorder);
         }
     }
 
-    /// Goes back to `len` of the `filled` positions: a cache of rows forgets the rest; a
-    /// recurrent state is put back to its latest checkpoint at or before `len` (zeros if none),
-    /// whose position is returned (`state.rs`).
+    /// Goes back to `len` of the `filled` positions: rows of every position forget the rest, and
+    /// so does a ring that still holds the window before `len`; else the recurrent state and
+    /// the rings are put back to their latest checkpoint at or before `len` (zeros, the start,
+    /// if none), whose position is returned (`state.rs`).
     pub(crate) fn go_back(&mut self, len: usize, filled: usize) -> usize {
-        let Some(states) = self.recurrent.as_mut().filter(|_| len < filled) else {
-            return len.min(filled);
-        };
+        if len >= filled {
+            return filled;
+        }
+        if !self.is_recurrent() && self.ring.is_none_or(|ring| ring.holds_window_before(len)) {
+            // A checkpoint after `len` holds rows of the tokens being forgotten.
+            self.checkpoints.forget_after(len);
+            return len;
+        }
         let mut recorder = Recorder::new(&self.shared.gpu);
-        let position = match states.checkpoints.restore(len) {
+        let mut checkpoints = std::mem::take(&mut self.checkpoints);
+        let position = match checkpoints.restore(len) {
             Some((position, saved)) => {
-                recorder.copy(saved.buffer(), 0, states.live.buffer(), 0, states.live.size());
+                self.put_back(position, saved, &mut recorder);
                 position
             }
             None => {
-                recorder.clear(states.live.buffer());
+                self.zero(&mut recorder);
                 0
             }
         };
+        self.checkpoints = checkpoints;
+        if let Some(ring) = &mut self.ring {
+            ring.restored_at(position);
+        }
         self.shared.submit_after_pending(recorder);
         position
     }
@@ -1266,11 +1310,80 @@ impl FusedCache {
     /// Forgets everything: a zero state, no checkpoints (rows need nothing: positions are
     /// written before they are read).
     pub(crate) fn clear(&mut self) {
-        if let Some(states) = &mut self.recurrent {
-            states.checkpoints.clear();
+        self.checkpoints.clear();
+        if let Some(ring) = &mut self.ring {
+            ring.clear();
+        }
+        if self.is_recurrent() {
             let mut recorder = Recorder::new(&self.shared.gpu);
-            recorder.clear(states.live.buffer());
+            self.zero(&mut recorder);
             self.shared.submit_after_pending(recorder);
+        }
+    }
+
+    /// The recurrent state back to zeros (a sequence's start).
+    fn zero(&self, recorder: &mut Recorder) {
+        if let Some(states) = &self.recurrent {
+            recorder.clear(states.live.buffer());
+        }
+    }
+
+    /// The local blocks' buffers with the parts of a checkpoint that are their window's rows:
+    /// `(kv buffer, offset in the checkpoint)`, block order, after the recurrent state.
+    fn windows(&self) -> impl Iterator<Item = (&GpuBuffer, u64)> {
+        let c = &self.shared.config;
+        let first = self.recurrent.as_ref().map_or(0, |states| states.live.size());
+        let window = window_checkpoint_bytes(c);
+        self.blocks
+            .iter()
+            .enumerate()
+            .filter_map(move |(index, block)| match block {
+                CachedBlock::Attention { kv, .. } if ring_rows(c, index).is_some() => Some(kv),
+                _ => None,
+            })
+            .enumerate()
+            .map(move |(i, kv)| (kv, first + i as u64 * window))
+    }
+
+    /// A copy of what cannot go back at `position`, recorded into `recorder` (into `reuse` when
+    /// there is one): the recurrent state, then each local block's rows of the window before
+    /// `position` ([`window_checkpoint_bytes`] each, the positions in order from the part's start).
+    fn snapshot(&self, position: usize, reuse: Option<GpuBuffer>, recorder: &mut Recorder) -> GpuBuffer {
+        let bytes = self.recurrent.as_ref().map_or(0, |states| states.live.size())
+            + self.windows().count() as u64 * window_checkpoint_bytes(&self.shared.config);
+        let to = reuse.unwrap_or_else(|| self.shared.gpu.storage("cache checkpoint", bytes));
+        if let Some(states) = &self.recurrent {
+            recorder.copy(states.live.buffer(), 0, to.buffer(), 0, states.live.size());
+        }
+        if let Some(ring) = self.ring {
+            let row = self.position_bytes();
+            for (kv, at) in self.windows() {
+                let mut done = 0;
+                for rows in ring.rows(ring.window_before(position)) {
+                    let length = rows.len() as u64 * row;
+                    recorder.copy(kv.buffer(), rows.start as u64 * row, to.buffer(), at + done, length);
+                    done += length;
+                }
+            }
+        }
+        to
+    }
+
+    /// Puts back a checkpoint made at `position` ([`Self::snapshot`]).
+    fn put_back(&self, position: usize, saved: &GpuBuffer, recorder: &mut Recorder) {
+        if let Some(states) = &self.recurrent {
+            recorder.copy(saved.buffer(), 0, states.live.buffer(), 0, states.live.size());
+        }
+        if let Some(ring) = self.ring {
+            let row = self.position_bytes();
+            for (kv, at) in self.windows() {
+                let mut done = 0;
+                for rows in ring.rows(ring.window_before(position)) {
+                    let length = rows.len() as u64 * row;
+                    recorder.copy(saved.buffer(), at + done, kv.buffer(), rows.start as u64 * row, length);
+                    done += length;
+                }
+            }
         }
     }
 
@@ -1310,13 +1423,15 @@ impl FusedCache {
         for (index, (weights, vectors)) in shared.weights.blocks.iter().zip(&shared.vectors).enumerate() {
             let block = match &weights.mixer {
                 MixerWeights::Attention(weights) => {
-                    let kv = gpu.storage("kv cache", bytes);
+                    let rows = ring_rows(c, index).map_or(positions, |slots| positions.min(slots));
+                    let kv = gpu.storage("kv cache", rows as u64 * self.position_bytes());
                     let (wq, wk, wv) = (weights.query.gpu(), weights.key.gpu(), weights.value.gpu());
                     let params = AttnQkvParams {
                         qk_norm_at: vectors.qk_norm_at,
                         bias_at: vectors.bias_at,
                         rope_dims: c.rope_dims as u32,
                         gate_at: gate_at(c),
+                        ring: ring_rows(c, index).map_or(0, |rows| rows as u32),
                         ..AttnQkvParams::new(
                             c.embedding_length as u32,
                             c.q_dim() as u32,
@@ -1401,10 +1516,10 @@ impl FusedCache {
             blocks.push(block);
         }
         if let Some(recorder) = copy {
-            let used = self.allocated as u64 * self.position_bytes();
+            // A ring's rows are where they were: until it is full, position p at row p.
             for (old, new) in self.blocks.iter().zip(&blocks) {
                 if let (CachedBlock::Attention { kv: old, .. }, CachedBlock::Attention { kv: new, .. }) = (old, new) {
-                    recorder.copy(old.buffer(), 0, new.buffer(), 0, used);
+                    recorder.copy(old.buffer(), 0, new.buffer(), 0, old.size().min(new.size()));
                 }
             }
         }
@@ -1424,17 +1539,19 @@ impl FusedCache {
             recurrent: self.recurrent.as_ref().map(|states| RecurrentStates {
                 live: self.shared.gpu.storage("recurrent state", states.live.size()),
                 layout: states.layout,
-                checkpoints: Checkpoints::default(),
             }),
+            ring: self.ring,
+            checkpoints: Checkpoints::default(),
         };
         let mut recorder = Recorder::new(&self.shared.gpu);
         copy.allocate(self.allocated, None)?;
-        let used = len as u64 * self.position_bytes();
         for (from, to) in self.blocks.iter().zip(&copy.blocks) {
-            if let (CachedBlock::Attention { kv: from, .. }, CachedBlock::Attention { kv: to, .. }) = (from, to)
-                && used > 0
-            {
-                recorder.copy(from.buffer(), 0, to.buffer(), 0, used);
+            if let (CachedBlock::Attention { kv: from, .. }, CachedBlock::Attention { kv: to, .. }) = (from, to) {
+                // The first `len` positions' rows, or a ring's every row.
+                let used = (len as u64 * self.position_bytes()).min(from.size());
+                if used > 0 {
+                    recorder.copy(from.buffer(), 0, to.buffer(), 0, used);
+                }
             }
         }
         if let (Some(from), Some(to)) = (&self.recurrent, &copy.recurrent) {
@@ -1444,13 +1561,6 @@ impl FusedCache {
         self.shared.submit_after_pending(recorder);
         Ok(copy)
     }
-}
-
-/// A copy of `live` recorded into `recorder`, into `reuse` when there is one.
-fn snapshot(gpu: &Gpu, live: &GpuBuffer, reuse: Option<GpuBuffer>, recorder: &mut Recorder) -> GpuBuffer {
-    let to = reuse.unwrap_or_else(|| gpu.storage("recurrent state checkpoint", live.size()));
-    recorder.copy(live.buffer(), 0, to.buffer(), 0, live.size());
-    to
 }
 
 /// Where `attn_qkv_norm` writes the output gate's values in `q` (after the queries of

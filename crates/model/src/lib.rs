@@ -245,13 +245,13 @@ impl KvCache {
 
     /// Whether going back may restore a checkpoint ([`KvCache::truncate`]), so that the engine
     /// keeps them where a later prompt is likely to go back: the cache holds a recurrent state
-    /// (Qwen3.5's Gated DeltaNet blocks), or the CPU engine's local blocks keep a ring of their
+    /// (Qwen3.5's Gated DeltaNet blocks), or the local blocks keep a ring of their
     /// window (Gemma 3), which drops rows.
     pub fn needs_checkpoints(&self) -> bool {
         match &self.inner {
             CacheKind::Cpu(cache) => cache.needs_checkpoints(),
             #[cfg(feature = "gpu")]
-            CacheKind::Fused(cache) => cache.is_recurrent(),
+            CacheKind::Fused(cache) => cache.needs_checkpoints(),
             #[allow(unreachable_patterns)]
             _ => false,
         }

@@ -76,6 +76,10 @@ pub struct MemoryPlan {
     pub rope_tables: usize,
     /// Attention blocks, each with its own KV-cache buffer (a recurrent block's state is scratch).
     pub blocks: usize,
+    /// Of them, local blocks whose buffer is a ring of [`Self::ring_rows`] rows (`window.rs`).
+    pub ring_blocks: usize,
+    /// Rows of a local block's ring (0 without).
+    pub ring_rows: usize,
     /// Positions the plan is for.
     pub context_length: usize,
 }
@@ -92,6 +96,19 @@ impl MemoryPlan {
             .collect();
         // The recurrent blocks' state: fixed, whatever the context; and its checkpoints, a buffer
         // per copy (`state.rs`: at most MAX_CHECKPOINTS kept, and one rollback).
+        // The local blocks' windows each kept checkpoint copies (`state.rs`: at most MAX_CHECKPOINTS).
+        let ring_blocks = (0..config.block_count)
+            .filter(|&b| config.mixer(b) == crate::Mixer::Attention && config.block_attention(b).window.is_some())
+            .count();
+        let window_copy = ring_blocks as u64 * crate::fused::window_checkpoint_bytes(config);
+        if window_copy > 0 {
+            let copies = crate::state::MAX_CHECKPOINTS as u64;
+            scratch.push(PlannedBuffer {
+                what: format!("the local blocks' window checkpoints (at most {copies})"),
+                bytes: copies * window_copy,
+                row_bytes: Some(window_copy),
+            });
+        }
         if let Some(layout) = crate::fused::StateLayout::new(config) {
             let copies = crate::state::MAX_CHECKPOINTS as u64 + 1;
             scratch.push(PlannedBuffer { what: "the recurrent state".into(), bytes: layout.bytes(), row_bytes: None });
@@ -108,6 +125,8 @@ impl MemoryPlan {
             rope_position_bytes: crate::rope::RopeTables::position_bytes(config),
             rope_tables: crate::rope::RopeTables::count(config),
             blocks: config.attention_blocks(),
+            ring_blocks,
+            ring_rows: config.window_ring().map_or(0, |ring| ring.slots()),
             context_length,
         })
     }
@@ -125,9 +144,10 @@ impl MemoryPlan {
         positions as u64 * self.position_bytes
     }
 
-    /// Every block's KV cache at the full context.
+    /// Every block's KV cache at the full context: a local block's ring at most its rows.
     pub fn kv_bytes(&self) -> u64 {
-        self.blocks as u64 * self.kv_block_bytes(self.context_length)
+        let global = (self.blocks - self.ring_blocks) as u64 * self.kv_block_bytes(self.context_length);
+        global + self.ring_blocks as u64 * self.kv_block_bytes(self.context_length.min(self.ring_rows))
     }
 
     /// The RoPE tables at the full context (they have a row per position, like the cache).
@@ -135,10 +155,11 @@ impl MemoryPlan {
         self.rope_tables as u64 * self.rope_position_bytes * self.context_length as u64
     }
 
-    /// Bytes each position of the context adds: every block's keys and values, and a row of
-    /// every RoPE table.
+    /// Bytes each position of the context adds: every global block's keys and values (a ring's
+    /// stop growing), and a row of every RoPE table.
     fn bytes_per_position(&self) -> u64 {
-        self.blocks as u64 * self.position_bytes + self.rope_tables as u64 * self.rope_position_bytes
+        (self.blocks - self.ring_blocks) as u64 * self.position_bytes
+            + self.rope_tables as u64 * self.rope_position_bytes
     }
 
     /// Everything together.
@@ -151,8 +172,10 @@ impl MemoryPlan {
     pub fn max_context_length(&self, limits: &MemoryLimits) -> usize {
         let widest = self.position_bytes.max(self.rope_position_bytes).max(1);
         let by_buffer = limits.per_buffer() / widest;
+        // The rings counted whole: they fill before a context reaches a budget's positions.
+        let rings = self.ring_blocks as u64 * self.kv_block_bytes(self.ring_rows);
         let by_budget = limits.budget.map_or(u64::MAX, |budget| {
-            budget.saturating_sub(self.weight_bytes() + self.scratch_bytes()) / self.bytes_per_position().max(1)
+            budget.saturating_sub(self.weight_bytes() + self.scratch_bytes() + rings) / self.bytes_per_position().max(1)
         });
         usize::try_from(by_buffer.min(by_budget)).unwrap_or(usize::MAX)
     }
@@ -221,6 +244,8 @@ mod tests {
             rope_position_bytes: 0,
             rope_tables: 1,
             blocks: 30,
+            ring_blocks: 0,
+            ring_rows: 0,
             context_length,
         }
     }
@@ -234,6 +259,17 @@ mod tests {
         assert_eq!(plan.total_bytes(), (64 << 20) + 30 * 8192 * 4096);
         plan.check(&ROOMY).unwrap();
         assert_eq!(plan.max_context_length(&ROOMY), (1 << 30) / 4096);
+    }
+
+    #[test]
+    fn a_local_blocks_ring_stops_growing_at_its_rows() {
+        // 25 of the 30 blocks local, rings of 639 rows.
+        let ringed = |context| MemoryPlan { ring_blocks: 25, ring_rows: 639, ..plan(context) };
+        assert_eq!(ringed(8192).kv_bytes(), 5 * 8192 * 4096 + 25 * 639 * 4096);
+        assert_eq!(ringed(100).kv_bytes(), plan(100).kv_bytes());
+        let limits = MemoryLimits { budget: Some(200 << 20), ..ROOMY };
+        let fits = ((200 << 20) - (64 << 20) - 25 * 639 * 4096) / (5 * 4096);
+        assert_eq!(ringed(8192).max_context_length(&limits), fits);
     }
 
     #[test]

@@ -13,7 +13,9 @@
 //! recurrent state's), or the tokens from the start again.
 //!
 //! This type is the policy alone (slots, which position is where, what is still held); each
-//! engine keeps its rows where it computes: the CPU engine in memory (`cpu.rs`).
+//! engine keeps its rows where it computes: the CPU engine in memory (`cpu.rs`, each row past
+//! the first lap written twice so that a window's rows are consecutive), the fused path in the
+//! block's KV buffer of `slots` rows (`fused.rs`; its kernels read row `p mod slots`).
 
 use std::ops::Range;
 
@@ -46,6 +48,16 @@ impl WindowRing {
     /// The row position `position` goes to.
     pub fn slot(&self, position: usize) -> usize {
         position % self.slots()
+    }
+
+    /// The rows holding `positions` (at most `slots` of them), in order: one range, or two where
+    /// they wrap around the ring's end.
+    pub fn rows(&self, positions: Range<usize>) -> impl Iterator<Item = Range<usize>> {
+        let slots = self.slots();
+        debug_assert!(positions.len() <= slots);
+        let first = self.slot(positions.start);
+        let before_the_end = positions.len().min(slots - first);
+        [first..first + before_the_end, 0..positions.len() - before_the_end].into_iter().filter(|rows| !rows.is_empty())
     }
 
     /// The positions a query at `position` sees besides its own.
@@ -100,5 +112,13 @@ mod tests {
         assert!(ring.holds_window_before(500) && !ring.holds_window_before(499));
         ring.clear();
         assert!(ring.holds_window_before(0));
+        // Where positions lie: in one range of rows, or two around the end.
+        let slots = ring.slots();
+        for positions in [3..10, slots + 3..slots + 10] {
+            let mut rows = ring.rows(positions);
+            assert_eq!((rows.next(), rows.next()), (Some(3..10), None));
+        }
+        assert_eq!(ring.rows(slots - 2..slots + 5).collect::<Vec<_>>(), [slots - 2..slots, 0..5]);
+        assert_eq!(ring.rows(5..5).count(), 0);
     }
 }
