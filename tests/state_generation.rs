@@ -230,7 +230,7 @@ fn past_its_ring_a_local_blocks_cache_gives_the_tokens_of_one_that_keeps_every_r
     let (every_row, _) = run(&mut burn, greedy(prompt.clone(), 100));
     let config = ModelConfig::from_gguf(&GgufFile::parse(&tiny_family(TINY_GEMMA).0).unwrap()).unwrap();
     let row = config.kv_position_bytes();
-    let local = (0..config.block_count).filter(|&b| config.block_attention(b).window.is_some()).count() as u64;
+    let local = config.ring_blocks() as u64;
     let global = config.block_count as u64 - local;
     for path in RING_PATHS {
         let mut engine = gemma_engine(path);

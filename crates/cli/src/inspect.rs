@@ -97,7 +97,7 @@ pub fn run(path: &Path, bytes: &SharedBytes) -> Result<(), String> {
                 }
             );
             if let Some(ring) = c.window_ring() {
-                let local = (0..c.block_count).filter(|&b| c.block_attention(b).window.is_some()).count();
+                let local = c.ring_blocks();
                 println!(
                     "  the {local} local blocks keep a ring of their window instead: {} rows each ({} before a \
                      query and {} of slack) on the fused path, at most twice as many on the CPU engine (each \

@@ -287,6 +287,18 @@ impl ModelConfig {
         self.architecture().sliding_window.and(self.sliding_window).map(WindowRing::new)
     }
 
+    /// The ring block `block` keeps: a local attention block's (`window.rs`); `None`, a row per
+    /// position (a global block) or no rows at all (a recurrent block).
+    pub fn block_ring(&self, block: usize) -> Option<WindowRing> {
+        self.window_ring()
+            .filter(|_| self.mixer(block) == Mixer::Attention && self.block_attention(block).window.is_some())
+    }
+
+    /// How many blocks keep a ring of their window ([`Self::block_ring`]).
+    pub fn ring_blocks(&self) -> usize {
+        (0..self.block_count).filter(|&block| self.block_ring(block).is_some()).count()
+    }
+
     /// The factor the token embedding is multiplied by (`√embedding_length` for Gemma, else 1),
     /// rounded to f32 once: the one value both paths multiply by.
     pub fn embedding_scale(&self) -> f32 {

@@ -19,7 +19,7 @@ use nucleus_cpu::ops::{AttentionShape, attention, attention_weights, inverse_rms
 use nucleus_cpu::{Matrix, matmul, matmuls};
 use nucleus_gguf::{GgmlType, GgufFile, SharedSlice, TensorInfo};
 
-use crate::architecture::{Architecture, FeedForward, Mixer, Norm, Role};
+use crate::architecture::{Architecture, FeedForward, Norm, Role};
 use crate::rope::RopeTables;
 use crate::state::{Checkpoints, MAX_CHECKPOINTS, RecurrentState, Snapshot};
 use crate::weights::{self, AttentionWeights, DeltaNetWeights, MixerWeights, ModelWeights};
@@ -266,9 +266,7 @@ impl BlockRows {
 /// each kept checkpoint copies).
 pub(crate) fn planned_rows(config: &ModelConfig, positions: usize) -> (u64, u64) {
     let row = config.kv_position_bytes();
-    let local = (0..config.block_count)
-        .filter(|&b| config.mixer(b) == Mixer::Attention && config.block_attention(b).window.is_some())
-        .count() as u64;
+    let local = config.ring_blocks() as u64;
     let global = config.attention_blocks() as u64 - local;
     let rings = config.window_ring().map_or(0, |ring| {
         let rows = positions.min(2 * ring.slots()) + MAX_CHECKPOINTS * ring.window_before(positions).len();
@@ -351,7 +349,7 @@ impl CpuModel {
         };
         let c = &self.config;
         let rows = (0..blocks)
-            .map(|block| BlockRows { ring: c.block_attention(block).window.is_some(), ..BlockRows::default() })
+            .map(|block| BlockRows { ring: c.block_ring(block).is_some(), ..BlockRows::default() })
             .collect();
         CpuCache { rows, width: c.kv_dim(), ring: c.window_ring(), states, checkpoints: Checkpoints::default() }
     }

@@ -1024,7 +1024,7 @@ fn attention_params(c: &ModelConfig, block: usize) -> AttentionParams {
 
 /// The rows of block `block`'s ring (`window.rs`), for a local block; `None`: a row per position.
 fn ring_rows(c: &ModelConfig, block: usize) -> Option<usize> {
-    c.window_ring().filter(|_| c.block_attention(block).window.is_some()).map(|ring| ring.slots())
+    c.block_ring(block).map(|ring| ring.slots())
 }
 
 // A pass writes its rows before its queries read their windows: it must be within a ring's slack.

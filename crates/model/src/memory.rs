@@ -97,9 +97,7 @@ impl MemoryPlan {
         // The recurrent blocks' state: fixed, whatever the context; and its checkpoints, a buffer
         // per copy (`state.rs`: at most MAX_CHECKPOINTS kept, and one rollback).
         // The local blocks' windows each kept checkpoint copies (`state.rs`: at most MAX_CHECKPOINTS).
-        let ring_blocks = (0..config.block_count)
-            .filter(|&b| config.mixer(b) == crate::Mixer::Attention && config.block_attention(b).window.is_some())
-            .count();
+        let ring_blocks = config.ring_blocks();
         let window_copy = ring_blocks as u64 * crate::fused::window_checkpoint_bytes(config);
         if window_copy > 0 {
             let copies = crate::state::MAX_CHECKPOINTS as u64;
