@@ -5,7 +5,7 @@ use nucleus_engine::{
     ResponseFormat, Step, plan,
 };
 use nucleus_sampler::{FinishReason, SamplingParams, Verdict};
-use nucleus_tests::{cpu_device, model_bytes, reference, run, wgpu_device};
+use nucleus_tests::{cpu_device, model_bytes, reference, run, tiny_family, wgpu_device};
 use nucleus_tokenizer::ChatMessage;
 
 fn engine() -> Engine {
@@ -674,4 +674,58 @@ fn a_load_is_planned_from_the_files_first_bytes() {
     let smaller = HostLimit { bytes: file_len - 1, name: "the test's limit" };
     let too_big = plan(&header, &device, &unasked, Some(smaller)).unwrap_err();
     assert!(too_big.to_string().contains("does not fit in the test's limit"), "{too_big}");
+}
+
+/// The browser's WebGPU load reads its file a chunk at a time (`Engine::stream`): a model streamed
+/// in chunks, its download starting again from the first byte half-way, is the model loaded whole
+/// (the same tokens and logits, bit for bit, the same info), holding no more of the file at once
+/// than its largest tensor. Llama 3 has RoPE factors in a tensor of their own; Gemma 3 ties its
+/// output layer, norms its queries and keys and its sub-layers' outputs.
+#[test]
+fn a_model_streamed_a_chunk_at_a_time_is_the_model_loaded_whole() {
+    let device = wgpu_device();
+    for name in ["llama3", "gemma3-linear"] {
+        let (bytes, _) = tiny_family(name);
+        let header = || GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
+        let largest = header().tensors.iter().map(|t| t.byte_len()).max().unwrap();
+        let mut stream =
+            Engine::stream(header(), &device, LoadOptions::default(), None).unwrap().expect("the fused path");
+        assert_eq!(stream.staging_bytes(), largest, "{name}");
+        // The browser's plan (a host limit) counts the header and that tensor, not the file: a
+        // file larger than the limit streams.
+        let limit = HostLimit { bytes: bytes.len() as u64 - 1, name: "the test's limit" };
+        let planned = plan(&header(), &device, &LoadOptions::default(), Some(limit)).unwrap();
+        assert_eq!((planned.path, planned.host_bytes), ("fused", header().data_offset + largest));
+        let (half, chunk) = (bytes.len() / 2, 4_099);
+        for (start, end) in [(0, half), (0, bytes.len())] {
+            for offset in (start..end).step_by(chunk) {
+                stream.read(offset as u64, &bytes[offset..(offset + chunk).min(end)]).unwrap();
+            }
+        }
+        let progress = stream.progress();
+        assert_eq!((progress.tensors_done, progress.bytes_done), (progress.tensors_total, progress.bytes_total));
+        let mut streamed = stream.finish().unwrap();
+        let mut whole = Engine::load(&bytes, &device, LoadOptions::default()).unwrap();
+        assert_eq!(serde_json::to_string(streamed.info()).unwrap(), serde_json::to_string(whole.info()).unwrap());
+        let mut request = greedy_request("Once upon a time", 8);
+        request.ignore_eos = true;
+        let (a, _) = run(&mut streamed, request.clone());
+        let (b, _) = run(&mut whole, request);
+        let logits = |steps: &[Step]| -> Vec<(u32, u32)> {
+            steps.iter().flat_map(|s| s.top.iter().map(|c| (c.id, c.logit.to_bits()))).collect()
+        };
+        assert_eq!(logits(&a), logits(&b), "{name}");
+    }
+    // A file that ends before its last tensor is refused by what is missing; bytes after a gap
+    // are refused as they come.
+    let (bytes, _) = tiny_family("llama3");
+    let header = || GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
+    let mut short = Engine::stream(header(), &device, LoadOptions::default(), None).unwrap().unwrap();
+    short.read(0, &bytes[..bytes.len() - 100]).unwrap();
+    let error = short.finish().err().expect("a file cut short");
+    assert!(error.to_string().contains("truncated"), "{error}");
+    let mut gap = Engine::stream(header(), &device, LoadOptions::default(), None).unwrap().unwrap();
+    assert!(gap.read(100, &bytes[100..200]).is_err());
+    // The CPU engine reads its weights where they lie in the whole file: it does not stream.
+    assert!(Engine::stream(header(), &cpu_device(), LoadOptions::default(), None).unwrap().is_none());
 }

@@ -14,7 +14,9 @@
 //
 // Every chunk goes straight into the file's place in WebAssembly memory (a `ModelFile`, where
 // the CPU engine then reads its weights), and the Cache API's copy is written from there a slice
-// at a time: the page never holds a whole copy of the file in JS.
+// at a time: the page never holds a whole copy of the file in JS. On WebGPU the ModelFile keeps
+// the header alone and sends each tensor on to the GPU as it arrives; the Cache API's copy is
+// then written as the chunks arrive (storeAsRead), or from the given file itself (storeBlob).
 
 import { codedError } from './protocol.js';
 
@@ -172,6 +174,94 @@ export function planWhole(file, plan) {
   headerPlanner(plan, file.length, file)(file.length);
 }
 
+/**
+ * Keeps a copy of a download in `cache` under `url` as it arrives, for a file whose bytes are not
+ * kept in wasm memory (a WebGPU load sends each tensor on to the GPU as it arrives):
+ * `wrap(file)` gives the ModelFile the download fills, which passes each chunk on to the stored
+ * copy's body too, without a copy; `commit()` ends the body once the load has succeeded and
+ * resolves as storeModel does (a file whose length was never known was kept whole: it is stored
+ * from there); `abandon()` drops it, and nothing is stored. The body starts once the file's
+ * length is known (`reserve`), with the bytes received before it; a download that starts again
+ * from zero starts the body again.
+ * @param {Cache} cache
+ * @param {string} url
+ */
+export function storeAsRead(cache, url) {
+  let body = null;
+  let inner = null;
+  const begin = (length) => {
+    let controller;
+    const stream = new ReadableStream({ start(c) { controller = c; } });
+    const put = cache.put(url, new Response(stream, { headers: { 'content-type': 'application/octet-stream',
+      'content-length': String(length) } })).then(() => null, (error) => error);
+    body = { controller, put, length };
+  };
+  const end = (reason) => {
+    body?.controller.error(reason);
+    body = null;
+  };
+  return {
+    /**
+     * The file, its appends and restarts passed on to the body too: an object whose prototype is
+     * the file (so it is still the ModelFile `wasm.planLoad` is given), these three its own.
+     * @param {ModelFile} file
+     * @returns {ModelFile}
+     */
+    wrap(file) {
+      inner = file;
+      return Object.assign(Object.create(file), {
+        append(chunk) {
+          file.append(chunk);
+          body?.controller.enqueue(chunk);
+        },
+        clear() {
+          file.clear();
+          if (!body) return;
+          const { length } = body;
+          end(new Error('the download started again from its first byte'));
+          begin(length);
+        },
+        reserve(length) {
+          begin(length);
+          if (file.length) body.controller.enqueue(file.read(0, file.length));
+          file.reserve(length);
+        },
+      });
+    },
+    /** @returns {Promise<Error | null>} */
+    async commit() {
+      if (!body) return inner ? storeModel(cache, url, inner) : null;
+      const { controller, put, length } = body;
+      body = null;
+      controller.close();
+      const error = await put;
+      return error && notStored(error, length);
+    },
+    abandon() {
+      end(new Error('the load failed'));
+    },
+  };
+}
+
+/**
+ * Keeps a file given to the page (a `File` or another `Blob`) in `cache` under `url`, read from
+ * the blob itself by the browser (nothing of it in JS): for a file whose bytes were not kept in
+ * wasm memory. Resolves as storeModel does.
+ * @param {Cache} cache
+ * @param {string} url
+ * @param {Blob} blob
+ * @returns {Promise<Error | null>}
+ */
+export async function storeBlob(cache, url, blob) {
+  try {
+    await cache.put(url, new Response(blob, { headers: { 'content-type': 'application/octet-stream',
+      'content-length': String(blob.size) } }));
+    return null;
+  } catch (error) {
+    return notStored(error, blob.size);
+  }
+}
+
 /** The bytes of the stored copy's body a slice at a time: what is copied out of wasm memory at once. */
 export const STORE_SLICE_BYTES = 4 << 20;
 
@@ -205,14 +295,25 @@ export async function storeModel(cache, url, file) {
     await cache.put(url, stored);
     return null;
   } catch (error) {
-    const mb = (n) => `${(n / 1e6).toFixed(1)} MB`;
-    const { quota, usage } = await globalThis.navigator?.storage?.estimate?.().catch(() => ({})) ?? {};
-    const left = Number.isFinite(quota) && Number.isFinite(usage) ? `; the browser lets this site keep ${mb(quota)} and `
-      + `${mb(usage)} is in use, ${mb(Math.max(0, quota - usage))} free` : '';
-    const full = error?.name === 'QuotaExceededError';
-    return codedError('storage-quota', `the model was not kept for next time: ${full ? 'the storage quota is full' : error?.message || error?.name || String(error)}`
-      + ` (keeping it needs ${mb(length)}${left}); it runs from this download, and the next load downloads it again`);
+    return notStored(error, length);
   }
+}
+
+/**
+ * The `storage-quota` error of a copy of `length` bytes the Cache API did not keep (`error`:
+ * why), saying how much the browser had left.
+ * @param {Error} error
+ * @param {number} length
+ * @returns {Promise<Error>}
+ */
+async function notStored(error, length) {
+  const mb = (n) => `${(n / 1e6).toFixed(1)} MB`;
+  const { quota, usage } = await globalThis.navigator?.storage?.estimate?.().catch(() => ({})) ?? {};
+  const left = Number.isFinite(quota) && Number.isFinite(usage) ? `; the browser lets this site keep ${mb(quota)} and `
+    + `${mb(usage)} is in use, ${mb(Math.max(0, quota - usage))} free` : '';
+  const full = error?.name === 'QuotaExceededError';
+  return codedError('storage-quota', `the model was not kept for next time: ${full ? 'the storage quota is full' : error?.message || error?.name || String(error)}`
+    + ` (keeping it needs ${mb(length)}${left}); it runs from this download, and the next load downloads it again`);
 }
 
 /** The file's whole size from a response: Content-Range's for a 206, else Content-Length. */

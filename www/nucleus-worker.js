@@ -7,7 +7,7 @@ import {
   ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
   codedError, emulatedAdapter, threadsProblem,
 } from './protocol.js';
-import { downloadModel, planWhole, readFile, readStored, storeModel } from './download.js';
+import { downloadModel, planWhole, readFile, readStored, storeAsRead, storeBlob, storeModel } from './download.js';
 
 /** The loaded WasmEngine, its load time, and the current generation's bookkeeping. */
 let engine = null;
@@ -220,42 +220,58 @@ async function chooseBackend(asked) {
 }
 
 /**
- * The model's file (a `wasm.ModelFile`: its bytes in wasm memory), from the Cache API when a
- * previous load stored a whole copy, else downloaded (download.js: resumed after a dropped
- * connection, checked to begin like a GGUF file, planned from its first bytes with `plan`), with
- * the file's SHA-256. With `sha256` given, a stored copy that does not match is dropped and
- * downloaded again, never used; a download that does not match is `bad-model`. A failure frees
+ * The model's file (a `wasm.ModelFile` made by `newFile`: its bytes in wasm memory, or on WebGPU
+ * sent on to the GPU as they arrive), from the Cache API when a previous load stored a whole
+ * copy, else downloaded (download.js: resumed after a dropped connection, checked to begin like a
+ * GGUF file, planned from its first bytes with `plan`), with the file's SHA-256 and `keep()`,
+ * which stores a download in the Cache API once it has loaded (resolving as storeModel does), and
+ * `drop()`, which gives that up. With `sha256` given, a stored copy that does not match is dropped
+ * and downloaded again, never used; a download that does not match is `bad-model`. A failure frees
  * the file.
  */
-async function fetchModel(url, useCache, expectedSha256, progress, plan) {
+async function fetchModel(url, useCache, expectedSha256, progress, plan, newFile) {
   const cache = await modelCache(useCache);
   const stored = cache ? await cache.match(url) : undefined;
+  const nothingToKeep = { keep: async () => null, drop() {} };
   if (stored) {
-    const file = await filled((file) => readStored(stored, file, (loaded, size) => progress('download', loaded, size, true)));
+    const file = await filled((file) => readStored(stored, file, (loaded, size) => progress('download', loaded, size, true)), newFile());
     const sha256 = file.length && file.sha256();
     if (sha256 && (!expectedSha256 || sha256 === expectedSha256)) {
       // Planned as a download is (a stored copy loads with the context a download would).
       await filled(() => planWhole(file, plan), file);
-      return { file, sha256, cache, fromCache: true };
+      return { file, sha256, cache, fromCache: true, ...nothingToKeep };
     }
     // A stored copy that is not the whole file, or not the file, is dropped and downloaded again.
     file.free();
     await cache.delete(url).catch(() => {});
   }
-  const file = await filled((file) => downloadModel(url, file, (loaded, total) => progress('download', loaded, total, false), plan));
+  // A file whose bytes go on to the GPU is stored as it arrives; one kept whole, from wasm memory.
+  const asRead = cache && newFile.streams ? storeAsRead(cache, url) : null;
+  const report = (loaded, total) => progress('download', loaded, total, false);
+  let file;
+  try {
+    file = await filled((file) => downloadModel(url, asRead ? asRead.wrap(file) : file, report, plan), newFile());
+  } catch (error) {
+    asRead?.abandon();
+    throw error;
+  }
   const sha256 = file.sha256();
+  const keeping = asRead
+    ? { keep: () => asRead.commit(), drop: () => asRead.abandon() }
+    : { keep: async () => (cache ? storeModel(cache, url, file) : null), drop() {} };
   if (expectedSha256 && sha256 !== expectedSha256) {
+    keeping.drop();
     file.free();
     throw fail('bad-model', `${url} is not the model expected: its sha256 is ${sha256}, not ${expectedSha256}`);
   }
-  return { file, sha256, cache, fromCache: false };
+  return { file, sha256, cache, fromCache: false, ...keeping };
 }
 
 /**
- * `fill(file)` on a new `wasm.ModelFile` (or the one given), which it resolves to; a failure
- * frees it. A stored copy's `fill` resolves to false when it is not whole: the file is emptied.
+ * `fill(file)` on `file`, which it resolves to; a failure frees it. A stored copy's `fill`
+ * resolves to false when it is not whole: the file is emptied.
  */
-async function filled(fill, file = new wasm.ModelFile()) {
+async function filled(fill, file) {
   try {
     if ((await fill(file)) === false) file.clear();
     return file;
@@ -306,13 +322,33 @@ async function modelCache(useCache) {
 
 /**
  * A file given to the page, as fetchModel: its bytes (checked to be GGUF before the engine sees
- * them), and the key it is kept under (LOCAL_MODELS).
+ * them), and the key it is kept under (LOCAL_MODELS): a file kept whole is stored from wasm
+ * memory, one whose bytes went on to the GPU from the given file itself.
  */
-async function readGivenFile(given, name, useCache, progress, plan) {
-  const file = await filled((file) => readFile(given, name, file, (loaded, total) => progress('read', loaded, total, false), plan));
+async function readGivenFile(given, name, useCache, progress, plan, newFile) {
+  const file = await filled((file) => readFile(given, name, file, (loaded, total) => progress('read', loaded, total, false), plan), newFile());
   const sha256 = file.sha256();
   const url = new URL(`${LOCAL_MODELS}/${sha256}/${encodeURIComponent(name)}`, self.location.href).href;
-  return { url, file, sha256, cache: await modelCache(useCache), fromCache: false };
+  const cache = await modelCache(useCache);
+  const keep = async () => {
+    if (!cache) return null;
+    return newFile.streams ? storeBlob(cache, url, given) : storeModel(cache, url, file);
+  };
+  return { url, file, sha256, cache, fromCache: false, keep, drop() {} };
+}
+
+/**
+ * Makes the `wasm.ModelFile` a load fills: on WebGPU one that sends each tensor on to the GPU as
+ * it arrives and keeps the header alone (`streams`: wasm memory holds the tensor being received,
+ * not the file); on the CPU engine, whose weights are the file's bytes, one that keeps them.
+ */
+function modelFiles(backend, contextLength, memoryBudget) {
+  const streams = backend === 'webgpu';
+  const newFile = () => (streams
+    ? wasm.ModelFile.streaming(contextLength ?? undefined, memoryBudget ?? undefined)
+    : new wasm.ModelFile());
+  newFile.streams = streams;
+  return newFile;
 }
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
@@ -331,9 +367,10 @@ const handlers = {
     // Once the header is read, every progress report carries the plan (the page shows it).
     const known = () => (plan.latest?.contextLength ? plan.latest : null);
     const reported = (phase, loaded, total, cached) => progress(phase, loaded, total, cached, known());
-    const { url, file: model, sha256, cache, fromCache } = file
-      ? await readGivenFile(file, name, useCache, reported, plan)
-      : { url: given, ...await fetchModel(given, useCache, expectedSha256, reported, plan) };
+    const newFile = modelFiles(facts.backend.kind, contextLength, memoryBudget);
+    const { url, file: model, sha256, cache, fromCache, keep, drop } = file
+      ? await readGivenFile(file, name, useCache, reported, plan, newFile)
+      : { url: given, ...await fetchModel(given, useCache, expectedSha256, reported, plan, newFile) };
     const planned = known();
     let cacheError = null;
     try {
@@ -344,6 +381,7 @@ const handlers = {
       } catch (error) {
         // A stored copy that no longer loads is dropped, so the next load downloads it again.
         if (fromCache) await cache.delete(url).catch(() => {});
+        drop();
         throw error;
       }
       if (loaded.helpers > 0) {
@@ -355,7 +393,7 @@ const handlers = {
           if (threads < running) facts.backend.reason += ` (${threads} of ${running} threads: more were slower)`;
         }
       }
-      cacheError = cache && !fromCache ? await storeModel(cache, url, model) : null;
+      cacheError = await keep();
       if (cacheError) console.warn(`nucleus: ${cacheError.message}`);
     } finally {
       // The engine holds what it reads of the file (the CPU engine: the file's bytes, in place).

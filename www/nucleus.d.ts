@@ -39,6 +39,11 @@ export function registerOffline(script: string | URL, options?: { assets?: strin
 export type Backend = 'auto' | 'webgpu' | 'cpu';
 
 export interface LoadProgress {
+  /**
+   * `download` (or `read`, a given file) as the bytes arrive; then, for a file kept whole (the CPU
+   * engine's), `parse` and `upload`; on WebGPU each tensor goes to the GPU as it arrives, and
+   * `upload` comes once, at its end.
+   */
   phase: 'download' | 'read' | 'parse' | 'upload';
   loaded: number;
   total: number;

@@ -149,7 +149,102 @@ fn thousands(n: usize) -> String {
 
 /// The quantization the file names (`general.file_type`), else the type of the largest share of
 /// the tensor bytes.
-fn quantization(file: &GgufFile<'_>) -> String {
+/// What a load settles from the file's header before it reads a weight: the configuration it
+/// runs (the trained one at the context asked), the tokenizer, the path, every check of the plan.
+struct Prepared {
+    config: ModelConfig,
+    capacity: usize,
+    tokenizer: Tokenizer,
+    path: Path,
+}
+
+impl Prepared {
+    fn new(
+        file: &GgufHeader,
+        device: &ModelDevice,
+        options: &LoadOptions,
+        host_limit: Option<HostLimit<'_>>,
+    ) -> Result<Self, EngineError> {
+        let trained = ModelConfig::from_gguf(file)?;
+        let capacity = plan::context_length(&trained, options)?;
+        // The model runs the positions asked for: its RoPE tables and KV cache are sized by them.
+        let config = ModelConfig { context_length: capacity, ..trained.clone() };
+        let tokenizer = Tokenizer::from_gguf(file)?;
+        if tokenizer.vocab_size() != config.vocab_size {
+            return Err(EngineError::Model(nucleus_model::ModelError::Invalid(format!(
+                "the tokenizer has {} tokens but the model {}",
+                tokenizer.vocab_size(),
+                config.vocab_size
+            ))));
+        }
+        let path = options.path.unwrap_or_else(|| Path::default_for(device, &config));
+        // Everything the model will hold, checked before anything is uploaded.
+        plan::checked(file, &config, device, options, host_limit, trained.context_length)?;
+        Ok(Self { config, capacity, tokenizer, path })
+    }
+
+    /// The engine of the loaded `model`, its file's header `file` (`file_bytes` long).
+    fn engine(self, file: &GgufHeader, file_bytes: usize, model: Model) -> Result<Engine, EngineError> {
+        let Self { capacity, tokenizer, path, .. } = self;
+        let cache = model.new_cache(capacity)?;
+        let config = model.config();
+        let info = ModelInfo {
+            name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
+            basename: file.get_str("general.basename").ok().map(str::to_string),
+            size_label: file.get_str("general.size_label").ok().map(str::to_string),
+            quantization: quantization(file),
+            architecture: config.architecture.clone(),
+            vocab_size: config.vocab_size,
+            chat_template: tokenizer.chat_template().is_some(),
+            context_length: capacity,
+            parameters: nucleus_model::parameter_count(file, config)? as usize,
+            file_bytes,
+            path: path.as_str(),
+            weight_bytes: model.memory().weight_bytes,
+            kv_bytes_per_token: config.kv_token_bytes(),
+            state_bytes: config.recurrent_state_bytes(),
+            skipped_blocks: config.skipped_mtp_blocks,
+        };
+        let decode_tail = model.supports_decode_tail();
+        Ok(Engine { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail, constraints: None })
+    }
+}
+
+/// A load fed its file's bytes as they arrive ([`Engine::stream`]): each tensor is uploaded as
+/// its last byte comes in, and [`EngineStream::finish`] makes the engine once all have.
+#[cfg(feature = "gpu")]
+pub struct EngineStream {
+    load: Prepared,
+    model: nucleus_model::ModelStream,
+}
+
+#[cfg(feature = "gpu")]
+impl EngineStream {
+    /// Reads `chunk`, the file's bytes from `offset` (bytes read before are skipped: a download
+    /// that starts again from its first byte).
+    pub fn read(&mut self, offset: u64, chunk: &[u8]) -> Result<(), EngineError> {
+        Ok(self.model.read(offset, chunk)?)
+    }
+
+    /// The tensors uploaded so far, and their bytes in the file.
+    pub fn progress(&self) -> LoadProgress {
+        self.model.progress()
+    }
+
+    /// The most bytes the load holds of the file at once: its largest tensor's.
+    pub fn staging_bytes(&self) -> u64 {
+        self.model.staging_bytes()
+    }
+
+    /// The engine, once the whole file has been read (else `Truncated`).
+    pub fn finish(self) -> Result<Engine, EngineError> {
+        let Self { load, model } = self;
+        let (model, header) = model.finish(load.config.clone())?;
+        load.engine(&header, header.file_len as usize, model)
+    }
+}
+
+fn quantization(file: &GgufHeader) -> String {
     if let Some(name) = file.get("general.file_type").and_then(|v| v.as_u64()).and_then(nucleus_gguf::file_type_name) {
         return name.to_string();
     }
@@ -224,45 +319,31 @@ impl Engine {
         options: LoadOptions,
         progress: impl FnMut(LoadProgress),
     ) -> Result<Self, EngineError> {
-        let trained = ModelConfig::from_gguf(file)?;
-        let capacity = plan::context_length(&trained, &options)?;
-        // The model runs the positions asked for: its RoPE tables and KV cache are sized by them.
-        let config = ModelConfig { context_length: capacity, ..trained.clone() };
-        let tokenizer = Tokenizer::from_gguf(file)?;
-        if tokenizer.vocab_size() != config.vocab_size {
-            return Err(EngineError::Model(nucleus_model::ModelError::Invalid(format!(
-                "the tokenizer has {} tokens but the model {}",
-                tokenizer.vocab_size(),
-                config.vocab_size
-            ))));
-        }
-        let path = options.path.unwrap_or_else(|| Path::default_for(device, &config));
-        // Everything the model will hold, checked before anything is uploaded.
-        plan::checked(file, &config, device, &options, None, trained.context_length)?;
-        let model = Model::load_parsed(file, config, device, path, progress)?;
-        let cache = model.new_cache(capacity)?;
-        let config = model.config();
-        let info = ModelInfo {
-            name: file.get_str("general.name").unwrap_or("unnamed").to_string(),
-            basename: file.get_str("general.basename").ok().map(str::to_string),
-            size_label: file.get_str("general.size_label").ok().map(str::to_string),
-            quantization: quantization(file),
-            architecture: config.architecture.clone(),
-            vocab_size: config.vocab_size,
-            chat_template: tokenizer.chat_template().is_some(),
-            context_length: capacity,
-            parameters: nucleus_model::parameter_count(file, config)? as usize,
-            file_bytes,
-            path: path.as_str(),
-            weight_bytes: model.memory().weight_bytes,
-            kv_bytes_per_token: config.kv_token_bytes(),
-            state_bytes: config.recurrent_state_bytes(),
-            skipped_blocks: config.skipped_mtp_blocks,
-        };
-        let decode_tail = model.supports_decode_tail();
-        Ok(Self { model, tokenizer, cache, cached_tokens: Vec::new(), info, decode_tail, constraints: None })
+        let load = Prepared::new(file, device, &options, None)?;
+        let model = Model::load_parsed(file, load.config.clone(), device, load.path, progress)?;
+        load.engine(file, file_bytes, model)
     }
 
+    /// Starts a load of the model whose file's header is `header` (parsed from its first bytes)
+    /// that takes each tensor as its bytes arrive ([`EngineStream::read`]), so that the file is
+    /// never whole in memory: on the fused path (a wgpu device) only. `None`: the load would run
+    /// on another path, which reads the whole file ([`Engine::load_shared`]). `host_limit`: the
+    /// memory the process has (the browser's wasm memory), checked as [`plan`] checks it, so the
+    /// load refuses what the plan refuses, in the same words.
+    #[cfg(feature = "gpu")]
+    pub fn stream(
+        header: GgufHeader,
+        device: &ModelDevice,
+        options: LoadOptions,
+        host_limit: Option<HostLimit<'_>>,
+    ) -> Result<Option<EngineStream>, EngineError> {
+        let load = Prepared::new(&header, device, &options, host_limit)?;
+        if load.path != Path::Fused {
+            return Ok(None);
+        }
+        let model = Model::stream(header, &load.config, device)?;
+        Ok(Some(EngineStream { load, model }))
+    }
     pub fn info(&self) -> &ModelInfo {
         &self.info
     }

@@ -23,7 +23,8 @@ pub struct LoadPlan {
     /// The path it will take (`cpu`, `fused`, `burn`).
     pub path: &'static str,
     /// Memory in the process (the browser's wasm memory): everything on the CPU engine (the
-    /// file, its matrices read in place); on a GPU path the file's copy while it uploads.
+    /// file, its matrices read in place); on the fused path in the browser the header and the
+    /// largest tensor (the file streams to the GPU), natively the file's mapped copy.
     pub host_bytes: u64,
     /// Memory on the GPU (the fused path's buffers; 0 on the CPU engine, not planned on the
     /// Burn-op path).
@@ -114,12 +115,21 @@ pub(crate) fn checked(
         }
         _ => 0,
     };
-    let host_bytes = if path == Path::Cpu { host.total_bytes() } else { header.file_len };
+    // In the browser (a host limit) the fused path takes each tensor as it arrives and keeps none
+    // of the file (`Engine::stream`): the header and the tensor being received.
+    let streamed = path == Path::Fused && host_limit.is_some();
+    let host_bytes = if path == Path::Cpu {
+        host.total_bytes()
+    } else if streamed {
+        header.data_offset + header.tensors.iter().map(|t| t.byte_len()).max().unwrap_or(0)
+    } else {
+        header.file_len
+    };
     if let Some(limit) = host_limit {
-        // The file is in that memory on every path; the CPU engine's cache and tables beside it.
+        // The file is in that memory on the CPU engine, its cache and tables beside it.
         if path == Path::Cpu && header.file_len <= limit.bytes {
             host.check(limit.bytes, limit.name)?;
-        } else if header.file_len > limit.bytes {
+        } else if !streamed && header.file_len > limit.bytes {
             return Err(ModelError::OutOfMemory(format!(
                 "the file ({:.1} MiB) does not fit in {} ({:.1} MiB)",
                 header.file_len as f64 / 1048576.0,

@@ -3,7 +3,9 @@
 //! The crate does no I/O: [`GgufFile::parse`] takes the bytes of a whole file (mapped from disk by
 //! the CLI, fetched by the browser) and borrows them; [`GgufFile::parse_shared`] takes them
 //! shared ([`SharedBytes`]), so that a model can keep its tensors where they lie
-//! ([`GgufFile::shared_tensor_bytes`]) instead of copying them. Every length, count and offset read from the
+//! ([`GgufFile::shared_tensor_bytes`]) instead of copying them; [`TensorStream`] gives a file's
+//! tensors one at a time as its bytes are read in order, never the whole file at once (the
+//! browser's WebGPU load). Every length, count and offset read from the
 //! file is checked against the bytes actually present, so a truncated or corrupt file gives a
 //! [`GgufError`] naming what is wrong, never a panic.
 //!
@@ -21,6 +23,7 @@
 
 mod dequant;
 mod shared;
+mod stream;
 mod types;
 
 use std::collections::BTreeMap;
@@ -29,6 +32,7 @@ use std::ops::Range;
 
 pub use dequant::{can_dequantize, dequantize, dequantize_into, f16_to_f32, k_scale_min};
 pub use shared::{SharedBytes, SharedSlice};
+pub use stream::TensorStream;
 pub use types::{GgmlType, file_type_name};
 
 /// Everything that can be wrong with a GGUF file.

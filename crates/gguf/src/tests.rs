@@ -404,3 +404,73 @@ fn a_file_held_in_parts_split_where_tensors_begin_reads_as_the_whole_file() {
         GgufError::Corrupt("tensor 'c' crosses the parts the file is held in".into())
     );
 }
+
+/// Reads `bytes` through a stream of the tensors `wanted` names, in chunks of `chunk` bytes:
+/// each tensor given, by name, with its bytes.
+fn streamed(bytes: &[u8], wanted: &[&str], chunk: usize) -> Vec<(String, Vec<u8>)> {
+    let header = GgufHeader::parse(bytes, bytes.len() as u64).unwrap();
+    let mut stream = TensorStream::new(&header, |t| wanted.contains(&t.name.as_str())).unwrap();
+    let mut given = Vec::new();
+    for (i, piece) in bytes.chunks(chunk).enumerate() {
+        stream
+            .read((i * chunk) as u64, piece, |index, tensor| {
+                given.push((header.tensors[index].name.clone(), tensor.to_vec()));
+                Ok::<_, GgufError>(())
+            })
+            .unwrap();
+    }
+    assert!(stream.done() && stream.position() == bytes.len() as u64);
+    given
+}
+
+#[test]
+fn a_stream_gives_each_wanted_tensor_whole_in_file_order_whatever_the_chunks() {
+    let bytes = four_tensor_file();
+    let whole = GgufFile::parse(&bytes).unwrap();
+    let expected: Vec<(String, Vec<u8>)> = ["a", "c", "d"]
+        .iter()
+        .map(|name| (name.to_string(), whole.tensor_bytes(whole.tensor(name).unwrap()).to_vec()))
+        .collect();
+    for chunk in [1, 7, 32, 100, 161, bytes.len()] {
+        assert_eq!(streamed(&bytes, &["d", "a", "c"], chunk), expected, "chunks of {chunk} bytes");
+    }
+    let header = GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
+    let stream = TensorStream::new(&header, |_| true).unwrap();
+    assert_eq!(stream.staging_bytes(), 256, "the largest tensor, `a`");
+}
+
+#[test]
+fn a_stream_skips_bytes_read_again_and_refuses_a_gap() {
+    let bytes = four_tensor_file();
+    let header = GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
+    let mut stream = TensorStream::new(&header, |_| true).unwrap();
+    let mut given = Vec::new();
+    let mut take = |index: usize, _: &[u8]| {
+        given.push(index);
+        Ok::<_, GgufError>(())
+    };
+    let b_end = header.tensor_range(header.tensor("b").unwrap()).end;
+    stream.read(0, &bytes[..b_end + 10], &mut take).unwrap();
+    // A download that starts again from its first byte: what was read is not given again.
+    stream.read(0, &bytes[..100], &mut take).unwrap();
+    stream.read(100, &bytes[100..], &mut take).unwrap();
+    assert_eq!(given, vec![0, 1, 2, 3]);
+    let mut fresh = TensorStream::new(&header, |_| true).unwrap();
+    let gap = fresh.read(10, &bytes[10..20], |_, _| Ok::<_, GgufError>(())).unwrap_err();
+    assert_eq!(gap, GgufError::Corrupt("bytes from 10 came before those from 0 (the file is read in order)".into()));
+}
+
+#[test]
+fn a_stream_refuses_overlapping_tensors_and_passes_on_what_its_reader_refuses() {
+    let bytes = four_tensor_file();
+    let mut header = GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
+    let mut stream = TensorStream::new(&header, |_| true).unwrap();
+    let refused =
+        stream.read(0, &bytes, |index, _| if index == 1 { Err(GgufError::MissingTensor("b".into())) } else { Ok(()) });
+    assert_eq!(refused.unwrap_err(), GgufError::MissingTensor("b".into()));
+    header.tensors[2].offset = header.tensors[1].offset + 4;
+    assert_eq!(
+        TensorStream::new(&header, |_| true).unwrap_err(),
+        GgufError::Corrupt("tensors 'b' and 'c' overlap".into())
+    );
+}

@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::backend::wgpu::wgpu;
-use nucleus_gguf::{GgufFile, GgufHeader, TensorInfo};
+use nucleus_gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
 use nucleus_kernels::TailRequest;
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound,
@@ -33,7 +33,7 @@ use crate::architecture::{FeedForward, Mixer, Norm, Role, Rope};
 use crate::memory::PlannedBuffer;
 use crate::rope::RopeTables;
 use crate::state::{Checkpoints, Snapshot};
-use crate::weights::{self, MixerWeights, ModelWeights};
+use crate::weights::{self, MixerWeights, ModelWeights, WeightSet};
 use crate::window::{RING_SLACK, WindowRing};
 use crate::{LensLogits, LoadProgress, LogitLens, Logits, MAX_LOGIT_ROWS, ModelConfig, ModelError};
 
@@ -371,29 +371,106 @@ pub(crate) fn planned_weights(file: &GgufHeader, config: &ModelConfig) -> Result
     Ok(planned)
 }
 
-impl FusedModel {
-    pub(crate) fn load(
-        file: &GgufFile,
-        config: &ModelConfig,
-        gpu: &Gpu,
-        progress: impl FnMut(LoadProgress),
-    ) -> Result<Self, ModelError> {
+/// The fused path's weights loaded a tensor at a time, in any order: each matrix uploaded in its
+/// [`upload_format`] as its bytes are given, the small vectors (packed per block at the end) and
+/// Llama 3's RoPE factors kept on the host. The one route of both loads: a whole file's tensors
+/// ([`FusedModel::load`]) and a streamed file's as they arrive ([`crate::ModelStream`]: the
+/// browser's WebGPU load, which never holds the whole file).
+pub(crate) struct FusedUpload {
+    weights: WeightSet<Loaded>,
+    rope_factors: Option<Vec<f32>>,
+    gpu: Gpu,
+    /// The most bytes one buffer may bind.
+    limit: u64,
+}
+
+impl FusedUpload {
+    /// Checks every tensor's type and shape, before anything is uploaded.
+    pub(crate) fn new(file: &GgufHeader, config: &ModelConfig, gpu: &Gpu) -> Result<Self, ModelError> {
         let spec = config.architecture().block;
         // The kernels implement exactly these; a new variant must be implemented here first.
         let (Norm::Rms, Rope::AdjacentPairs | Rope::Halves, FeedForward::SwiGlu | FeedForward::GeGluTanh) =
             (spec.norm, spec.rope, spec.feed_forward);
         check_dims(config)?;
-        // Every tensor's type and shape, before anything is uploaded.
         planned_weights(file, config)?;
         let limits = gpu.limits();
         let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
-        let weights = weights::load(file, config, progress, |role, info| {
-            if packed(role) {
-                Ok(Loaded::Host(file.dequantize(&info.name)?))
-            } else {
-                upload(file, role, info, gpu, limit).map(Loaded::Gpu)
+        Ok(Self { weights: WeightSet::new(file, config)?, rope_factors: None, gpu: gpu.clone(), limit })
+    }
+
+    /// Whether the model reads the tensor `info`: a weight, or the RoPE factors.
+    pub(crate) fn wants(&self, info: &TensorInfo) -> bool {
+        self.is_weight(info) || info.name == Role::RopeFrequencies.tensor_name(0)
+    }
+
+    /// Whether `info` is one of the model's weights (what load progress counts).
+    pub(crate) fn is_weight(&self, info: &TensorInfo) -> bool {
+        self.weights.role(&info.name).is_some()
+    }
+
+    /// Takes the tensor `info`, whose bytes in the file are `bytes`.
+    pub(crate) fn put(&mut self, info: &TensorInfo, bytes: &[u8]) -> Result<(), ModelError> {
+        let Some((role, block)) = self.weights.role(&info.name) else {
+            if self.wants(info) {
+                self.rope_factors = Some(dequantized(info, bytes)?);
             }
-        })?;
+            return Ok(());
+        };
+        let weight = if packed(role) {
+            Loaded::Host(dequantized(info, bytes)?)
+        } else {
+            Loaded::Gpu(upload(bytes, role, info, &self.gpu, self.limit)?)
+        };
+        self.weights.insert(role, block, weight);
+        Ok(())
+    }
+
+    /// The model, once every tensor is in (`MissingTensor` names one that is not).
+    pub(crate) fn finish(self, file: &GgufHeader, config: &ModelConfig) -> Result<FusedModel, ModelError> {
+        let tables = RopeTables::with_factors(file, config, self.rope_factors)?;
+        FusedModel::assemble(self.weights.finish(config)?, tables, config, &self.gpu)
+    }
+}
+
+/// A tensor's values as f32, from its bytes in the file.
+fn dequantized(info: &TensorInfo, bytes: &[u8]) -> Result<Vec<f32>, ModelError> {
+    nucleus_gguf::dequantize(info.ggml_type, bytes, info.element_count() as usize).ok_or_else(|| {
+        GgufError::UnsupportedDequantization { name: info.name.clone(), ggml_type: info.ggml_type }.into()
+    })
+}
+
+impl FusedModel {
+    pub(crate) fn load(
+        file: &GgufFile,
+        config: &ModelConfig,
+        gpu: &Gpu,
+        mut progress: impl FnMut(LoadProgress),
+    ) -> Result<Self, ModelError> {
+        let mut upload = FusedUpload::new(file, config, gpu)?;
+        let infos = weights::tensors(file, config)?;
+        let mut status = LoadProgress::of(infos.iter().map(|(_, _, info)| *info));
+        for (_, _, info) in infos {
+            upload.put(info, file.tensor_bytes(info))?;
+            status.add(info);
+            progress(status);
+        }
+        if let Some(info) = file.tensor(&Role::RopeFrequencies.tensor_name(0)) {
+            upload.put(info, file.tensor_bytes(info))?;
+        }
+        upload.finish(file, config)
+    }
+
+    /// The model from its weights, every one in: the blocks' vectors, the RoPE tables, the
+    /// activations and every kernel bound.
+    fn assemble(
+        weights: ModelWeights<Loaded>,
+        tables: RopeTables,
+        config: &ModelConfig,
+        gpu: &Gpu,
+    ) -> Result<Self, ModelError> {
+        let spec = config.architecture().block;
+        let limits = gpu.limits();
+        let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
         let vectors: Vec<BlockVectors> = weights.blocks.iter().map(|b| BlockVectors::upload(gpu, b)).collect();
         let weight_bytes =
             weights.all().map(Loaded::bytes).sum::<u64>() + vectors.iter().map(BlockVectors::size).sum::<u64>();
@@ -401,7 +478,6 @@ impl FusedModel {
         let c = config;
         let d = c.embedding_length;
         let sizes = ScratchSizes::new(c);
-        let tables = RopeTables::new(file, c)?;
         let rope: Vec<GpuBuffer> = tables
             .every_table(0..c.context_length)
             .iter()
@@ -1080,14 +1156,14 @@ pub(crate) fn upload_format(info: &TensorInfo) -> Result<(WeightFormat, bool), K
 
 /// Uploads one tensor in its [`upload_format`]: whole, or (a vocabulary-sized matrix larger than
 /// `limit`) in parts of consecutive rows, each its own buffer.
-fn upload(file: &GgufFile, role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
+fn upload(stored: &[u8], role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
     let (format, as_stored) = upload_format(info)?;
     let (rows, _) = info.matrix_shape();
     let converted;
     let bytes = if as_stored {
-        file.tensor_bytes(info)
+        stored
     } else {
-        converted = file.dequantize(&info.name)?;
+        converted = dequantized(info, stored)?;
         bytemuck::cast_slice(&converted)
     };
     let row_bytes = bytes.len() / rows;

@@ -36,12 +36,14 @@ mod host_plan;
 mod memory;
 mod rope;
 mod state;
+#[cfg(feature = "gpu")]
+mod stream;
 mod weights;
 mod window;
 
 #[cfg(feature = "burn-ops")]
 use burn::tensor::Tensor;
-use nucleus_gguf::{GgufError, GgufFile};
+use nucleus_gguf::{GgufError, GgufFile, TensorInfo};
 use nucleus_kernels::{KernelError, RawRow, TailOutput, TailRequest};
 
 pub use architecture::{
@@ -59,6 +61,8 @@ pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};
 pub use nucleus_kernels::{LinearKernel, MAX_SCORE_TOP_K, RowScore, TargetScore};
 pub use rope::{RopeFrequencies, RopeScaling, Yarn};
 pub use state::MAX_CHECKPOINTS;
+#[cfg(feature = "gpu")]
+pub use stream::ModelStream;
 pub use weights::{parameter_count, vocabulary_parts};
 pub use window::{RING_SLACK, WindowRing};
 
@@ -163,6 +167,24 @@ pub struct LoadProgress {
     pub tensors_total: usize,
     pub bytes_done: u64,
     pub bytes_total: u64,
+}
+
+impl LoadProgress {
+    /// Nothing done yet of `tensors`.
+    pub fn of<'a>(tensors: impl IntoIterator<Item = &'a TensorInfo>) -> Self {
+        let mut progress = Self { tensors_done: 0, tensors_total: 0, bytes_done: 0, bytes_total: 0 };
+        for tensor in tensors {
+            progress.tensors_total += 1;
+            progress.bytes_total += tensor.byte_len();
+        }
+        progress
+    }
+
+    /// `tensor` done too.
+    pub fn add(&mut self, tensor: &TensorInfo) {
+        self.tensors_done += 1;
+        self.bytes_done += tensor.byte_len();
+    }
 }
 
 enum Route {

@@ -8,7 +8,7 @@
 //! One table per distinct [`RopeFrequencies`] (Gemma 3's local blocks rotate with base 10,000
 //! and no scaling, its global ones with the file's base and scaling).
 
-use nucleus_gguf::{GgufFile, GgufHeader};
+use nucleus_gguf::{GgufError, GgufFile, GgufHeader};
 
 use crate::architecture::Role;
 use crate::{ModelConfig, ModelError};
@@ -176,7 +176,19 @@ pub(crate) struct RopeTables {
 
 impl RopeTables {
     pub(crate) fn new(file: &GgufFile, config: &ModelConfig) -> Result<Self, ModelError> {
-        let factors = frequency_factors(file, config)?;
+        let name = Role::RopeFrequencies.tensor_name(0);
+        let values = file.tensor(&name).map(|_| file.dequantize(&name)).transpose()?;
+        Self::with_factors(file, config, values)
+    }
+
+    /// As [`Self::new`], given the values of the file's frequency factors tensor when it has one
+    /// (a streamed file's, kept as it passed: [`crate::fused::FusedUpload`]).
+    pub(crate) fn with_factors(
+        file: &GgufHeader,
+        config: &ModelConfig,
+        values: Option<Vec<f32>>,
+    ) -> Result<Self, ModelError> {
+        let factors = frequency_factors(file, config, values)?;
         let (distinct, block_table) = distinct_frequencies(config);
         let rates = distinct.iter().map(|frequencies| rates(config, frequencies, factors.as_deref())).collect();
         Ok(Self { rates, block_table })
@@ -216,14 +228,18 @@ impl RopeTables {
 }
 
 /// `rope_freqs.weight`, when the file has it: `head_dim / 2` positive factors.
-fn frequency_factors(file: &GgufFile, config: &ModelConfig) -> Result<Option<Vec<f32>>, ModelError> {
+fn frequency_factors(
+    file: &GgufHeader,
+    config: &ModelConfig,
+    values: Option<Vec<f32>>,
+) -> Result<Option<Vec<f32>>, ModelError> {
     let name = Role::RopeFrequencies.tensor_name(0);
     let Some(info) = file.tensor(&name) else { return Ok(None) };
     let half = config.rope_dims as u64 / 2;
     if info.dims != [half] {
         return Err(ModelError::WrongShape { name, expected: vec![half], found: info.dims.clone() });
     }
-    let factors = file.dequantize(&name)?;
+    let factors = values.ok_or(GgufError::MissingTensor(name.clone()))?;
     if let Some(bad) = factors.iter().find(|f| !(f.is_finite() && **f > 0.0)) {
         return Err(ModelError::Invalid(format!("{name} holds {bad}, not a positive factor")));
     }

@@ -246,64 +246,96 @@ pub fn load<T>(
     mut upload: impl FnMut(Role, &TensorInfo) -> Result<T, ModelError>,
 ) -> Result<ModelWeights<T>, ModelError> {
     let infos = tensors(file, config)?;
-    let mut status = LoadProgress {
-        tensors_done: 0,
-        tensors_total: infos.len(),
-        bytes_done: 0,
-        bytes_total: infos.iter().map(|(_, _, t)| t.byte_len()).sum(),
-    };
-    let mut loaded = HashMap::with_capacity(infos.len());
+    let mut status = LoadProgress::of(infos.iter().map(|(_, _, info)| *info));
+    let mut set = WeightSet::new(file, config)?;
     for (role, block, info) in infos {
-        loaded.insert((role, block), upload(role, info)?);
-        status.tensors_done += 1;
-        status.bytes_done += info.byte_len();
+        set.insert(role, block, upload(role, info)?);
+        status.add(info);
         progress(status);
     }
-    let mut take = |role: Role, block: usize| loaded.remove(&(role, block));
-    let required = |weight: Option<T>| weight.expect("the table lists every required tensor");
-    let mut blocks = Vec::with_capacity(config.block_count);
-    for block in 0..config.block_count {
-        let mixer = match config.mixer(block) {
-            Mixer::Attention => MixerWeights::Attention(AttentionWeights {
-                query: required(take(Role::Query, block)),
-                key: required(take(Role::Key, block)),
-                value: required(take(Role::Value, block)),
-                query_bias: take(Role::QueryBias, block),
-                key_bias: take(Role::KeyBias, block),
-                value_bias: take(Role::ValueBias, block),
-                query_norm: take(Role::QueryNorm, block),
-                key_norm: take(Role::KeyNorm, block),
-                output: required(take(Role::AttentionOutput, block)),
-            }),
-            Mixer::GatedDeltaNet => MixerWeights::GatedDeltaNet(DeltaNetWeights {
-                qkv: required(take(Role::DeltaQkv, block)),
-                gate: required(take(Role::DeltaGate, block)),
-                beta: required(take(Role::DeltaBeta, block)),
-                alpha: required(take(Role::DeltaAlpha, block)),
-                dt_bias: required(take(Role::DeltaDtBias, block)),
-                a: required(take(Role::DeltaA, block)),
-                conv: required(take(Role::DeltaConv, block)),
-                norm: required(take(Role::DeltaNorm, block)),
-                output: required(take(Role::DeltaOutput, block)),
-            }),
-        };
-        blocks.push(BlockWeights {
-            attention_norm: required(take(Role::AttentionNorm, block)),
-            mixer,
-            post_attention_norm: take(Role::PostAttentionNorm, block),
-            feed_forward_norm: required(take(Role::FeedForwardNorm, block)),
-            gate: required(take(Role::Gate, block)),
-            up: required(take(Role::Up, block)),
-            down: required(take(Role::Down, block)),
-            post_feed_forward_norm: take(Role::PostFeedForwardNorm, block),
-        });
+    set.finish(config)
+}
+
+/// The weights of a model as they are loaded, a tensor at a time in any order (a whole file's
+/// table order, or the order a streamed file's bytes arrive in), then assembled
+/// ([`WeightSet::finish`]).
+pub struct WeightSet<T> {
+    /// Each tensor the model loads, by name: its role and block (checked against its shape);
+    /// what a streamed load asks of each tensor as it arrives (the fused path's).
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    wanted: HashMap<String, (Role, usize)>,
+    loaded: HashMap<(Role, usize), T>,
+}
+
+impl<T> WeightSet<T> {
+    pub fn new(file: &GgufHeader, config: &ModelConfig) -> Result<Self, ModelError> {
+        let wanted: HashMap<String, (Role, usize)> =
+            tensors(file, config)?.into_iter().map(|(role, block, info)| (info.name.clone(), (role, block))).collect();
+        Ok(Self { loaded: HashMap::with_capacity(wanted.len()), wanted })
     }
-    Ok(ModelWeights {
-        token_embedding: required(take(Role::TokenEmbedding, 0)),
-        blocks,
-        output_norm: required(take(Role::OutputNorm, 0)),
-        output: take(Role::Output, 0),
-    })
+
+    /// The role and block of the tensor called `name`, when the model loads it.
+    #[cfg_attr(not(feature = "gpu"), allow(dead_code))]
+    pub fn role(&self, name: &str) -> Option<(Role, usize)> {
+        self.wanted.get(name).copied()
+    }
+
+    pub fn insert(&mut self, role: Role, block: usize, weight: T) {
+        self.loaded.insert((role, block), weight);
+    }
+
+    /// The model's weights; a required tensor never given is `MissingTensor`.
+    pub fn finish(mut self, config: &ModelConfig) -> Result<ModelWeights<T>, ModelError> {
+        let architecture = config.architecture();
+        let mut take = |role: Role, block: usize| self.loaded.remove(&(role, block));
+        let required = |weight: Option<T>, role: Role, block: usize| {
+            weight.ok_or_else(|| ModelError::from(GgufError::MissingTensor(architecture.tensor_name(role, block))))
+        };
+        let mut blocks = Vec::with_capacity(config.block_count);
+        for block in 0..config.block_count {
+            let mut need = |role: Role| required(take(role, block), role, block);
+            let mixer = match config.mixer(block) {
+                Mixer::Attention => MixerWeights::Attention(AttentionWeights {
+                    query: need(Role::Query)?,
+                    key: need(Role::Key)?,
+                    value: need(Role::Value)?,
+                    query_bias: take(Role::QueryBias, block),
+                    key_bias: take(Role::KeyBias, block),
+                    value_bias: take(Role::ValueBias, block),
+                    query_norm: take(Role::QueryNorm, block),
+                    key_norm: take(Role::KeyNorm, block),
+                    output: required(take(Role::AttentionOutput, block), Role::AttentionOutput, block)?,
+                }),
+                Mixer::GatedDeltaNet => MixerWeights::GatedDeltaNet(DeltaNetWeights {
+                    qkv: need(Role::DeltaQkv)?,
+                    gate: need(Role::DeltaGate)?,
+                    beta: need(Role::DeltaBeta)?,
+                    alpha: need(Role::DeltaAlpha)?,
+                    dt_bias: need(Role::DeltaDtBias)?,
+                    a: need(Role::DeltaA)?,
+                    conv: need(Role::DeltaConv)?,
+                    norm: need(Role::DeltaNorm)?,
+                    output: need(Role::DeltaOutput)?,
+                }),
+            };
+            blocks.push(BlockWeights {
+                attention_norm: required(take(Role::AttentionNorm, block), Role::AttentionNorm, block)?,
+                mixer,
+                post_attention_norm: take(Role::PostAttentionNorm, block),
+                feed_forward_norm: required(take(Role::FeedForwardNorm, block), Role::FeedForwardNorm, block)?,
+                gate: required(take(Role::Gate, block), Role::Gate, block)?,
+                up: required(take(Role::Up, block), Role::Up, block)?,
+                down: required(take(Role::Down, block), Role::Down, block)?,
+                post_feed_forward_norm: take(Role::PostFeedForwardNorm, block),
+            });
+        }
+        Ok(ModelWeights {
+            token_embedding: required(take(Role::TokenEmbedding, 0), Role::TokenEmbedding, 0)?,
+            blocks,
+            output_norm: required(take(Role::OutputNorm, 0), Role::OutputNorm, 0)?,
+            output: take(Role::Output, 0),
+        })
+    }
 }
 
 /// Row ranges of a vocabulary-sized matrix (the token embedding, the output layer) that each fit

@@ -79,7 +79,7 @@ pub(crate) fn js_error(code: &str, message: impl Display) -> JsValue {
     error.into()
 }
 
-fn engine_error(error: EngineError) -> JsValue {
+pub(crate) fn engine_error(error: EngineError) -> JsValue {
     // A load option (`contextLength`) is named as JS spells it.
     if let EngineError::BadOption { name, allowed, got } = &error {
         let option = js_name(name);
@@ -141,7 +141,9 @@ pub fn lose_device_for_testing() {
 /// (`context_length` positions, default the model's). `backend`: `"webgpu"` (the fused kernels on
 /// the worker's WebGPU device) or `"cpu"` (the CPU engine in this module; WebGPU is not touched).
 /// `on_progress(phase, loaded, total)` is called with phase `"parse"` once, then `"upload"` per
-/// tensor, in bytes of the file. Resolves to a [`WasmEngine`]; the file is read-only after.
+/// tensor, in bytes of the file. Resolves to a [`WasmEngine`]; the file is read-only after. A
+/// file streamed to WebGPU ([`ModelFile::streaming`]) has had its tensors uploaded as they
+/// arrived: the load is finished (its own options stand).
 #[wasm_bindgen(js_name = loadEngine, unchecked_return_type = "Promise<WasmEngine>")]
 pub fn load_engine(
     file: &mut ModelFile,
@@ -150,6 +152,16 @@ pub fn load_engine(
     memory_budget: Option<f64>,
     on_progress: Function,
 ) -> Promise {
+    #[cfg(feature = "gpu")]
+    if let Some(stream) = file.take_stream() {
+        return future_to_promise(async move {
+            let LoadProgress { bytes_total, .. } = stream.progress();
+            let total = (bytes_total as f64).into();
+            let _ = on_progress.call3(&JsValue::NULL, &"upload".into(), &total, &total);
+            let engine = stream.finish().map_err(engine_error)?;
+            Ok(WasmEngine::new(engine).into())
+        });
+    }
     let bytes = file.shared();
     future_to_promise(async move {
         let device = backend_device(&backend).await?;
@@ -165,8 +177,7 @@ pub fn load_engine(
             );
         })
         .map_err(engine_error)?;
-        let engine = WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) };
-        Ok(engine.into())
+        Ok(WasmEngine::new(engine).into())
     })
 }
 
@@ -187,7 +198,7 @@ async fn backend_device(backend: &str) -> Result<ModelDevice, JsValue> {
     }
 }
 
-fn load_options(context_length: Option<u32>, memory_budget: Option<f64>) -> LoadOptions {
+pub(crate) fn load_options(context_length: Option<u32>, memory_budget: Option<f64>) -> LoadOptions {
     LoadOptions {
         context_length: context_length.map(|n| n as usize),
         memory_budget: memory_budget.map(|n| n as u64),
@@ -204,7 +215,7 @@ pub async fn prepare_backend(backend: String) -> Result<(), JsValue> {
 
 /// `backend`'s device when it is at hand without waiting: the CPU, or the WebGPU device
 /// [`prepare_backend`] made.
-fn ready_device(backend: &str) -> Result<ModelDevice, JsValue> {
+pub(crate) fn ready_device(backend: &str) -> Result<ModelDevice, JsValue> {
     match backend {
         #[cfg(feature = "gpu")]
         "webgpu" => DEVICE
@@ -241,14 +252,19 @@ pub fn plan_load(
         }
         parsed => parsed.map_err(|e| engine_error(e.into()))?,
     };
-    let limit = HostLimit { bytes: WASM32_MEMORY_BYTES, name: "this browser's WebAssembly memory" };
-    let plan = nucleus_engine::plan(&header, &device, &load_options(context_length, memory_budget), Some(limit))
-        .map_err(engine_error)?;
+    let plan =
+        nucleus_engine::plan(&header, &device, &load_options(context_length, memory_budget), Some(wasm_memory()))
+            .map_err(engine_error)?;
     Ok(serde_json::to_string(&plan).expect("a plan serializes"))
 }
 
-/// The most bytes a WebAssembly memory holds (4 GiB): the file's copy lives there on every
-/// backend, and everything the CPU engine holds.
+/// This browser's WebAssembly memory, as a plan checks it.
+pub(crate) fn wasm_memory() -> HostLimit<'static> {
+    HostLimit { bytes: WASM32_MEMORY_BYTES, name: "this browser's WebAssembly memory" }
+}
+
+/// The most bytes a WebAssembly memory holds (4 GiB): what the CPU engine holds, the file's copy
+/// among it (on WebGPU the header and the tensor being received).
 #[wasm_bindgen(js_name = wasmMemoryLimit)]
 pub fn wasm_memory_limit() -> f64 {
     WASM32_MEMORY_BYTES as f64
@@ -266,6 +282,12 @@ struct Inner {
 #[wasm_bindgen]
 pub struct WasmEngine {
     inner: Rc<RefCell<Inner>>,
+}
+
+impl WasmEngine {
+    fn new(engine: Engine) -> Self {
+        WasmEngine { inner: Rc::new(RefCell::new(Inner { engine, generation: None, last_logits: None })) }
+    }
 }
 
 #[wasm_bindgen]

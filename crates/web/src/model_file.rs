@@ -15,6 +15,12 @@
 //! most [`PART_BYTES`], split where a tensor begins ([`GgufHeader::parts`]), each reserved once
 //! the header is in (a Gemma-3-4B-shaped file, 2.49 GB, is three).
 //!
+//! On WebGPU the file is not kept ([`ModelFile::streaming`]): once its length is known and its
+//! header is in, each chunk goes on to an [`EngineStream`], which uploads every tensor as its last
+//! byte arrives, holding only the tensor being received; the file keeps its header alone (what a
+//! plan and the format check read). A file whose length is not known, or a model the fused path
+//! does not run, is kept whole as on the CPU engine.
+//!
 //! Measured (`tests/browser/bench.mjs`, the CPU engine in Chromium, ARCHITECTURE.md "Memory"):
 //! the renderer's peak during the load of a Gemma-3-1B-shaped file (768.7 MiB) went from 2,568
 //! MiB (3.34x: the chunks, their concatenation, the digest's copy and the copy into wasm) to
@@ -23,6 +29,8 @@
 use std::fmt::Write as _;
 use std::ops::Range;
 
+#[cfg(feature = "gpu")]
+use nucleus_engine::{Engine, EngineStream, LoadOptions};
 use nucleus_engine::{GgufError, GgufHeader, SharedBytes};
 use sha2::{Digest, Sha256};
 use wasm_bindgen::prelude::*;
@@ -48,6 +56,22 @@ pub struct ModelFile {
     /// Shared with an engine (the CPU engine reads its matrices here): no longer written.
     shared: Option<SharedBytes>,
     hasher: Sha256,
+    /// Whether the file's bytes go on to a WebGPU load as they arrive instead of being kept.
+    #[cfg(feature = "gpu")]
+    streaming: Streaming,
+    /// Bytes received since the file (re)started: what [`ModelFile::length`] says while streaming.
+    received: u64,
+}
+
+/// A file streamed to a WebGPU load ([`ModelFile::streaming`]).
+#[cfg(feature = "gpu")]
+enum Streaming {
+    /// The file is kept whole.
+    Off,
+    /// Until the length is known and the header is in: the load's options.
+    Waiting(LoadOptions),
+    /// Each chunk goes on to the load; the file keeps its header alone.
+    On(Box<EngineStream>),
 }
 
 #[wasm_bindgen]
@@ -64,7 +88,21 @@ impl ModelFile {
             filling: 0,
             shared: None,
             hasher: Sha256::new(),
+            #[cfg(feature = "gpu")]
+            streaming: Streaming::Off,
+            received: 0,
         }
+    }
+
+    /// An empty file whose bytes go on to a load on the worker's WebGPU device as they arrive
+    /// (made by `prepareBackend` first), with the load's `context_length` and `memory_budget`:
+    /// each tensor is uploaded when its last byte is in, and only the header is kept. The load
+    /// starts once the file's length is known ([`ModelFile::reserve`]) and its header is in;
+    /// [`load_engine`](crate::bindings) then finishes it.
+    #[cfg(feature = "gpu")]
+    pub fn streaming(context_length: Option<u32>, memory_budget: Option<f64>) -> ModelFile {
+        let options = crate::bindings::load_options(context_length, memory_budget);
+        ModelFile { streaming: Streaming::Waiting(options), ..ModelFile::new() }
     }
 
     /// Takes room for the whole file (`length` bytes) at once, so that it never grows by
@@ -81,6 +119,13 @@ impl ModelFile {
     pub fn append(&mut self, mut chunk: &[u8]) -> Result<(), JsValue> {
         self.writable()?;
         self.hasher.update(chunk);
+        let offset = self.received;
+        self.received += chunk.len() as u64;
+        #[cfg(feature = "gpu")]
+        if let Streaming::On(stream) = &mut self.streaming {
+            return stream.read(offset, chunk).map_err(crate::bindings::engine_error);
+        }
+        let _ = offset;
         while !chunk.is_empty() {
             let room = match &self.layout {
                 // The last part takes whatever comes past the length announced.
@@ -111,9 +156,13 @@ impl ModelFile {
     /// room taken stays, for the same file.
     pub fn clear(&mut self) -> Result<(), JsValue> {
         self.writable()?;
-        self.parts.iter_mut().for_each(Vec::clear);
-        self.filling = 0;
+        self.received = 0;
         self.hasher = Sha256::new();
+        // A stream skips the bytes it has read already; its header stays.
+        if !self.is_streaming() {
+            self.parts.iter_mut().for_each(Vec::clear);
+            self.filling = 0;
+        }
         Ok(())
     }
 
@@ -122,14 +171,14 @@ impl ModelFile {
     pub fn length(&self) -> f64 {
         match &self.shared {
             Some(shared) => shared.len() as f64,
-            None => self.parts.iter().map(Vec::len).sum::<usize>() as f64,
+            None => self.received as f64,
         }
     }
 
     /// A copy of `length` bytes from `offset` (fewer at the end): the first bytes a check reads,
-    /// a slice of the Cache API copy.
+    /// a slice of the Cache API copy. A streamed file holds its header alone: nothing past it.
     pub fn read(&self, offset: f64, length: f64) -> Vec<u8> {
-        let total = self.length() as usize;
+        let total = self.part_bytes().iter().map(|part| part.len()).sum::<usize>();
         let start = (offset as usize).min(total);
         let end = start.saturating_add(length as usize).min(total);
         let mut out = Vec::with_capacity(end - start);
@@ -181,6 +230,13 @@ impl ModelFile {
     /// A header that does not parse leaves one part of the whole length (the plan says why).
     fn lay_out(&mut self) -> Result<(), JsValue> {
         let Some(expected) = self.expected.filter(|_| self.layout.is_none()) else { return Ok(()) };
+        #[cfg(feature = "gpu")]
+        match self.streaming {
+            Streaming::Waiting(_) => return self.start_stream(expected),
+            // Its bytes went on to the load: nothing to lay out.
+            Streaming::On(_) => return Ok(()),
+            Streaming::Off => {}
+        }
         let layout = match GgufHeader::parse(&self.parts[0], expected) {
             Ok(header) => header.parts(PART_BYTES),
             Err(GgufError::Truncated { needed, .. }) => {
@@ -206,6 +262,67 @@ impl ModelFile {
         self.parts = parts;
         self.layout = Some(layout);
         Ok(())
+    }
+
+    /// Starts the WebGPU load of a streamed file once its header is in (`expected` bytes long):
+    /// the bytes received so far go on to it and the file keeps its header alone. A model the
+    /// fused path does not run is kept whole instead (the load reads it so).
+    #[cfg(feature = "gpu")]
+    fn start_stream(&mut self, expected: u64) -> Result<(), JsValue> {
+        let header = match GgufHeader::parse(&self.parts[0], expected) {
+            Ok(header) => header,
+            Err(GgufError::Truncated { needed, .. }) => {
+                self.header_needs = needed;
+                return Ok(());
+            }
+            // The plan says why (the load refuses the file as it did).
+            Err(_) => return self.keep_whole(),
+        };
+        let Streaming::Waiting(options) = std::mem::replace(&mut self.streaming, Streaming::Off) else {
+            unreachable!("a stream starts once")
+        };
+        let device = crate::bindings::ready_device("webgpu")?;
+        let header_len = header.data_offset as usize;
+        let stream = Engine::stream(header, &device, options, Some(crate::bindings::wasm_memory()));
+        let Some(mut stream) = stream.map_err(crate::bindings::engine_error)? else {
+            return self.keep_whole();
+        };
+        stream.read(0, &self.parts[0]).map_err(crate::bindings::engine_error)?;
+        self.parts[0].truncate(header_len);
+        self.parts[0].shrink_to_fit();
+        self.streaming = Streaming::On(Box::new(stream));
+        Ok(())
+    }
+
+    /// Gives up streaming: the file is kept whole, laid out as on the CPU engine.
+    #[cfg(feature = "gpu")]
+    fn keep_whole(&mut self) -> Result<(), JsValue> {
+        self.streaming = Streaming::Off;
+        self.lay_out()
+    }
+
+    /// Whether the file's bytes go on to a load instead of being kept.
+    #[cfg(feature = "gpu")]
+    fn is_streaming(&self) -> bool {
+        matches!(self.streaming, Streaming::On(_))
+    }
+
+    #[cfg(not(feature = "gpu"))]
+    fn is_streaming(&self) -> bool {
+        false
+    }
+
+    /// The WebGPU load the file's bytes went on to, all of them read ([`ModelFile::streaming`]);
+    /// `None` when the file was kept whole.
+    #[cfg(feature = "gpu")]
+    pub(crate) fn take_stream(&mut self) -> Option<EngineStream> {
+        match std::mem::replace(&mut self.streaming, Streaming::Off) {
+            Streaming::On(stream) => Some(*stream),
+            other => {
+                self.streaming = other;
+                None
+            }
+        }
     }
 
     fn writable(&self) -> Result<(), JsValue> {
