@@ -119,13 +119,13 @@ impl ModelFile {
     pub fn append(&mut self, mut chunk: &[u8]) -> Result<(), JsValue> {
         self.writable()?;
         self.hasher.update(chunk);
-        let offset = self.received;
-        self.received += chunk.len() as u64;
         #[cfg(feature = "gpu")]
         if let Streaming::On(stream) = &mut self.streaming {
+            let offset = self.received;
+            self.received += chunk.len() as u64;
             return stream.read(offset, chunk).map_err(crate::bindings::engine_error);
         }
-        let _ = offset;
+        self.received += chunk.len() as u64;
         while !chunk.is_empty() {
             let room = match &self.layout {
                 // The last part takes whatever comes past the length announced.
