@@ -410,12 +410,11 @@ impl FusedUpload {
 
     /// Takes the tensor `info`, whose bytes in the file are `bytes`.
     pub(crate) fn put(&mut self, info: &TensorInfo, bytes: &[u8]) -> Result<(), ModelError> {
-        let Some((role, block)) = self.weights.role(&info.name) else {
-            if self.wants(info) {
-                self.rope_factors = Some(dequantized(info, bytes)?);
-            }
+        if info.name == Role::RopeFrequencies.tensor_name(0) {
+            self.rope_factors = Some(dequantized(info, bytes)?);
             return Ok(());
-        };
+        }
+        let Some((role, block)) = self.weights.role(&info.name) else { return Ok(()) };
         let weight = if packed(role) {
             Loaded::Host(dequantized(info, bytes)?)
         } else {
