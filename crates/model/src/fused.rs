@@ -1430,16 +1430,8 @@ impl FusedCache {
         if let Some(states) = &self.recurrent {
             recorder.copy(states.live.buffer(), 0, to.buffer(), 0, states.live.size());
         }
-        if let Some(ring) = self.ring {
-            let row = self.position_bytes();
-            for (kv, at) in self.windows() {
-                let mut done = 0;
-                for rows in ring.rows(ring.window_before(position)) {
-                    let length = rows.len() as u64 * row;
-                    recorder.copy(kv.buffer(), rows.start as u64 * row, to.buffer(), at + done, length);
-                    done += length;
-                }
-            }
+        for (kv, in_kv, in_checkpoint, length) in self.window_spans(position) {
+            recorder.copy(kv.buffer(), in_kv, to.buffer(), in_checkpoint, length);
         }
         to
     }
@@ -1449,17 +1441,28 @@ impl FusedCache {
         if let Some(states) = &self.recurrent {
             recorder.copy(saved.buffer(), 0, states.live.buffer(), 0, states.live.size());
         }
-        if let Some(ring) = self.ring {
-            let row = self.position_bytes();
-            for (kv, at) in self.windows() {
-                let mut done = 0;
-                for rows in ring.rows(ring.window_before(position)) {
-                    let length = rows.len() as u64 * row;
-                    recorder.copy(saved.buffer(), at + done, kv.buffer(), rows.start as u64 * row, length);
-                    done += length;
-                }
+        for (kv, in_kv, in_checkpoint, length) in self.window_spans(position) {
+            recorder.copy(saved.buffer(), in_checkpoint, kv.buffer(), in_kv, length);
+        }
+    }
+
+    /// Where each local block's rows of the window before `position` lie in its ring and in a
+    /// checkpoint: `(kv buffer, offset there, offset in the checkpoint, bytes)`, one or two spans
+    /// a block (the ring's end splits a window). What [`Self::snapshot`] and [`Self::put_back`]
+    /// copy, one way and the other.
+    fn window_spans(&self, position: usize) -> Vec<(&GpuBuffer, u64, u64, u64)> {
+        let Some(ring) = self.ring else { return Vec::new() };
+        let row = self.position_bytes();
+        let mut spans = Vec::new();
+        for (kv, at) in self.windows() {
+            let mut done = 0;
+            for rows in ring.rows(ring.window_before(position)) {
+                let length = rows.len() as u64 * row;
+                spans.push((kv, rows.start as u64 * row, at + done, length));
+                done += length;
             }
         }
+        spans
     }
 
     /// Makes room for `positions`, doubling the allocation (the filled positions are copied).
