@@ -2,8 +2,9 @@
 //! the fused kernels over the quantized weights (wgpu), Burn's operations on wgpu (with either
 //! kernel for the linear layers) and on the CPU backend. Every last-position logit within 1e-3,
 //! the top-20 order (neighbours closer than 1e-3 may swap), the greedy tokens, and prefill+decode
-//! equal to a full recompute within 1e-4. SmolLM2-135M (Llama) and Gemma 3 270M; tiny Llama 3,
-//! Qwen2, Qwen3 and Qwen3.5 files.
+//! equal to a full recompute within 1e-4 (Burn's operations on wgpu: the real files' logits only,
+//! see `BURN_WGPU`). SmolLM2-135M (Llama) and Gemma 3 270M; tiny Llama 3, Qwen2, Qwen3 and Qwen3.5
+//! files.
 
 use nucleus_gguf::{GgufFile, SharedBytes};
 use nucleus_model::{AttentionHeads, DeviceLogits, LinearKernel, Logits, MAX_ROWS, Model, ModelDevice, Path};
@@ -59,14 +60,32 @@ fn same_top20(ours: &[f32], case: &LogitCase) -> bool {
     })
 }
 
-/// The default model on `path`: every reference case.
-fn check_backend(name: &str, device: ModelDevice, path: Path) {
-    check_model(name, device, path, SMOLLM2.file_name, model_bytes(), &SMOLLM2.reference(), &[]);
+/// What a check runs: the reference cases named (all when empty), each case's last-position
+/// logits and top 20, and, with `decode`, its greedy tokens and the recompute.
+#[derive(Clone, Copy)]
+struct Scope {
+    cases: &'static [&'static str],
+    decode: bool,
 }
 
-/// Gemma 3 270M on `path`, the cases named (all when empty).
-fn check_gemma(name: &str, device: ModelDevice, path: Path, cases: &[&str]) {
-    check_model(name, device, path, GEMMA3.file_name, gemma_bytes(), &GEMMA3.reference(), cases);
+/// Every case, the decode steps too.
+const EVERY_CASE: Scope = Scope { cases: &[], decode: true };
+
+/// Burn's operations on wgpu over a real file: the prefill's logits only. Its decode steps are
+/// the same cache code as on Burn's CPU backend (every case of both real files there) and on wgpu
+/// for the tiny families (every path); on lavapipe a real model's steps through Burn's f32
+/// weights were most of this file's 1,712 s: SmolLM2's tests took 599 and 574 s (either linear
+/// kernel), Gemma's 172 s; their prefills alone take 89, 76 and 25 s.
+const BURN_WGPU: Scope = Scope { cases: &[], decode: false };
+
+/// The default model on `path`.
+fn check_backend(name: &str, device: ModelDevice, path: Path, scope: Scope) {
+    check_model(name, device, path, SMOLLM2.file_name, model_bytes(), &SMOLLM2.reference(), scope);
+}
+
+/// Gemma 3 270M on `path`.
+fn check_gemma(name: &str, device: ModelDevice, path: Path, scope: Scope) {
+    check_model(name, device, path, GEMMA3.file_name, gemma_bytes(), &GEMMA3.reference(), scope);
 }
 
 fn check_model(
@@ -76,7 +95,7 @@ fn check_model(
     file_name: &str,
     bytes: &[u8],
     reference: &Reference,
-    cases: &[&str],
+    scope: Scope,
 ) {
     let file = GgufFile::parse(bytes).unwrap();
     let ends = Tokenizer::from_gguf(&file).unwrap().end_of_generation_ids().to_vec();
@@ -89,7 +108,7 @@ fn check_model(
     );
     let mut failures = Vec::new();
     for (case_name, case) in
-        reference.logit_cases.iter().filter(|(n, _)| cases.is_empty() || cases.contains(&n.as_str()))
+        reference.logit_cases.iter().filter(|(n, _)| scope.cases.is_empty() || scope.cases.contains(&n.as_str()))
     {
         let started = std::time::Instant::now();
         let ours = last_logits(&model, &case.ids);
@@ -110,7 +129,9 @@ fn check_model(
             let reference_top: Vec<u32> = case.top20.iter().map(|t| t.id).collect();
             failures.push(format!("{case_name}: top-20 {:?} != reference {reference_top:?}", top_ids(&ours, 20)));
         }
-        check_greedy_and_recompute(name, case_name, &model, case, &ends, &mut failures);
+        if scope.decode {
+            check_greedy_and_recompute(name, case_name, &model, case, &ends, &mut failures);
+        }
     }
     assert!(failures.is_empty(), "[{name}] {}", failures.join("\n"));
 }
@@ -154,44 +175,44 @@ fn check_greedy_and_recompute(
 /// The default path on wgpu: our kernels over the GGUF blocks.
 #[test]
 fn fused_path_matches_reference() {
-    check_backend("fused", wgpu_device(), Path::Fused);
+    check_backend("fused", wgpu_device(), Path::Fused, EVERY_CASE);
 }
 
 #[test]
 fn wgpu_burn_ops_match_reference() {
-    check_backend("wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+    check_backend("wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), BURN_WGPU);
 }
 
 /// The linear layers in `shaders/linear.wgsl` (the kernel of CPU adapters on the Burn path)
 /// instead of Burn's matmul.
 #[test]
 fn wgpu_burn_ops_with_the_wgsl_linear_kernel_match_reference() {
-    check_backend("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl));
+    check_backend("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl), BURN_WGPU);
 }
 
 /// The CPU engine: our kernels over the GGUF blocks, no GPU.
 #[test]
 fn cpu_engine_matches_reference() {
-    check_backend("cpu engine", cpu_device(), Path::Cpu);
+    check_backend("cpu engine", cpu_device(), Path::Cpu, EVERY_CASE);
 }
 
 #[test]
 fn burn_cpu_matches_reference() {
-    check_backend("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul));
+    check_backend("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), EVERY_CASE);
 }
 
 /// Gemma 3 on the CPU engine, every case, the long one (713 tokens, past the 512-token window of
 /// the local blocks) included.
 #[test]
 fn gemma_cpu_engine_matches_reference() {
-    check_gemma("gemma, cpu engine", cpu_device(), Path::Cpu, &[]);
+    check_gemma("gemma, cpu engine", cpu_device(), Path::Cpu, EVERY_CASE);
 }
 
 /// Gemma 3 on Burn's CPU backend, every case: the long one (713 tokens) is past the 512-token
 /// sliding window of the local blocks, so only a correct window gives its logits.
 #[test]
 fn gemma_burn_cpu_matches_reference() {
-    check_gemma("gemma, burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), &[]);
+    check_gemma("gemma, burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), EVERY_CASE);
 }
 
 /// Gemma 3 in the fused kernels on lavapipe; the long prompt too when NUCLEUS_LONG_PROMPTS is set
@@ -199,7 +220,7 @@ fn gemma_burn_cpu_matches_reference() {
 #[test]
 fn gemma_fused_path_matches_reference() {
     let cases: &[&str] = if std::env::var_os("NUCLEUS_LONG_PROMPTS").is_some() { &[] } else { &["capital", "story"] };
-    check_gemma("gemma, fused", wgpu_device(), Path::Fused, cases);
+    check_gemma("gemma, fused", wgpu_device(), Path::Fused, Scope { cases, ..EVERY_CASE });
 }
 
 /// Llama 3 (`rope_freqs`), Qwen2 (Q/K/V biases) and Qwen3 (per-head Q/K norms, heads wider than
@@ -233,7 +254,7 @@ fn check_tiny_on_every_path(family: &str) {
         ("wgpu, linear.wgsl", wgpu_device(), Path::BurnOps(LinearKernel::Wgsl)),
     ];
     for (name, device, path) in paths {
-        check_model(&format!("{family}, {name}"), device, path, &file, &bytes, &reference, &[]);
+        check_model(&format!("{family}, {name}"), device, path, &file, &bytes, &reference, EVERY_CASE);
     }
 }
 
@@ -246,8 +267,8 @@ fn check_tiny_on_every_path(family: &str) {
 fn tiny_qwen35_matches_transformers_on_the_cpu_engine_and_the_fused_path() {
     let (bytes, reference) = tiny_family(TINY_QWEN35);
     assert!(reference.logit_cases["long"].ids.len() > nucleus_cpu::delta_net::CHUNK);
-    check_model("qwen35, cpu engine", cpu_device(), Path::Cpu, "qwen35.gguf", &bytes, &reference, &[]);
-    check_model("qwen35, fused", wgpu_device(), Path::Fused, "qwen35.gguf", &bytes, &reference, &[]);
+    check_model("qwen35, cpu engine", cpu_device(), Path::Cpu, "qwen35.gguf", &bytes, &reference, EVERY_CASE);
+    check_model("qwen35, fused", wgpu_device(), Path::Fused, "qwen35.gguf", &bytes, &reference, EVERY_CASE);
     let file = GgufFile::parse(&bytes).unwrap();
     let refusals = [
         ("burn cpu", burn_cpu_device(), Path::BurnOps(LinearKernel::BurnMatmul)),
@@ -453,7 +474,12 @@ fn windows_and_recurrent_layers_show_in_attention_reads() {
 /// parts.
 #[test]
 fn gemma_wgpu_burn_ops_match_reference() {
-    check_gemma("gemma, wgpu, burn matmul", wgpu_device(), Path::BurnOps(LinearKernel::BurnMatmul), &["capital"]);
+    check_gemma(
+        "gemma, wgpu, burn matmul",
+        wgpu_device(),
+        Path::BurnOps(LinearKernel::BurnMatmul),
+        Scope { cases: &["capital"], ..BURN_WGPU },
+    );
 }
 
 #[test]
@@ -486,11 +512,17 @@ fn fused_weights_stay_quantized_on_the_gpu() {
 
 /// A prompt longer than one pass (and than the cache's first allocation) gives the logits of
 /// the same tokens run in other cuts: one call, or two calls where the second grows the cache.
+/// The tiny Qwen3.5 (1,024 positions): its attention blocks' rows and its recurrent blocks' state
+/// both carried from pass to pass (SmolLM2's 300 positions took 370 s on lavapipe).
 #[test]
 fn fused_prefill_in_several_passes_and_a_growing_cache_agree() {
-    let file = GgufFile::parse(model_bytes()).unwrap();
+    // The recurrent state sums 300 positions in other cuts (the delta rule's chunks start at
+    // other positions): 1.1e-4 here and 1.3e-4 on the CPU engine, logits up to 9.
+    const CUTS_TOLERANCE: f32 = 3e-4;
+    let (bytes, reference) = tiny_family(TINY_QWEN35);
+    let file = GgufFile::parse(&bytes).unwrap();
     let model = Model::load(&file, &wgpu_device(), Path::Fused).unwrap();
-    let ids = &reference().logit_cases["chat"].ids;
+    let ids = &reference.logit_cases["long"].ids;
     let tokens: Vec<u32> = ids.iter().copied().cycle().take(2 * MAX_ROWS + 44).collect();
     let whole = last_logits(&model, &tokens);
     let mut cache = model.new_cache(1024).unwrap();
@@ -502,7 +534,7 @@ fn fused_prefill_in_several_passes_and_a_growing_cache_agree() {
         tokens.len(),
         tokens.len() - 200
     );
-    assert!(diff < RECOMPUTE_TOLERANCE, "{diff}");
+    assert!(diff < CUTS_TOLERANCE, "{diff}");
     assert_eq!(top_ids(&whole, 20), top_ids(&split, 20));
 }
 

@@ -227,21 +227,21 @@ fn past_its_ring_a_local_blocks_cache_gives_the_tokens_of_one_that_keeps_every_r
     // that wrap around it again.
     let prompt = counting_prompt(&burn, slots + 10, "");
     let prompt_len = burn.prompt_tokens(&prompt).unwrap().len();
-    let (every_row, _) = run(&mut burn, greedy(prompt.clone(), 100));
+    let (every_row, _) = run(&mut burn, greedy(prompt.clone(), 40));
     let config = ModelConfig::from_gguf(&GgufFile::parse(&tiny_family(TINY_GEMMA).0).unwrap()).unwrap();
     let row = config.kv_position_bytes();
     let local = config.ring_blocks() as u64;
     let global = config.block_count as u64 - local;
     for path in RING_PATHS {
         let mut engine = gemma_engine(path);
-        let (ring, _) = run(&mut engine, greedy(prompt.clone(), 100));
+        let (ring, _) = run(&mut engine, greedy(prompt.clone(), 40));
         assert_eq!(ids(&ring), ids(&every_row), "{path:?}");
         for (a, b) in ring.iter().zip(&every_row) {
             assert!((a.top[0].logit - b.top[0].logit).abs() < 1e-3, "{path:?}, step {}", a.index);
         }
         // The checkpoint the prefill keeps before the prompt's last token: the window's 7 rows.
         let positions = engine.cache().len();
-        assert_eq!(positions, prompt_len + 99);
+        assert_eq!(positions, prompt_len + 39);
         let (checkpoints, checkpoint_bytes) = engine.cache().checkpoints();
         assert_eq!((checkpoints, checkpoint_bytes), (vec![prompt_len - 1], local * 7 * row), "{path:?}");
         // The global block keeps every position. The CPU engine's local blocks a ring of twice
@@ -258,6 +258,20 @@ fn past_its_ring_a_local_blocks_cache_gives_the_tokens_of_one_that_keeps_every_r
 
 #[test]
 fn past_its_ring_a_repeated_prompt_and_a_fork_give_a_cold_runs_tokens() {
+    let fork = |prompt: &Prompt, parent: &[Step], at: usize| {
+        // The parent's first `at` tokens, then the next step's second candidate, then 8 more.
+        let mut fork = greedy(prompt.clone(), at + 9);
+        fork.forced_tokens = [&ids(parent)[..at], &[parent[at].top[1].id]].concat();
+        fork
+    };
+    let same_as_cold = |engine: &mut Engine, path: Path, warm: Vec<Step>, fork: GenerateRequest| {
+        engine.clear_cache();
+        let (cold, _) = run(engine, fork);
+        assert_eq!(ids(&warm), ids(&cold));
+        assert_eq!(warm.len(), 8);
+        let worst = warm.iter().zip(&cold).map(|(a, b)| logit_gap(a, b)).fold(0.0, f32::max);
+        assert!(worst < 1e-4, "{path:?}: the fork's logits differ from a cold run's by {worst}");
+    };
     for path in RING_PATHS {
         let mut engine = gemma_engine(path);
         let prompt = counting_prompt(&engine, 90, "");
@@ -265,29 +279,21 @@ fn past_its_ring_a_repeated_prompt_and_a_fork_give_a_cold_runs_tokens() {
         // 150 tokens: going back to the prompt is further than the ring's slack.
         let (parent, _) = run(&mut engine, greedy(prompt.clone(), 150));
         assert!(parent.len() > RING_SLACK);
-        let (again, result) = run(&mut engine, greedy(prompt.clone(), 150));
-        assert_eq!(ids(&again), ids(&parent));
-        // The window before the prompt's last token was kept: only that token ran again.
+        // A fork at 140 goes back 9 positions: within the ring.
+        let at_140 = fork(&prompt, &parent, 140);
+        let (warm_140, _) = run(&mut engine, at_140.clone());
+        // The prompt again, from 149 positions past it: the window before the prompt's last token
+        // was kept, only that token ran again.
+        let (again, result) = run(&mut engine, greedy(prompt.clone(), 10));
+        assert_eq!(ids(&again), ids(&parent)[..10]);
         assert_eq!(result.usage.cached_prompt_tokens, prompt_len - 1, "{:?}", result.usage);
-        // Forks: the parent's first tokens, then the next step's second candidate, then 8 more. At
-        // 140 the cache goes back 9 positions (within the ring); at 10, 138 (through the checkpoint).
-        let forks = [140, 10].map(|at| {
-            let mut fork = greedy(prompt.clone(), at + 9);
-            fork.forced_tokens = [&ids(&parent)[..at], &[parent[at].top[1].id]].concat();
-            fork
-        });
-        let warm = forks.clone().map(|fork| run(&mut engine, fork).0);
-        for (fork, warm) in forks.into_iter().zip(warm) {
-            engine.clear_cache();
-            let (cold, _) = run(&mut engine, fork);
-            assert_eq!(ids(&warm), ids(&cold));
-            assert_eq!(warm.len(), 8);
-            let worst = warm.iter().zip(&cold).map(|(a, b)| logit_gap(a, b)).fold(0.0, f32::max);
-            assert!(worst < 1e-4, "{path:?}: the fork's logits differ from a cold run's by {worst}");
-        }
-        // Within the slack: the ring still holds the rows, nothing is restored.
-        let (short, result) = run(&mut engine, greedy(prompt, 10));
-        assert_eq!((ids(&short), result.usage.cached_prompt_tokens), (ids(&parent)[..10].to_vec(), prompt_len - 1));
+        // A fork at 5 goes back 4 positions from there: within the slack, nothing is restored (the
+        // whole prompt is still held; from the checkpoint, its last token would run again).
+        let at_5 = fork(&prompt, &parent, 5);
+        let (warm_5, result) = run(&mut engine, at_5.clone());
+        assert_eq!(result.usage.cached_prompt_tokens, prompt_len, "{:?}", result.usage);
+        same_as_cold(&mut engine, path, warm_140, at_140);
+        same_as_cold(&mut engine, path, warm_5, at_5);
     }
 }
 
@@ -297,10 +303,10 @@ fn past_its_ring_speculative_lookup_and_beams_give_plain_decodings_tokens() {
         let mut engine = gemma_engine(path);
         // As for Qwen3.5: a bias makes the model say " of" over and over; lookup drafts what
         // followed " of" in the prompt (rejected: the ring goes back within its slack) and more
-        // " of"s (accepted), 150 tokens past a 90-token prompt.
+        // " of"s (accepted), 60 tokens past a 90-token prompt (past the ring's 135 rows).
         let prompt = counting_prompt(&engine, 90, " The capital of France is");
         let of = engine.prompt_tokens(&Prompt::Text(" of".into())).unwrap()[0];
-        let mut plain_request = greedy(prompt.clone(), 150);
+        let mut plain_request = greedy(prompt.clone(), 60);
         plain_request.sampling.logit_bias.insert(of, 50.0);
         let (plain, _) = run(&mut engine, plain_request.clone());
         engine.clear_cache();
