@@ -228,6 +228,7 @@ fn past_its_ring_a_local_blocks_cache_gives_the_tokens_of_one_that_keeps_every_r
     let prompt = counting_prompt(&burn, slots + 10, "");
     let prompt_len = burn.prompt_tokens(&prompt).unwrap().len();
     let (every_row, _) = run(&mut burn, greedy(prompt.clone(), 40));
+    assert_eq!(burn.info().kv_window, None, "Burn's path keeps every row");
     let config = ModelConfig::from_gguf(&GgufFile::parse(&tiny_family(TINY_GEMMA).0).unwrap()).unwrap();
     let row = config.kv_position_bytes();
     let local = config.ring_blocks() as u64;
@@ -253,6 +254,18 @@ fn past_its_ring_a_local_blocks_cache_gives_the_tokens_of_one_that_keeps_every_r
             _ => global * 256 + local * slots as u64,
         };
         assert_eq!(engine.cache().device_bytes(), rows * row + checkpoint_bytes, "{path:?}");
+        // What the model says of it: the ring's rows on this path, and so the cache's rows at
+        // these positions (the CPU engine's grow with them: its rows are exactly that).
+        let window = engine.info().kv_window.expect("the local blocks keep a ring");
+        let ring_rows = if path == Path::Cpu { 2 * slots } else { slots };
+        assert_eq!((window.rows, window.bytes_per_token), (ring_rows, local * row), "{path:?}");
+        assert_eq!(
+            engine.info().kv_bytes(positions),
+            (global * positions as u64 + local * positions.min(ring_rows) as u64) * row
+        );
+        if path == Path::Cpu {
+            assert_eq!(engine.info().kv_bytes(positions) + checkpoint_bytes, engine.cache().device_bytes());
+        }
     }
 }
 

@@ -94,7 +94,13 @@ export interface ModelInfo {
   device: string;
   path: 'fused' | 'cpu';
   weightBytes: number;
+  /** Bytes a token takes in the KV cache, every attention layer together, while the cache holds it whole. */
   kvBytesPerToken: number;
+  /**
+   * A sliding-window model's local layers (Gemma 3) on this path: a ring of `rows` positions, `bytesPerToken` of
+   * `kvBytesPerToken`; past `rows` tokens only the other layers grow. `null` where every layer keeps every position.
+   */
+  kvWindow: { rows: number; bytesPerToken: number } | null;
   /** Bytes of the recurrent blocks' state (Qwen3.5's Gated DeltaNet blocks): fixed, whatever the context; 0 when every block attends. */
   stateBytes: number;
   /** Blocks of the file not run (its multi-token-prediction blocks). */

@@ -611,7 +611,7 @@ async function stream(options, prefix = []) {
   setBusy(true);
   const started = performance.now();
   const timing = {
-    times: [], joined: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken, stateBytes: state.lm.info.stateBytes,
+    times: [], joined: [], prefill: null, kvBytesPerToken: state.lm.info.kvBytesPerToken, kvWindow: state.lm.info.kvWindow, stateBytes: state.lm.info.stateBytes,
   };
   // Steps still to come from the speculative pass in flight (they arrive with its first).
   let passLeft = 0;
@@ -1421,7 +1421,11 @@ function showModel(info) {
     [onCpu ? 'weights in memory' : 'weights on the GPU', `${(info.weightBytes / 2 ** 20).toFixed(1)} MiB`],
     // What the context costs: KV rows per token for the attention layers, and for recurrent
     // layers (Qwen3.5's Gated DeltaNet) a state of fixed size.
-    ['memory per token', `${(info.kvBytesPerToken / 1024).toFixed(1)} KiB of KV rows`],
+    ['memory per token', `${(info.kvBytesPerToken / 1024).toFixed(1)} KiB of KV rows`
+      + (info.kvWindow
+        ? `; ${(info.kvWindow.bytesPerToken / 1024).toFixed(1)} KiB of them in the sliding-window layers, which keep a ring of `
+          + `${info.kvWindow.rows.toLocaleString('en')} positions: past it, ${((info.kvBytesPerToken - info.kvWindow.bytesPerToken) / 1024).toFixed(1)} KiB`
+        : '')],
     ...(info.stateBytes
       ? [['recurrent state', `${(info.stateBytes / 2 ** 20).toFixed(1)} MiB, a fixed size (no KV rows in those layers)`]]
       : []),

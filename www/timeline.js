@@ -9,14 +9,23 @@ import { svg } from './chart.js';
 const mb = (bytes) => `${(bytes / 1e6).toFixed(bytes < 1e7 ? 2 : 1)} MB`;
 
 /**
+ * Bytes of the KV cache's rows at `tokens` positions for a model's `info` (`ModelInfo::kv_bytes`
+ * in the engine): every attention block's rows, a sliding-window block's no more than its ring.
+ */
+export function kvBytesAt({ kvBytesPerToken, kvWindow }, tokens) {
+  return tokens * kvBytesPerToken - Math.max(0, tokens - (kvWindow?.rows ?? tokens)) * (kvWindow?.bytesPerToken ?? 0);
+}
+
+/**
  * The numbers of a timeline. `times`: ms from the request to each step's arrival (the run's own
  * steps, not a fork's given ones); `prefill`: the last prefill report ({ total, cached }: the
- * context's tokens and those the cache held); `kvBytesPerToken` and `stateBytes`: the model's
- * (`lm.info`: the KV rows of a token, and the recurrent blocks' fixed-size state, 0 without);
+ * context's tokens and those the cache held); `kvBytesPerToken`, `kvWindow` and `stateBytes`: the
+ * model's (`lm.info`: the KV rows of a token, the part of them a sliding window's ring stops
+ * keeping past its rows, and the recurrent blocks' fixed-size state, 0 without);
  * `joined` (optional): per step, whether it came out of the same forward pass as the step before
  * (a speculative pass yields its accepted drafts and one more token at once).
  */
-export function timelineOf({ times, prefill, kvBytesPerToken, stateBytes = 0, joined = [] }) {
+export function timelineOf({ times, prefill, kvBytesPerToken, kvWindow = null, stateBytes = 0, joined = [] }) {
   const context = prefill?.total ?? 0;
   const run = context - (prefill?.cached ?? 0);
   const bars = [];
@@ -39,7 +48,7 @@ export function timelineOf({ times, prefill, kvBytesPerToken, stateBytes = 0, jo
     decodeSteps: times.length - 1,
     decodePasses: bars.length - 1,
     decodeTokensPerS: decodeMs > 0 ? ((times.length - 1) * 1000) / decodeMs : 0,
-    kvBytes: (tokens) => tokens * kvBytesPerToken,
+    kvBytes: (tokens) => kvBytesAt({ kvBytesPerToken, kvWindow }, tokens),
     stateBytes,
   };
 }

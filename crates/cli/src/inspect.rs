@@ -86,11 +86,16 @@ pub fn run(path: &Path, bytes: &SharedBytes) -> Result<(), String> {
                     c.recurrent_state_bytes() as f64 / 1048576.0
                 );
             }
+            // A local block's ring holds its slots at most (the fused path's; the line below
+            // says the CPU engine's).
+            let ring_rows = c.window_ring().map_or(c.context_length, |ring| ring.slots().min(c.context_length));
+            let kv_bytes = c.kv_token_bytes() * c.context_length as u64
+                - (c.ring_blocks() * (c.context_length - ring_rows)) as u64 * c.kv_position_bytes();
             println!(
                 "  KV cache {} bytes per token ({} attention blocks), {:.1} MiB at the full context{}",
                 c.kv_token_bytes(),
                 c.attention_blocks(),
-                (c.kv_token_bytes() * c.context_length as u64) as f64 / 1048576.0,
+                kv_bytes as f64 / 1048576.0,
                 match c.skipped_mtp_blocks {
                     0 => String::new(),
                     n => format!("; {n} multi-token-prediction block(s) not run"),

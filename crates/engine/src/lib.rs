@@ -48,7 +48,7 @@ pub use error::EngineError;
 pub use generation::GenerationState;
 pub use lens::{DEFAULT_LENS_CANDIDATES, LensLayer, LensReport, LensRequest, LensToken, MAX_LENS_CANDIDATES};
 pub use nucleus_gguf::{GgufError, GgufHeader, SharedBytes};
-pub use nucleus_model::{LinearKernel, MAX_ATTENTION_ROWS, ModelDevice, Path};
+pub use nucleus_model::{KvWindow, LinearKernel, MAX_ATTENTION_ROWS, ModelDevice, Path};
 pub use nucleus_sampler::json::{OptionError, camel_case};
 pub use plan::{HostLimit, LoadPlan, plan};
 pub use report::{
@@ -91,8 +91,11 @@ pub struct ModelInfo {
     /// Bytes of the weights on the device.
     pub weight_bytes: u64,
     /// Bytes each token of the context takes in the KV cache (keys and values of every
-    /// attention block).
+    /// attention block) while it is held whole: see `kv_window` for the part a ring stops.
     pub kv_bytes_per_token: u64,
+    /// A sliding-window model's local blocks on this path: they keep a ring of `rows` positions
+    /// (`bytes_per_token` of `kv_bytes_per_token`), so from there on only the other blocks grow.
+    pub kv_window: Option<KvWindow>,
     /// Bytes of the recurrent blocks' state (Qwen3.5's Gated DeltaNet blocks): fixed, whatever
     /// the context; 0 for a model whose every block attends.
     pub state_bytes: u64,
@@ -101,6 +104,14 @@ pub struct ModelInfo {
 }
 
 impl ModelInfo {
+    /// Bytes the KV cache's rows take once `tokens` positions are in it: every attention block's
+    /// rows, a local block's no more than its ring holds. (The page's time line says the same.)
+    pub fn kv_bytes(&self, tokens: usize) -> u64 {
+        let stopped =
+            self.kv_window.map_or(0, |window| tokens.saturating_sub(window.rows) as u64 * window.bytes_per_token);
+        tokens as u64 * self.kv_bytes_per_token - stopped
+    }
+
     /// The model as a person names it: "SmolLM2-135M-Instruct · llama · Q4_1 · 98 MB · 49,152
     /// tokens". The name is the file's (`file_name`: a path or URL; its last segment without
     /// `.gguf` and without a suffix naming the quantization), else `general.basename` and
@@ -202,6 +213,7 @@ impl Prepared {
             path: path.as_str(),
             weight_bytes: model.memory().weight_bytes,
             kv_bytes_per_token: config.kv_token_bytes(),
+            kv_window: model.kv_window(),
             state_bytes: config.recurrent_state_bytes(),
             skipped_blocks: config.skipped_mtp_blocks,
         };
@@ -231,7 +243,7 @@ impl EngineStream {
         self.model.progress()
     }
 
-    /// The most bytes the load holds of the file at once: its largest tensor's.
+    /// The most bytes the load holds of the file at once: the largest tensor it takes whole.
     pub fn staging_bytes(&self) -> u64 {
         self.model.staging_bytes()
     }
@@ -640,6 +652,7 @@ mod tests {
             path: "fused",
             weight_bytes: 0,
             kv_bytes_per_token: 30 * 2 * 192 * 4,
+            kv_window: None,
             state_bytes: 0,
             skipped_blocks: 0,
         }

@@ -260,6 +260,11 @@ impl BlockRows {
     }
 }
 
+/// The most rows a local block's ring holds here: twice its slots ([`BlockRows`]).
+pub(crate) fn ring_rows(ring: WindowRing) -> usize {
+    2 * ring.slots()
+}
+
 /// What the CPU engine's cache of rows holds at `positions` positions, from the configuration
 /// alone: the bytes each position adds (the global blocks' rows), and the bytes that stop
 /// growing past the ring (the local blocks' rings, twice their slots at most, and the window
@@ -269,7 +274,7 @@ pub(crate) fn planned_rows(config: &ModelConfig, positions: usize) -> (u64, u64)
     let local = config.ring_blocks() as u64;
     let global = config.attention_blocks() as u64 - local;
     let rings = config.window_ring().map_or(0, |ring| {
-        let rows = positions.min(2 * ring.slots()) + MAX_CHECKPOINTS * ring.window_before(positions).len();
+        let rows = positions.min(ring_rows(ring)) + MAX_CHECKPOINTS * ring.window_before(positions).len();
         local * rows as u64 * row
     });
     (global * row, rings)

@@ -205,6 +205,15 @@ pub struct Model {
     route: Route,
 }
 
+/// What a sliding-window model's local blocks keep ([`Model::kv_window`]): each token takes
+/// `bytes_per_token` in their rings (keys and values, every local block together) until they
+/// hold `rows` positions; later tokens overwrite the oldest rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct KvWindow {
+    pub rows: usize,
+    pub bytes_per_token: u64,
+}
+
 /// Keys and values of every block for the positions seen so far.
 pub struct KvCache {
     inner: CacheKind,
@@ -590,6 +599,21 @@ impl Model {
             #[cfg(feature = "burn-ops")]
             Route::Burn(model) => ModelMemory { weight_bytes: model.weight_bytes(), in_file_bytes: 0 },
         }
+    }
+
+    /// The local blocks' rings of a sliding-window model as this path keeps them (`window.rs`);
+    /// `None` where every attention block keeps a row per position: a model without a window,
+    /// or Burn's path (the reference the rings are checked against keeps every row).
+    pub fn kv_window(&self) -> Option<KvWindow> {
+        let ring = self.config.window_ring()?;
+        let rows = match &self.route {
+            Route::Cpu(_) => cpu::ring_rows(ring),
+            #[cfg(feature = "gpu")]
+            Route::Fused(_) => ring.slots(),
+            #[cfg(feature = "burn-ops")]
+            Route::Burn(_) => return None,
+        };
+        Some(KvWindow { rows, bytes_per_token: self.config.ring_blocks() as u64 * self.config.kv_position_bytes() })
     }
 
     /// A cache for up to `capacity` positions (at most the model's context length).

@@ -163,6 +163,7 @@ mod tests {
             path: "fused",
             weight_bytes: 360,
             kv_bytes_per_token: 48,
+            kv_window: Some(nucleus_engine::KvWindow { rows: 135, bytes_per_token: 32 }),
             state_bytes: 64,
             skipped_blocks: 1,
         };
@@ -175,6 +176,7 @@ mod tests {
         assert_eq!(value["path"], "fused");
         assert_eq!(value["weightBytes"], 360);
         assert_eq!(value["kvBytesPerToken"], 48);
+        assert_eq!(value["kvWindow"], serde_json::json!({ "rows": 135, "bytesPerToken": 32 }));
         assert_eq!(value["stateBytes"], 64);
         assert_eq!(value["skippedBlocks"], 1);
     }
