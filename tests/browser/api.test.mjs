@@ -111,12 +111,12 @@ test('Nucleus.load({ backend: \'webgpu\' }) loads the default model with progres
   assert.equal(lastDownload.total, model.length);
   const lastUpload = phases.at(-1);
   assert.equal(lastUpload.loaded, lastUpload.total);
-  // Each tensor went on to the GPU as it arrived: wasm memory never held the file, only the
-  // tensor being received (the largest, token_embd: 30,081,024 bytes of Q8_0) and the header.
+  // Each weight went on to the GPU piece by piece as it arrived: wasm memory never held the file,
+  // nor its largest tensor (token_embd: 30,081,024 bytes of Q8_0), only the header and the small
+  // vectors (25.3 MiB measured; 54.5 MiB when each tensor was staged whole).
   const { wasmMemoryBytes } = await page.evaluate(() => window.lm.diagnostics());
-  const largestTensor = 30_081_024;
   console.log(`  wasm memory ${(wasmMemoryBytes / 2 ** 20).toFixed(1)} MiB for a file of ${(model.length / 2 ** 20).toFixed(1)} MiB`);
-  assert.ok(wasmMemoryBytes <= 64 * 2 ** 20 + largestTensor, `${wasmMemoryBytes} bytes of wasm memory`);
+  assert.ok(wasmMemoryBytes <= 40 * 2 ** 20, `${wasmMemoryBytes} bytes of wasm memory`);
 });
 
 for (const [name, caseData] of Object.entries(reference.logit_cases)) {

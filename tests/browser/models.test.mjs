@@ -195,6 +195,15 @@ test('Gemma 3 270M: a base model, the reference greedy tokens, the chart, the lo
   assert.equal(await page.isEnabled('input[name="mode"][value="chat"]'), false, 'no chat template');
   assert.match(await page.textContent('#base-model'), /^gemma-3-270m has no chat template \(a base model\): it continues the text you give it\.$/);
   assert.match(await page.textContent('#exact-hint'), /\(1,024 KB\)/);
+  // Streamed to the GPU piece by piece: wasm memory never held its 170 MiB embedding (65.8 MiB
+  // measured: the module, the header and the tokenizer of 262,144 tokens; 321.6 MiB when each
+  // tensor was staged whole).
+  const { wasmMemoryBytes } = await page.evaluate(() => window.playground.lm.diagnostics());
+  assert.ok(wasmMemoryBytes < 128 * 2 ** 20, `${wasmMemoryBytes} bytes of wasm memory`);
+  // 18 layers keep keys and values of one head of 256 (2 KiB a token each); 15 of them are
+  // local, and on the fused path their ring holds the 512-position window's 511 rows and 128 more.
+  assert.equal(await page.textContent('[data-stat="memory per token"]'),
+    '36.0 KiB of KV rows; 30.0 KiB of them in the sliding-window layers, which keep a ring of 639 positions: past it, 6.0 KiB');
 
   const capital = gemma.logit_cases.capital;
   assert.deepEqual(await greedy(capital.text, 6), capital.greedy.slice(0, 6), 'the reference greedy tokens');

@@ -6,7 +6,7 @@
 use nucleus_gguf::GgufHeader;
 use nucleus_model::{HostPlan, ModelConfig, ModelDevice, ModelError, Path};
 #[cfg(feature = "gpu")]
-use nucleus_model::{MemoryLimits, MemoryPlan};
+use nucleus_model::{MemoryLimits, MemoryPlan, streamed_staging_bytes};
 use nucleus_tokenizer::Tokenizer;
 use serde::Serialize;
 
@@ -24,7 +24,8 @@ pub struct LoadPlan {
     pub path: &'static str,
     /// Memory in the process (the browser's wasm memory): everything on the CPU engine (the
     /// file, its matrices read in place); on the fused path in the browser the header and the
-    /// largest tensor (the file streams to the GPU), natively the file's mapped copy.
+    /// largest tensor it takes whole (the file streams to the GPU, most weights piece by piece),
+    /// natively the file's mapped copy.
     pub host_bytes: u64,
     /// Memory on the GPU (the fused path's buffers; 0 on the CPU engine, not planned on the
     /// Burn-op path).
@@ -97,7 +98,8 @@ pub(crate) fn checked(
     let context = config.context_length;
     let path = options.path.unwrap_or_else(|| Path::default_for(device, config));
     let host = HostPlan::new(header, config, context)?;
-    let device_bytes = match path {
+    // The fused path's buffers, and what a streamed load of it holds of the file at once.
+    let (device_bytes, staging_bytes): (u64, Option<u64>) = match path {
         #[cfg(feature = "gpu")]
         Path::Fused => {
             let plan = MemoryPlan::fused(header, config, context)?;
@@ -111,17 +113,17 @@ pub(crate) fn checked(
                     }
                 })?;
             }
-            plan.total_bytes()
+            (plan.total_bytes(), Some(streamed_staging_bytes(header, config)?))
         }
-        _ => 0,
+        _ => (0, None),
     };
     // In the browser (a host limit) the fused path takes each tensor as it arrives and keeps none
-    // of the file (`Engine::stream`): the header and the tensor being received.
-    let streamed = path == Path::Fused && host_limit.is_some();
+    // of the file (`Engine::stream`): the header, and the largest tensor it takes whole.
+    let streamed = staging_bytes.filter(|_| host_limit.is_some());
     let host_bytes = if path == Path::Cpu {
         host.total_bytes()
-    } else if streamed {
-        header.data_offset + header.tensors.iter().map(|t| t.byte_len()).max().unwrap_or(0)
+    } else if let Some(staging_bytes) = streamed {
+        header.data_offset + staging_bytes
     } else {
         header.file_len
     };
@@ -129,7 +131,7 @@ pub(crate) fn checked(
         // The file is in that memory on the CPU engine, its cache and tables beside it.
         if path == Path::Cpu && header.file_len <= limit.bytes {
             host.check(limit.bytes, limit.name)?;
-        } else if !streamed && header.file_len > limit.bytes {
+        } else if streamed.is_none() && header.file_len > limit.bytes {
             return Err(ModelError::OutOfMemory(format!(
                 "the file ({:.1} MiB) does not fit in {} ({:.1} MiB)",
                 header.file_len as f64 / 1048576.0,

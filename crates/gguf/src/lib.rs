@@ -32,7 +32,7 @@ use std::ops::Range;
 
 pub use dequant::{can_dequantize, dequantize, dequantize_into, f16_to_f32, k_scale_min};
 pub use shared::{SharedBytes, SharedSlice};
-pub use stream::TensorStream;
+pub use stream::{Piece, TensorStream, Wanted};
 pub use types::{GgmlType, file_type_name};
 
 /// Everything that can be wrong with a GGUF file.

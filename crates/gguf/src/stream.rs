@@ -1,44 +1,73 @@
-//! [`TensorStream`]: a file's tensors, each whole, from its bytes read once in order, a chunk at a
-//! time, without the file ever being whole in memory.
+//! [`TensorStream`]: a file's tensors, whole or in pieces, from its bytes read once in order, a
+//! chunk at a time, without the file ever being whole in memory.
 //!
-//! The browser's WebGPU load reads a download this way: each tensor goes to its GPU buffer as
-//! soon as its last byte arrives, and only the tensor being received is held (in one staging
-//! buffer, taken once at the largest tensor's size). A tensor that lies whole inside one chunk is
-//! given straight from the chunk, not copied.
+//! The browser's WebGPU load reads a download this way. A tensor the GPU takes as the file stores
+//! it is given in pieces, straight from the chunks, each written to its buffer as it arrives
+//! ([`Wanted::InPieces`]); one the load must see whole (to convert it, or to keep it on the host)
+//! is given whole ([`Wanted::Whole`]): from the chunk when it lies inside one, else from one
+//! staging buffer taken once at the largest such tensor's size.
 
 use std::ops::Range;
 
 use crate::{GgufError, GgufHeader, TensorInfo};
 
-/// The tensors of a file that a load wants, given whole as the file's bytes are read in order.
+/// How a load takes one of a file's tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wanted {
+    /// Not read.
+    No,
+    /// Given whole, in one [`Piece`].
+    Whole,
+    /// Given in pieces as its bytes arrive, nothing staged.
+    InPieces,
+}
+
+/// Bytes of a wanted tensor that [`TensorStream::read`] gives: the tensor whole, or one piece of
+/// it; a tensor's pieces come in order, the next starting where the last ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Piece<'a> {
+    /// The tensor's index in the header's table.
+    pub index: usize,
+    /// Where `bytes` begin in the tensor.
+    pub at: u64,
+    pub bytes: &'a [u8],
+    /// Whether `bytes` end the tensor.
+    pub last: bool,
+}
+
+/// The tensors of a file that a load wants, given as the file's bytes are read in order.
 #[derive(Debug)]
 pub struct TensorStream {
-    /// The wanted tensors' places in the file and their indices in the header's table, in the
-    /// order they lie.
-    order: Vec<(Range<u64>, usize)>,
+    /// The wanted tensors' places in the file, their indices in the header's table and whether
+    /// they are given whole, in the order they lie.
+    order: Vec<(Range<u64>, usize, bool)>,
     /// The first of `order` not yet given.
     next: usize,
     /// Bytes of the file read so far (the next byte expected).
     position: u64,
-    /// The bytes of `order[next]` received so far, when it began in an earlier chunk.
+    /// The bytes of `order[next]` received so far, when it is given whole and began in an
+    /// earlier chunk.
     staging: Vec<u8>,
 }
 
 impl TensorStream {
     /// A stream of the tensors of `header` for which `wanted` says so. Tensors that overlap
     /// another wanted one are `Corrupt` (a file read once cannot give both).
-    pub fn new(header: &GgufHeader, wanted: impl Fn(&TensorInfo) -> bool) -> Result<Self, GgufError> {
-        let mut order: Vec<(Range<u64>, usize)> = header
+    pub fn new(header: &GgufHeader, wanted: impl Fn(&TensorInfo) -> Wanted) -> Result<Self, GgufError> {
+        let mut order: Vec<(Range<u64>, usize, bool)> = header
             .tensors
             .iter()
             .enumerate()
-            .filter(|(_, tensor)| wanted(tensor))
-            .map(|(index, tensor)| {
+            .filter_map(|(index, tensor)| {
+                let whole = match wanted(tensor) {
+                    Wanted::No => return None,
+                    how => how == Wanted::Whole,
+                };
                 let range = header.tensor_range(tensor);
-                (range.start as u64..range.end as u64, index)
+                Some((range.start as u64..range.end as u64, index, whole))
             })
             .collect();
-        order.sort_by_key(|(range, _)| range.start);
+        order.sort_by_key(|(range, ..)| range.start);
         if let Some(pair) = order.windows(2).find(|pair| pair[1].0.start < pair[0].0.end) {
             let name = |i: usize| &header.tensors[pair[i].1].name;
             return Err(GgufError::Corrupt(format!("tensors '{}' and '{}' overlap", name(0), name(1))));
@@ -56,13 +85,14 @@ impl TensorStream {
         self.next == self.order.len()
     }
 
-    /// The most bytes the stream holds at once: the largest wanted tensor's (its staging buffer).
+    /// The most bytes the stream holds at once: the largest tensor given whole (its staging
+    /// buffer).
     pub fn staging_bytes(&self) -> u64 {
-        self.order.iter().map(|(range, _)| range.end - range.start).max().unwrap_or(0)
+        self.order.iter().filter(|(.., whole)| *whole).map(|(range, ..)| range.end - range.start).max().unwrap_or(0)
     }
 
-    /// Reads `chunk`, the file's bytes from `offset`, and gives `take(index, bytes)` each wanted
-    /// tensor it completes (`index` in the header's table), in file order. Bytes before
+    /// Reads `chunk`, the file's bytes from `offset`, and gives `take` each wanted tensor it
+    /// completes, or each piece of one given in pieces, in file order. Bytes before
     /// [`Self::position`] were read already and are skipped (a download that started again from
     /// its first byte); a chunk that begins after it is an error (bytes would be missing). An
     /// error from `take` stops the read and is returned.
@@ -70,7 +100,7 @@ impl TensorStream {
         &mut self,
         offset: u64,
         chunk: &[u8],
-        mut take: impl FnMut(usize, &[u8]) -> Result<(), E>,
+        mut take: impl FnMut(Piece<'_>) -> Result<(), E>,
     ) -> Result<(), E> {
         let end = offset + chunk.len() as u64;
         if offset > self.position {
@@ -81,7 +111,7 @@ impl TensorStream {
             .into());
         }
         while self.position < end {
-            let Some((range, index)) = self.order.get(self.next).cloned() else {
+            let Some((range, index, whole)) = self.order.get(self.next).cloned() else {
                 self.position = end;
                 break;
             };
@@ -94,21 +124,23 @@ impl TensorStream {
                 self.position = range.start;
             }
             let until = range.end.min(end);
-            if self.staging.is_empty() && self.position == range.start && until == range.end {
-                take(index, &chunk[here(range.start)..here(range.end)])?;
+            let last = until == range.end;
+            if !whole || (self.staging.is_empty() && self.position == range.start && last) {
+                let bytes = &chunk[here(self.position)..here(until)];
+                take(Piece { index, at: self.position - range.start, bytes, last })?;
             } else {
                 if self.staging.capacity() == 0 {
                     self.staging.reserve_exact(self.staging_bytes() as usize);
                 }
                 self.staging.extend_from_slice(&chunk[here(self.position)..here(until)]);
-                if until == range.end {
-                    let result = take(index, &self.staging);
+                if last {
+                    let result = take(Piece { index, at: 0, bytes: &self.staging, last });
                     self.staging.clear();
                     result?;
                 }
             }
             self.position = until;
-            if until == range.end {
+            if last {
                 self.next += 1;
             }
         }

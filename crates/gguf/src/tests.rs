@@ -405,26 +405,43 @@ fn a_file_held_in_parts_split_where_tensors_begin_reads_as_the_whole_file() {
     );
 }
 
-/// Reads `bytes` through a stream of the tensors `wanted` names, in chunks of `chunk` bytes:
-/// each tensor given, by name, with its bytes.
-fn streamed(bytes: &[u8], wanted: &[&str], chunk: usize) -> Vec<(String, Vec<u8>)> {
+/// Reads `bytes` through a stream of the tensors `wanted` names (`pieces`: given in pieces, else
+/// whole), in chunks of `chunk` bytes: each tensor, by name, with its bytes joined from its
+/// pieces (which must come in order, the last marked).
+fn streamed(bytes: &[u8], wanted: &[&str], pieces: &[&str], chunk: usize) -> Vec<(String, Vec<u8>)> {
     let header = GgufHeader::parse(bytes, bytes.len() as u64).unwrap();
-    let mut stream = TensorStream::new(&header, |t| wanted.contains(&t.name.as_str())).unwrap();
-    let mut given = Vec::new();
-    for (i, piece) in bytes.chunks(chunk).enumerate() {
+    let how = |t: &TensorInfo| match t.name.as_str() {
+        name if pieces.contains(&name) => Wanted::InPieces,
+        name if wanted.contains(&name) => Wanted::Whole,
+        _ => Wanted::No,
+    };
+    let mut stream = TensorStream::new(&header, how).unwrap();
+    let mut given: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut open: Option<(usize, Vec<u8>)> = None;
+    for (i, bytes) in bytes.chunks(chunk).enumerate() {
         stream
-            .read((i * chunk) as u64, piece, |index, tensor| {
-                given.push((header.tensors[index].name.clone(), tensor.to_vec()));
+            .read((i * chunk) as u64, bytes, |piece| {
+                let (index, mut joined) = open.take().unwrap_or((piece.index, Vec::new()));
+                assert_eq!((index, piece.at), (piece.index, joined.len() as u64), "pieces in order");
+                assert!(!piece.bytes.is_empty());
+                let whole = how(&header.tensors[index]) == Wanted::Whole;
+                assert!(!whole || (piece.at == 0 && piece.last), "a whole tensor comes in one piece");
+                joined.extend_from_slice(piece.bytes);
+                if piece.last {
+                    given.push((header.tensors[index].name.clone(), joined));
+                } else {
+                    open = Some((index, joined));
+                }
                 Ok::<_, GgufError>(())
             })
             .unwrap();
     }
-    assert!(stream.done() && stream.position() == bytes.len() as u64);
+    assert!(stream.done() && stream.position() == bytes.len() as u64 && open.is_none());
     given
 }
 
 #[test]
-fn a_stream_gives_each_wanted_tensor_whole_in_file_order_whatever_the_chunks() {
+fn a_stream_gives_each_wanted_tensor_whole_or_in_pieces_in_file_order_whatever_the_chunks() {
     let bytes = four_tensor_file();
     let whole = GgufFile::parse(&bytes).unwrap();
     let expected: Vec<(String, Vec<u8>)> = ["a", "c", "d"]
@@ -432,21 +449,29 @@ fn a_stream_gives_each_wanted_tensor_whole_in_file_order_whatever_the_chunks() {
         .map(|name| (name.to_string(), whole.tensor_bytes(whole.tensor(name).unwrap()).to_vec()))
         .collect();
     for chunk in [1, 7, 32, 100, 161, bytes.len()] {
-        assert_eq!(streamed(&bytes, &["d", "a", "c"], chunk), expected, "chunks of {chunk} bytes");
+        assert_eq!(streamed(&bytes, &["d", "a", "c"], &[], chunk), expected, "chunks of {chunk} bytes");
+        assert_eq!(
+            streamed(&bytes, &["d"], &["a", "c"], chunk),
+            expected,
+            "chunks of {chunk} bytes, a and c in pieces"
+        );
     }
     let header = GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
-    let stream = TensorStream::new(&header, |_| true).unwrap();
+    let stream = TensorStream::new(&header, |_| Wanted::Whole).unwrap();
     assert_eq!(stream.staging_bytes(), 256, "the largest tensor, `a`");
+    let in_pieces =
+        TensorStream::new(&header, |t| if t.name == "a" { Wanted::InPieces } else { Wanted::Whole }).unwrap();
+    assert!(in_pieces.staging_bytes() < 256, "a tensor given in pieces is not staged");
 }
 
 #[test]
 fn a_stream_skips_bytes_read_again_and_refuses_a_gap() {
     let bytes = four_tensor_file();
     let header = GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
-    let mut stream = TensorStream::new(&header, |_| true).unwrap();
+    let mut stream = TensorStream::new(&header, |_| Wanted::Whole).unwrap();
     let mut given = Vec::new();
-    let mut take = |index: usize, _: &[u8]| {
-        given.push(index);
+    let mut take = |piece: Piece<'_>| {
+        given.push(piece.index);
         Ok::<_, GgufError>(())
     };
     let b_end = header.tensor_range(header.tensor("b").unwrap()).end;
@@ -455,8 +480,8 @@ fn a_stream_skips_bytes_read_again_and_refuses_a_gap() {
     stream.read(0, &bytes[..100], &mut take).unwrap();
     stream.read(100, &bytes[100..], &mut take).unwrap();
     assert_eq!(given, vec![0, 1, 2, 3]);
-    let mut fresh = TensorStream::new(&header, |_| true).unwrap();
-    let gap = fresh.read(10, &bytes[10..20], |_, _| Ok::<_, GgufError>(())).unwrap_err();
+    let mut fresh = TensorStream::new(&header, |_| Wanted::Whole).unwrap();
+    let gap = fresh.read(10, &bytes[10..20], |_| Ok::<_, GgufError>(())).unwrap_err();
     assert_eq!(gap, GgufError::Corrupt("bytes from 10 came before those from 0 (the file is read in order)".into()));
 }
 
@@ -464,13 +489,13 @@ fn a_stream_skips_bytes_read_again_and_refuses_a_gap() {
 fn a_stream_refuses_overlapping_tensors_and_passes_on_what_its_reader_refuses() {
     let bytes = four_tensor_file();
     let mut header = GgufHeader::parse(&bytes, bytes.len() as u64).unwrap();
-    let mut stream = TensorStream::new(&header, |_| true).unwrap();
-    let refused =
-        stream.read(0, &bytes, |index, _| if index == 1 { Err(GgufError::MissingTensor("b".into())) } else { Ok(()) });
+    let mut stream = TensorStream::new(&header, |_| Wanted::Whole).unwrap();
+    let refused = stream
+        .read(0, &bytes, |piece| if piece.index == 1 { Err(GgufError::MissingTensor("b".into())) } else { Ok(()) });
     assert_eq!(refused.unwrap_err(), GgufError::MissingTensor("b".into()));
     header.tensors[2].offset = header.tensors[1].offset + 4;
     assert_eq!(
-        TensorStream::new(&header, |_| true).unwrap_err(),
+        TensorStream::new(&header, |_| Wanted::Whole).unwrap_err(),
         GgufError::Corrupt("tensors 'b' and 'c' overlap".into())
     );
 }

@@ -17,7 +17,7 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use burn::backend::wgpu::wgpu;
-use nucleus_gguf::{GgufError, GgufFile, GgufHeader, TensorInfo};
+use nucleus_gguf::{GgufError, GgufFile, GgufHeader, Piece, TensorInfo, Wanted};
 use nucleus_kernels::TailRequest;
 use nucleus_kernels::layer::{
     self, ACTIVATION_GELU_TANH, ACTIVATION_SILU, AttentionParams, AttnQkvBuffers, AttnQkvParams, Bound,
@@ -31,6 +31,7 @@ use nucleus_kernels::{
 
 use crate::architecture::{FeedForward, Mixer, Norm, Role, Rope};
 use crate::memory::PlannedBuffer;
+use crate::part_writer::PartWriter;
 use crate::rope::RopeTables;
 use crate::state::{Checkpoints, Snapshot};
 use crate::weights::{self, MixerWeights, ModelWeights, WeightSet};
@@ -379,6 +380,9 @@ pub(crate) fn planned_weights(file: &GgufHeader, config: &ModelConfig) -> Result
 pub(crate) struct FusedUpload {
     weights: WeightSet<Loaded>,
     rope_factors: Option<Vec<f32>>,
+    /// The weight being received in pieces ([`Self::take`]): its buffers, and where its next
+    /// bytes go.
+    receiving: Option<(GpuWeight, PartWriter)>,
     gpu: Gpu,
     /// The most bytes one buffer may bind.
     limit: u64,
@@ -395,12 +399,37 @@ impl FusedUpload {
         planned_weights(file, config)?;
         let limits = gpu.limits();
         let limit = limits.max_storage_buffer_binding_size.min(limits.max_buffer_size);
-        Ok(Self { weights: WeightSet::new(file, config)?, rope_factors: None, gpu: gpu.clone(), limit })
+        let weights = WeightSet::new(file, config)?;
+        Ok(Self { weights, rope_factors: None, receiving: None, gpu: gpu.clone(), limit })
     }
 
-    /// Whether the model reads the tensor `info`: a weight, or the RoPE factors.
-    pub(crate) fn wants(&self, info: &TensorInfo) -> bool {
-        self.is_weight(info) || info.name == Role::RopeFrequencies.tensor_name(0)
+    /// Whether and how the model reads the tensor `info`: a weight the GPU reads as the file
+    /// stores it in pieces, written to its buffers as they arrive; one it converts or keeps on
+    /// the host (the packed vectors), and the RoPE factors, whole.
+    pub(crate) fn wants(&self, info: &TensorInfo) -> Wanted {
+        wanted(&self.weights, info)
+    }
+
+    /// Takes a piece of the tensor `info` (the whole of it, or a piece of one [`Self::wants`]
+    /// in pieces; a tensor's pieces in order).
+    pub(crate) fn take(&mut self, info: &TensorInfo, piece: Piece<'_>) -> Result<(), ModelError> {
+        if piece.at == 0 && piece.last {
+            return self.put(info, piece.bytes);
+        }
+        let Some((role, block)) = self.weights.role(&info.name) else { return Ok(()) };
+        let Self { receiving, gpu, limit, weights, .. } = self;
+        if piece.at == 0 {
+            let (weight, writer, _) = weight_buffers(role, info, gpu, *limit)?;
+            *receiving = Some((weight, writer));
+        }
+        let (weight, writer) = receiving.as_mut().expect("a tensor's pieces come in order, from its first");
+        writer.write(piece.bytes, |part, at, bytes| gpu.write(weight.parts[part].buffer.buffer(), at, bytes));
+        if piece.last {
+            debug_assert!(writer.done());
+            let (weight, _) = receiving.take().expect("received above");
+            weights.insert(role, block, Loaded::Gpu(weight));
+        }
+        Ok(())
     }
 
     /// Whether `info` is one of the model's weights (what load progress counts).
@@ -429,6 +458,50 @@ impl FusedUpload {
         let tables = RopeTables::with_factors(file, config, self.rope_factors)?;
         FusedModel::assemble(self.weights.finish(config)?, tables, config, &self.gpu)
     }
+}
+
+/// Positions of the RoPE tables computed and written at a time: the tables' rows in memory stay
+/// a few MiB whatever the context (Gemma 3's two tables at 32,768 positions are 64 MiB, which a
+/// load in the browser would otherwise hold, twice, in a WebAssembly memory that never shrinks).
+const ROPE_POSITIONS_PER_WRITE: usize = 4096;
+
+/// Every RoPE table of the context as `(cos, sin)` f32 pairs, position-major, a buffer each,
+/// filled [`ROPE_POSITIONS_PER_WRITE`] positions at a time.
+fn upload_rope_tables(tables: &RopeTables, config: &ModelConfig, gpu: &Gpu) -> Vec<GpuBuffer> {
+    use wgpu::BufferUsages as U;
+    let position_bytes = RopeTables::position_bytes(config);
+    let bytes = config.context_length as u64 * position_bytes;
+    let buffers: Vec<GpuBuffer> =
+        (0..RopeTables::count(config)).map(|_| gpu.buffer("rope", bytes, U::STORAGE | U::COPY_DST)).collect();
+    for start in (0..config.context_length).step_by(ROPE_POSITIONS_PER_WRITE) {
+        let positions = start..(start + ROPE_POSITIONS_PER_WRITE).min(config.context_length);
+        for (buffer, table) in buffers.iter().zip(tables.every_table(positions)) {
+            let pairs: Vec<f32> = table.iter().flat_map(|&(cos, sin)| [cos, sin]).collect();
+            gpu.write(buffer.buffer(), start as u64 * position_bytes, bytemuck::cast_slice(&pairs));
+        }
+    }
+    buffers
+}
+
+/// How a streamed load takes the tensor `info` of a model of `weights` ([`FusedUpload::wants`]).
+fn wanted<T>(weights: &WeightSet<T>, info: &TensorInfo) -> Wanted {
+    match weights.role(&info.name) {
+        Some((role, _)) if !packed(role) && upload_format(info).is_ok_and(|(_, as_stored)| as_stored) => {
+            Wanted::InPieces
+        }
+        Some(_) => Wanted::Whole,
+        None if info.name == Role::RopeFrequencies.tensor_name(0) => Wanted::Whole,
+        None => Wanted::No,
+    }
+}
+
+/// The most bytes of its file a streamed load of `file` ([`Model::stream`](crate::Model::stream))
+/// holds at once: the largest tensor it takes whole (a weight it converts to f32, the packed
+/// vectors, the RoPE factors); every other weight goes to the GPU piece by piece.
+pub fn streamed_staging_bytes(file: &GgufHeader, config: &ModelConfig) -> Result<u64, ModelError> {
+    let weights = WeightSet::<()>::new(file, config)?;
+    let whole = file.tensors.iter().filter(|info| wanted(&weights, info) == Wanted::Whole);
+    Ok(whole.map(TensorInfo::byte_len).max().unwrap_or(0))
 }
 
 /// A tensor's values as f32, from its bytes in the file.
@@ -477,14 +550,7 @@ impl FusedModel {
         let c = config;
         let d = c.embedding_length;
         let sizes = ScratchSizes::new(c);
-        let rope: Vec<GpuBuffer> = tables
-            .every_table(0..c.context_length)
-            .iter()
-            .map(|table| {
-                let pairs: Vec<f32> = table.iter().flat_map(|&(cos, sin)| [cos, sin]).collect();
-                gpu.upload("rope", bytemuck::cast_slice(&pairs))
-            })
-            .collect();
+        let rope = upload_rope_tables(&tables, c, gpu);
         debug_assert_eq!(
             rope.iter().map(GpuBuffer::size).sum::<u64>(),
             (RopeTables::count(c) * c.context_length) as u64 * RopeTables::position_bytes(c)
@@ -1153,11 +1219,44 @@ pub(crate) fn upload_format(info: &TensorInfo) -> Result<(WeightFormat, bool), K
     Ok((format, format.ggml_type() == info.ggml_type))
 }
 
-/// Uploads one tensor in its [`upload_format`]: whole, or (a vocabulary-sized matrix larger than
-/// `limit`) in parts of consecutive rows, each its own buffer.
-fn upload(stored: &[u8], role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
+/// The buffers of one tensor in its [`upload_format`], still empty: one, or (a vocabulary-sized
+/// matrix larger than `limit`) parts of consecutive rows, each its own buffer; the writer of
+/// their bytes, and whether they are the file's (else its values as f32).
+fn weight_buffers(
+    role: Role,
+    info: &TensorInfo,
+    gpu: &Gpu,
+    limit: u64,
+) -> Result<(GpuWeight, PartWriter, bool), ModelError> {
+    use wgpu::BufferUsages as U;
     let (format, as_stored) = upload_format(info)?;
     let (rows, _) = info.matrix_shape();
+    let bytes = if as_stored { info.byte_len() } else { info.element_count() * 4 };
+    let row_bytes = bytes / rows as u64;
+    let ranges = match role {
+        Role::TokenEmbedding | Role::Output => weights::vocabulary_parts(rows, row_bytes, limit)?,
+        _ if bytes > limit => {
+            let what = format!("tensor '{}'", info.name);
+            return Err(KernelError::TooLarge { what, bytes, limit }.into());
+        }
+        _ => std::iter::once(0..rows).collect(),
+    };
+    let writer = PartWriter::new(ranges.iter().map(|range| range.len() as u64 * row_bytes));
+    let parts = ranges
+        .into_iter()
+        .map(|range| {
+            let len = range.len() as u64 * row_bytes;
+            let buffer = gpu.buffer(&info.name, len, U::STORAGE | U::COPY_DST);
+            let view = buffer.range(0, len.next_multiple_of(4));
+            WeightPart { buffer, view, first_row: range.start as u32, rows: range.len() as u32 }
+        })
+        .collect();
+    Ok((GpuWeight { parts, format }, writer, as_stored))
+}
+
+/// Uploads one tensor whose bytes in the file are `stored` ([`weight_buffers`]).
+fn upload(stored: &[u8], role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64) -> Result<GpuWeight, ModelError> {
+    let (weight, mut writer, as_stored) = weight_buffers(role, info, gpu, limit)?;
     let converted;
     let bytes = if as_stored {
         stored
@@ -1165,25 +1264,8 @@ fn upload(stored: &[u8], role: Role, info: &TensorInfo, gpu: &Gpu, limit: u64) -
         converted = dequantized(info, stored)?;
         bytemuck::cast_slice(&converted)
     };
-    let row_bytes = bytes.len() / rows;
-    let ranges = match role {
-        Role::TokenEmbedding | Role::Output => weights::vocabulary_parts(rows, row_bytes as u64, limit)?,
-        _ if bytes.len() as u64 > limit => {
-            let what = format!("tensor '{}'", info.name);
-            return Err(KernelError::TooLarge { what, bytes: bytes.len() as u64, limit }.into());
-        }
-        _ => std::iter::once(0..rows).collect(),
-    };
-    let parts = ranges
-        .into_iter()
-        .map(|range| {
-            let part = &bytes[range.start * row_bytes..range.end * row_bytes];
-            let buffer = gpu.upload(&info.name, part);
-            let view = buffer.range(0, part.len().next_multiple_of(4) as u64);
-            WeightPart { buffer, view, first_row: range.start as u32, rows: range.len() as u32 }
-        })
-        .collect();
-    Ok(GpuWeight { parts, format })
+    writer.write(bytes, |part, at, bytes| gpu.write(weight.parts[part].buffer.buffer(), at, bytes));
+    Ok(weight)
 }
 
 /// What a pass records besides the forward pass itself.

@@ -34,6 +34,8 @@ mod fused;
 mod host_plan;
 #[cfg(feature = "gpu")]
 mod memory;
+#[cfg(feature = "gpu")]
+mod part_writer;
 mod rope;
 mod state;
 #[cfg(feature = "gpu")]
@@ -54,7 +56,7 @@ pub use attention::{AttentionHeads, AttentionMap, MAX_ATTENTION_ROWS};
 pub use config::{BlockAttention, DeltaNetConfig, ModelConfig};
 pub use device::ModelDevice;
 #[cfg(feature = "gpu")]
-pub use fused::{FusedLogits, MAX_ROWS};
+pub use fused::{FusedLogits, MAX_ROWS, streamed_staging_bytes};
 pub use host_plan::{HostPlan, WASM32_MEMORY_BYTES};
 #[cfg(feature = "gpu")]
 pub use memory::{MemoryLimits, MemoryPlan, PlannedBuffer};

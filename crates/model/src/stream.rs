@@ -1,9 +1,10 @@
 //! [`ModelStream`]: a model loaded on the fused path as its file's bytes arrive, in order, a chunk
-//! at a time, so that the file is never whole in memory: each tensor goes to its GPU buffer when
-//! its last byte is in, and only the tensor being received is held (`TensorStream`'s staging,
-//! the largest tensor's size). The browser's WebGPU load reads a download, a stored copy or a
-//! given file this way; the CPU engine reads its weights where they lie in the file, so it keeps
-//! the whole file instead.
+//! at a time, so that the file is never whole in memory: a weight the GPU reads as the file
+//! stores it is written to its buffers piece by piece as the chunks arrive (`part_writer.rs`),
+//! and only a tensor the load converts (or keeps on the host) is held whole until its last byte
+//! is in (`TensorStream`'s staging, the largest such tensor's size). The browser's WebGPU load
+//! reads a download, a stored copy or a given file this way; the CPU engine reads its weights
+//! where they lie in the file, so it keeps the whole file instead.
 
 use nucleus_gguf::{GgufError, GgufHeader, TensorStream};
 
@@ -45,10 +46,10 @@ impl ModelStream {
     /// a gap are `Corrupt`.
     pub fn read(&mut self, offset: u64, chunk: &[u8]) -> Result<(), ModelError> {
         let Self { header, upload, tensors, progress, .. } = self;
-        tensors.read(offset, chunk, |index, bytes| {
-            let info = &header.tensors[index];
-            upload.put(info, bytes)?;
-            if upload.is_weight(info) {
+        tensors.read(offset, chunk, |piece| {
+            let info = &header.tensors[piece.index];
+            upload.take(info, piece)?;
+            if piece.last && upload.is_weight(info) {
                 progress.add(info);
             }
             Ok::<_, ModelError>(())
@@ -60,7 +61,7 @@ impl ModelStream {
         self.progress
     }
 
-    /// The most bytes the load holds of the file at once: its largest tensor's.
+    /// The most bytes the load holds of the file at once: the largest tensor it takes whole.
     pub fn staging_bytes(&self) -> u64 {
         self.tensors.staging_bytes()
     }
@@ -69,16 +70,20 @@ impl ModelStream {
     /// context the load asks for), and the file's header back. A file that ended before its last
     /// tensor is `Truncated`.
     pub fn finish(self, config: ModelConfig) -> Result<(Model, GgufHeader), ModelError> {
-        if !self.tensors.done() {
+        let Self { header, device, upload, tensors, .. } = self;
+        if !tensors.done() {
             return Err(GgufError::Truncated {
                 what: "the tensors' data".into(),
-                needed: self.header.file_len,
-                len: self.tensors.position(),
+                needed: header.file_len,
+                len: tensors.position(),
             }
             .into());
         }
-        let tied_output = weights::tied_output(&self.header);
-        let fused = self.upload.finish(&self.header, &config)?;
-        Ok((Model { config, device: self.device, tied_output, route: Route::Fused(fused) }, self.header))
+        // Its staging (the largest tensor's size) is free before the model is assembled, which
+        // then takes that memory again instead of more.
+        drop(tensors);
+        let tied_output = weights::tied_output(&header);
+        let fused = upload.finish(&header, &config)?;
+        Ok((Model { config, device, tied_output, route: Route::Fused(fused) }, header))
     }
 }
