@@ -1,7 +1,9 @@
-//! A decode step's products over the K-quant blocks (Q4_K, Q5_K, Q6_K: the bulk of a Q4_K_M
-//! file) in integers: the activation row rounded to 24-bit integers per 256 values (one f32
-//! scale each, [`IntegerRow`]), each block's quants multiplied by them in integer instructions,
-//! the block's scales applied in integers, one f32 conversion per block.
+//! A decode step's products in integers: the activation row rounded to 24-bit integers (one f32
+//! scale per block of values, [`IntegerRow`]), each weight block's quants multiplied by them in
+//! integer instructions, one f32 conversion per block. The K-quants (Q4_K, Q5_K, Q6_K: the bulk of
+//! a Q4_K_M file) with one activation scale per 256 values, their sub-blocks' scales applied in
+//! integers; Q4_1 (most of SmolLM2) and Q8_0 (SmolLM2's and Gemma 3's embeddings and output
+//! layers) with one per 32.
 //!
 //! Why: through the tile (`matmul.rs`) each weight is converted to f32, scaled, written and read
 //! back before its multiply-add; a K-quant decode product ran at 10 GMAC/s natively, far from
@@ -9,40 +11,51 @@
 //! logits by up to ~0.6; 16 bits per 256 values moved Gemma 3's decode logits by up to 1.1e-2
 //! from its prefill's (its activations have outliers that set a block's step), where the engine
 //! keeps the two within 1e-4. 24 bits (a step of 2⁻²³ of the block's largest activation) keep
-//! Gemma 3's decode within 3.6e-5 of a recompute (31 bits: 1.5e-5; ARCHITECTURE.md).
+//! Gemma 3's decode within 3.6e-5 of a recompute (31 bits: 1.5e-5; ARCHITECTURE.md). Why per 32
+//! for Q4_1 and Q8_0: their blocks are converted to f32 once per 32 anyway, so a scale per 32 costs
+//! nothing, and per 256 SmolLM2's first token (whose activations have outliers) moved its logits
+//! 1.6e-4 from the prompt's; per 32, 6.8e-5.
 //!
 //! Each instruction set holds the integers as its products want them:
 //! - x86 as three signed 8-bit digits (`X = d₀·2¹⁶ + d₁·2⁸ + d₂`, each in −128..=127): a block's
 //!   quants are unsigned bytes (0..64), so `vpmaddubsw` multiplies 32 quants by 32 digits an
 //!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32 (AVX-VNNI's
 //!   `vpdpwssd` also adds; AVX-512 takes 64 quants an instruction), and the three digits' sums
-//!   meet in f32 once per block;
+//!   meet in f32 once per block. Q8_0's signed quants go in as two unsigned parts (the positive
+//!   quants, the negative ones' magnitudes), the second's products taken off the first's:
+//!   llama.cpp's way, the quants' magnitudes against the digits carrying the quants' signs, is
+//!   wrong here, since a digit may be −128, whose negation is not a byte;
 //! - WebAssembly relaxed SIMD as the same three digits, `i32x4.relaxed_dot_i8x16_i7x16_add_s`
 //!   multiplying 16 quants (7-bit) by 16 digits into four i32 lanes, the sub-block's scale an
-//!   `i32x4.mul`;
+//!   `i32x4.mul`. Not Q8_0: neither its quants nor the digits fit the 7-bit operand, and split in
+//!   two as on x86 it ran slower than the f32 block (one thread in Node, a 1,536 × 576 row: 1.9
+//!   against 2.2 GMAC/s);
 //! - WebAssembly SIMD (no byte products without relaxed SIMD) and the portable build (the tests'
 //!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
 //!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
 //!
-//! The minimums of Q4_K and Q5_K, and Q6_K's offset of 32, multiply the exact f32 sum of each 32
-//! or 16 activations. Without one of these builds (x86 without AVX2, other CPUs) the products
-//! go through the tile instead (`matmul.rs`: measured faster there); the portable build is then
-//! only the tests' reference.
+//! The minimums of Q4_K, Q5_K and Q4_1, and Q6_K's offset of 32, multiply the exact f32 sum of
+//! each 32 or 16 activations. Without one of these builds (x86 without AVX2, other CPUs) the
+//! products go through the tile instead (`matmul.rs`: measured faster there); the portable build
+//! is then only the tests' reference.
 
 // The 16-bit halves and the bodies over them serve wasm without relaxed SIMD and the tests alone.
 #![cfg_attr(not(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))), allow(dead_code))]
 
 use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
 
-/// Values sharing one activation scale: a K-quant block.
+/// The values of a K-quant block: one activation scale for the K-quants' products.
 pub const SUPER_BLOCK: usize = 256;
+
+/// The values of a Q4_1 or Q8_0 block: one activation scale for their products.
+pub const BLOCK: usize = 32;
 
 /// Steps of the largest activation of a block: `0x7F7F7F`, the largest integer whose three
 /// balanced 8-bit digits are all at most 127 (and its negation's at least −127).
 const STEPS: f64 = 0x7F_7F7F as f64;
 
-/// An activation row rounded to 24-bit integers: per 256 values one scale, per 16 their exact
-/// sum.
+/// An activation row rounded to 24-bit integers: per [`SUPER_BLOCK`] or per [`BLOCK`] values one
+/// scale, per 16 their exact sum.
 #[derive(Debug, Clone)]
 pub struct IntegerRow {
     /// `d₀, d₁, d₂` of each value: `X = d₀·2¹⁶ + d₁·2⁸ + d₂`.
@@ -51,26 +64,29 @@ pub struct IntegerRow {
     /// `X >> 8` and `X & 0xFF` of each value `X` (`x ≈ X · scale`, `|X| ≤ 0x7F7F7F`).
     #[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd"))))]
     halves: [Vec<i16>; 2],
-    /// Per 256 values: `x ≈ X · scale`.
+    /// Values per scale: [`SUPER_BLOCK`] or [`BLOCK`].
+    block: usize,
+    /// Per `block` values: `x ≈ X · scale`.
     scales: Vec<f32>,
     /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it in the byte builds).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     sums: Vec<f32>,
-    /// Per 32 values: `Σ x`, in f32 (Q4_K's and Q5_K's minimums multiply it).
+    /// Per 32 values: `Σ x`, in f32 (the minimums of Q4_K, Q5_K and Q4_1 multiply it).
     sums32: Vec<f32>,
 }
 
 impl IntegerRow {
-    /// `x` (a multiple of 256 values) rounded to the nearest of `2 · 0x7F7F7F` steps of its
-    /// largest magnitude per 256.
-    pub fn new(x: &[f32]) -> Self {
-        assert!(x.len().is_multiple_of(SUPER_BLOCK), "{} activations are not whole blocks of 256", x.len());
+    /// `x` (whole blocks of `block` values, [`SUPER_BLOCK`] or [`BLOCK`]) rounded to the nearest
+    /// of `2 · 0x7F7F7F` steps of its largest magnitude per block.
+    pub fn new(x: &[f32], block: usize) -> Self {
+        assert!(block == SUPER_BLOCK || block == BLOCK, "a scale per {block} values");
+        assert!(x.len().is_multiple_of(block), "{} activations are not whole blocks of {block}", x.len());
         let mut values = vec![0i32; x.len()];
-        let mut scales = Vec::with_capacity(x.len() / SUPER_BLOCK);
-        for (block, values) in x.chunks_exact(SUPER_BLOCK).zip(values.chunks_exact_mut(SUPER_BLOCK)) {
-            let largest = block.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let mut scales = Vec::with_capacity(x.len() / block);
+        for (chunk, values) in x.chunks_exact(block).zip(values.chunks_exact_mut(block)) {
+            let largest = chunk.iter().fold(0f32, |m, v| m.max(v.abs()));
             let scale = if largest > 0.0 { f64::from(largest) / STEPS } else { 1.0 };
-            for (value, &v) in values.iter_mut().zip(block) {
+            for (value, &v) in values.iter_mut().zip(chunk) {
                 *value = (f64::from(v) / scale).round() as i32;
             }
             scales.push(scale as f32);
@@ -85,26 +101,63 @@ impl IntegerRow {
                 values.iter().map(|&v| (v >> 8) as i16).collect(),
                 values.iter().map(|&v| (v & 0xFF) as i16).collect(),
             ],
+            block,
             scales,
             sums,
             sums32,
         }
     }
 
-    /// The 256 digits of each place of block `b`, for the byte builds.
-    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
-    #[inline(always)]
-    fn block_digits<'a>(&'a self, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
-        let [d0, d1, d2] = &self.digits;
-        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
-            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
-        };
-        [block(d0), block(d1), block(d2)]
+    /// The values per scale of a row that `ggml_type`'s products read, where they go through
+    /// integers in this build: the one owner of which formats do.
+    pub fn scale_block(ggml_type: GgmlType) -> Option<usize> {
+        match ggml_type {
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => Some(SUPER_BLOCK),
+            GgmlType::Q4_1 => Some(BLOCK),
+            GgmlType::Q8_0 if !cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) => Some(BLOCK),
+            _ => None,
+        }
     }
 
-    /// Whether products of `ggml_type` go through here.
-    pub fn reads(ggml_type: GgmlType) -> bool {
-        matches!(ggml_type, GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K)
+    /// Values per scale: [`SUPER_BLOCK`] or [`BLOCK`].
+    pub fn block(&self) -> usize {
+        self.block
+    }
+
+    /// The scale of the `b`th block of `block` values, checked to be how this row was rounded.
+    #[inline(always)]
+    fn scale(&self, block: usize, b: usize) -> f32 {
+        debug_assert_eq!(self.block, block, "a row rounded per {} values read per {block}", self.block);
+        self.scales[b]
+    }
+
+    /// The blocks of `ggml_type` this row holds, checked to be rounded as that format's products
+    /// read it.
+    #[inline(always)]
+    fn blocks_of(&self, ggml_type: GgmlType) -> usize {
+        debug_assert_eq!(
+            Self::scale_block(ggml_type),
+            Some(self.block),
+            "{ggml_type} read from a row rounded per {}",
+            self.block
+        );
+        self.scales.len() * self.block / ggml_type.block_layout().0 as usize
+    }
+
+    /// The `N` digits of each place of the values `at..at + N`, for the byte builds.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    #[inline(always)]
+    fn digits_at<'a, const N: usize>(&'a self, at: usize) -> [&'a [i8; N]; 3] {
+        let [d0, d1, d2] = &self.digits;
+        let run = |digits: &'a [i8]| -> &'a [i8; N] { digits[at..at + N].try_into().expect("N") };
+        [run(d0), run(d1), run(d2)]
+    }
+
+    /// The 256 digits of each place of K-quant block `b`, for the byte builds.
+    #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    #[inline(always)]
+    fn block_digits(&self, b: usize) -> [&[i8; SUPER_BLOCK]; 3] {
+        self.digits_at(b * SUPER_BLOCK)
     }
 }
 
@@ -146,17 +199,35 @@ fn half(block: &[u8], at: usize) -> f32 {
 #[inline(always)]
 fn blocks(ggml_type: GgmlType, row: &[u8], x: &IntegerRow, mut block_dot: impl FnMut(&[u8], usize) -> f32) -> f32 {
     let bytes = ggml_type.block_layout().1 as usize;
-    row.chunks_exact(bytes).take(x.scales.len()).enumerate().map(|(b, block)| block_dot(block, b)).sum()
+    row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate().map(|(b, block)| block_dot(block, b)).sum()
 }
 
 /// The builds that widen a block's quants to 16 bits first (portable, WebAssembly SIMD): `Σ
 /// scale · q[i]·X[i]` over a sub-block of 16 or 32 quants and the values at `at..`, kept in
 /// lanes across a block's sub-blocks and added together once per block.
-trait Widened {
+trait Widened: Sized {
     type Lanes: Copy;
     fn zero() -> Self::Lanes;
     fn add<const N: usize>(lanes: &mut Self::Lanes, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize);
     fn total(lanes: Self::Lanes) -> f32;
+
+    /// `Σ w·x` of a row of Q4_1 blocks (`d·q + m`).
+    #[inline(always)]
+    fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
+        by_block::<Self>(GgmlType::Q4_1, row, x, |block| {
+            let qs = &block[4..20];
+            let quants = std::array::from_fn(|i| i16::from(if i < 16 { qs[i] & 0x0F } else { qs[i - 16] >> 4 }));
+            (half(block, 0), quants, half(block, 2))
+        })
+    }
+
+    /// `Σ w·x` of a row of Q8_0 blocks (`d·q`).
+    #[inline(always)]
+    fn q8_0(row: &[u8], x: &IntegerRow) -> f32 {
+        by_block::<Self>(GgmlType::Q8_0, row, x, |block| {
+            (half(block, 0), std::array::from_fn(|i| i16::from(block[2 + i] as i8)), 0.0)
+        })
+    }
 }
 
 impl<D: Widened> RowDot for D {
@@ -180,9 +251,32 @@ impl<D: Widened> RowDot for D {
                 })
             }),
             GgmlType::Q6K => blocks(ggml_type, row, x, |block, b| q6_k::<D>(block, x, b)),
-            other => unreachable!("{other} is not a K-quant"),
+            GgmlType::Q4_1 => D::q4_1(row, x),
+            GgmlType::Q8_0 => D::q8_0(row, x),
+            other => unreachable!("{other} does not go through integers"),
         }
     }
+}
+
+/// `Σ w·x` of a row of Q4_1 or Q8_0 blocks (`d·q + m`): `block_quants(block)` gives a block's
+/// `d`, its 32 quants and its `m`. The products stay in lanes across the row, each block's
+/// scaled by `d` and the activations' scale; `m` multiplies the block's `Σx`.
+#[inline(always)]
+fn by_block<D: Widened>(
+    ggml_type: GgmlType,
+    row: &[u8],
+    x: &IntegerRow,
+    block_quants: impl Fn(&[u8]) -> (f32, [i16; BLOCK], f32),
+) -> f32 {
+    let bytes = ggml_type.block_layout().1 as usize;
+    let (mut lanes, mut minimums) = (D::zero(), 0f32);
+    for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
+        let (d, quants, m) = block_quants(block);
+        // Exact in i32: |q| ≤ 128, |h| < 2¹⁵, 32 of them.
+        D::add(&mut lanes, d * x.scale(BLOCK, b), &quants, x, BLOCK * b);
+        minimums += m * x.sums32[b];
+    }
+    D::total(lanes) + minimums
 }
 
 /// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): `d` and `dmin`
@@ -206,7 +300,7 @@ fn k_block<D: Widened>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(u
             minimums += f32::from(min) * x.sums32[b * 8 + sub];
         }
     }
-    d * x.scales[b] * D::total(scaled) - dmin * minimums
+    d * x.scale(SUPER_BLOCK, b) * D::total(scaled) - dmin * minimums
 }
 
 /// One Q6_K block (`d·scale·(q − 32)`, sixteen sub-blocks of 16 with signed 8-bit scales)
@@ -236,7 +330,16 @@ fn q6_k<D: Widened>(block: &[u8], x: &IntegerRow, b: usize) -> f32 {
             }
         }
     }
-    d * x.scales[b] * D::total(scaled)
+    d * x.scale(SUPER_BLOCK, b) * D::total(scaled)
+}
+
+/// 16 bytes of `values` from `at`, in a WebAssembly vector.
+#[cfg(target_arch = "wasm32")]
+#[inline(always)]
+fn load<T>(values: &[T], at: usize) -> std::arch::wasm32::v128 {
+    let bytes = &values[at..at + 16 / size_of::<T>()];
+    // SAFETY: 16 bytes in bounds (sliced above).
+    unsafe { std::arch::wasm32::v128_load(bytes.as_ptr().cast()) }
 }
 
 /// Plain Rust over the two halves: the reference the tests hold the others to.
@@ -256,7 +359,7 @@ impl Widened for Portable {
     fn add<const N: usize>(lanes: &mut f32, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize) {
         let [high, low] = &x.halves;
         let (high, low) = (&high[at..at + N], &low[at..at + N]);
-        // Exact in i32: |q| ≤ 32, |h| < 2¹⁵, 32 of them.
+        // Exact in i32: |q| ≤ 128, |h| < 2¹⁵, 32 of them.
         let (mut h, mut l) = (0i32, 0i32);
         for i in 0..N {
             h += i32::from(q[i]) * i32::from(high[i]);
@@ -301,7 +404,7 @@ impl Widened for Simd128 {
                     v128_load(low.as_ptr().add(k).cast()),
                 )
             };
-            // Exact in i32: |q| ≤ 32, |h| < 2¹⁵, 32 of them.
+            // Exact in i32: |q| ≤ 128, |h| < 2¹⁵, 32 of them.
             h = i32x4_add(h, i32x4_dot_i16x8(qs, hs));
             l = i32x4_add(l, i32x4_dot_i16x8(qs, ls));
         }
@@ -315,6 +418,80 @@ impl Widened for Simd128 {
         (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
             + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
     }
+
+    // Q4_1 and Q8_0: each block's quants widened in registers, the blocks, their halves, scales
+    // and sums walked together (no bounds checks per block: in relaxed SIMD they made Q4_1's
+    // integer products slower than the f32 block, 5.4 against 6.1 GMAC/s; walked together 8.1).
+
+    #[inline(always)]
+    fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
+        use std::arch::wasm32::*;
+        let nibbles = u8x16_splat(0x0F);
+        let (lanes, minimums) = simd128::by_block(row, 20, x, |block| {
+            let qs = load(block, 4);
+            let (low, high) = (v128_and(qs, nibbles), u8x16_shr(qs, 4));
+            let quants = [
+                u16x8_extend_low_u8x16(low),
+                u16x8_extend_high_u8x16(low),
+                u16x8_extend_low_u8x16(high),
+                u16x8_extend_high_u8x16(high),
+            ];
+            (half(block, 0), quants, half(block, 2))
+        });
+        Self::total(lanes) + minimums
+    }
+
+    #[inline(always)]
+    fn q8_0(row: &[u8], x: &IntegerRow) -> f32 {
+        use std::arch::wasm32::*;
+        let (lanes, _) = simd128::by_block(row, 34, x, |block| {
+            let (first, second) = (load(block, 2), load(block, 18));
+            let quants = [
+                i16x8_extend_low_i8x16(first),
+                i16x8_extend_high_i8x16(first),
+                i16x8_extend_low_i8x16(second),
+                i16x8_extend_high_i8x16(second),
+            ];
+            (half(block, 0), quants, 0.0)
+        });
+        Self::total(lanes)
+    }
+}
+
+#[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
+mod simd128 {
+    use std::arch::wasm32::*;
+
+    use super::{BLOCK, IntegerRow, load};
+
+    /// The products of a row of `bytes`-byte blocks of 32 (`d·q + m`, `block_quants` giving a
+    /// block's `d`, its quants widened to four i16x8 and its `m`) in f32 lanes, and `Σ m · Σx`.
+    #[inline(always)]
+    pub(super) fn by_block(
+        row: &[u8],
+        bytes: usize,
+        x: &IntegerRow,
+        block_quants: impl Fn(&[u8]) -> (f32, [v128; 4], f32),
+    ) -> (v128, f32) {
+        debug_assert_eq!(x.block, BLOCK);
+        let [high, low] = &x.halves;
+        let halves = high.chunks_exact(BLOCK).zip(low.chunks_exact(BLOCK));
+        let activations = halves.zip(x.scales.iter().zip(&x.sums32));
+        let (mut lanes, mut minimums) = (f32x4_splat(0.0), 0f32);
+        for (block, ((high, low), (&scale, &sum))) in row.chunks_exact(bytes).zip(activations) {
+            let (d, quants, m) = block_quants(block);
+            let (mut h, mut l) = (i32x4_splat(0), i32x4_splat(0));
+            for (k, quants) in quants.into_iter().enumerate() {
+                h = i32x4_add(h, i32x4_dot_i16x8(quants, load(high, 8 * k)));
+                l = i32x4_add(l, i32x4_dot_i16x8(quants, load(low, 8 * k)));
+            }
+            // Each half's sums in f32 (Q8_0's high ones times 2⁸ might not fit an i32).
+            let value = f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), f32x4_splat(256.0)), f32x4_convert_i32x4(l));
+            lanes = f32x4_add(lanes, f32x4_mul(value, f32x4_splat(d * scale)));
+            minimums += m * sum;
+        }
+        (lanes, minimums)
+    }
 }
 
 /// AVX2 (x86-64, chosen at run time): the quants as unsigned bytes against the three digits,
@@ -326,7 +503,7 @@ pub(crate) struct Avx2;
 impl RowDot for Avx2 {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        // SAFETY: only called after the CPU was found to have AVX2 and FMA.
+        // SAFETY: only called after the CPU was found to have AVX2, FMA and F16C.
         unsafe { avx2::row_dot_avx2(ggml_type, row, x) }
     }
 }
@@ -340,7 +517,7 @@ pub(crate) struct Vnni;
 impl RowDot for Vnni {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        // SAFETY: only called after the CPU was found to have AVX2, FMA and AVX-VNNI.
+        // SAFETY: only called after the CPU was found to have AVX2, FMA, F16C and AVX-VNNI.
         unsafe { avx2::row_dot_vnni(ggml_type, row, x) }
     }
 }
@@ -349,7 +526,7 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, IntegerRow, half};
+    use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, half};
 
     /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes.
     pub(super) trait PairSums {
@@ -381,14 +558,14 @@ mod avx2 {
     }
 
     /// The AVX2 build.
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2,fma,f16c")]
     pub(super) fn row_dot_avx2(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: inlined here, with AVX2 and FMA.
         unsafe { row_dot::<Madd>(ggml_type, row, x) }
     }
 
     /// The AVX-VNNI build.
-    #[target_feature(enable = "avx2,fma,avxvnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
     pub(super) fn row_dot_vnni(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: inlined here, with AVX2, FMA and AVX-VNNI.
         unsafe { row_dot::<Vnni>(ggml_type, row, x) }
@@ -400,18 +577,85 @@ mod avx2 {
     #[inline(always)]
     unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         let bytes = ggml_type.block_layout().1 as usize;
-        let mut lanes = unsafe { _mm256_setzero_ps() };
-        for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
+        let (mut lanes, mut minimums) = (unsafe { _mm256_setzero_ps() }, 0f32);
+        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
             lanes = unsafe {
                 match ggml_type {
                     GgmlType::Q4K => q4_k::<P>(block, x, b, lanes),
                     GgmlType::Q5K => q5_k::<P>(block, x, b, lanes),
                     GgmlType::Q6K => q6_k::<P>(block, x, b, lanes),
-                    other => unreachable!("{other} is not a K-quant"),
+                    GgmlType::Q4_1 => {
+                        let (lanes, m) = q4_1::<P>(block, x, b, lanes);
+                        minimums += m * x.sums32[b];
+                        lanes
+                    }
+                    GgmlType::Q8_0 => q8_0::<P>(block, x, b, lanes),
+                    other => unreachable!("{other} does not go through integers"),
                 }
             };
         }
-        unsafe { total(lanes) }
+        unsafe { total(lanes) + minimums }
+    }
+
+    /// The f16s at `at` and `at + 2` of a block (F16C).
+    #[inline(always)]
+    unsafe fn halves(block: &[u8], at: usize) -> (f32, f32) {
+        let pair = i32::from_le_bytes(block[at..at + 4].try_into().expect("4"));
+        unsafe {
+            let both = _mm_cvtph_ps(_mm_cvtsi32_si128(pair));
+            (_mm_cvtss_f32(both), _mm_cvtss_f32(_mm_movehdup_ps(both)))
+        }
+    }
+
+    /// One Q4_1 block (`d·q + m`, 32 nibbles) against block `b` of `x` (a row rounded per 32):
+    /// `d·Σq·x` added to `lanes`, and `m`, which the caller multiplies by the block's `Σx`.
+    #[inline(always)]
+    unsafe fn q4_1<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> (__m256, f32) {
+        unsafe {
+            let (d, m) = halves(block, 0);
+            let nibbles = _mm_set1_epi8(0x0F);
+            let qs = _mm_loadu_si128(block[4..20].as_ptr().cast());
+            // Values 0..16 in the low half, 16..32 in the high.
+            let quants = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibbles), _mm_and_si128(qs, nibbles));
+            let [d0, d1, d2] = x.digits_at::<BLOCK>(BLOCK * b).map(|digits| load(digits, 0));
+            let (zero, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
+            // The digits joined in i32: at most 4·15·0x7F7F7F per lane, within i32.
+            let high = P::add(
+                P::add(zero, _mm256_maddubs_epi16(quants, d0), _mm256_set1_epi16(256)),
+                _mm256_maddubs_epi16(quants, d1),
+                ones,
+            );
+            let sum = P::add(_mm256_slli_epi32(high, 8), _mm256_maddubs_epi16(quants, d2), ones);
+            (_mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * x.scale(BLOCK, b)), lanes), m)
+        }
+    }
+
+    /// One Q8_0 block (`d·q`, 32 signed quants) against block `b` of `x` (a row rounded per 32),
+    /// added to `lanes`: the positive quants' products less the negative ones' magnitudes'.
+    #[inline(always)]
+    unsafe fn q8_0<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+        unsafe {
+            let d = halves(block, 0).0;
+            let q = load(block, 2);
+            let zero = _mm256_setzero_si256();
+            let positive = _mm256_max_epi8(q, zero);
+            // −q where q < 0 (−128 as the byte 128), 0 elsewhere.
+            let negative = _mm256_sub_epi8(positive, q);
+            let [d0, d1, d2] = x.digits_at::<BLOCK>(BLOCK * b).map(|digits| load(digits, 0));
+            // Σ scale·q·d of one digit place (the pairs at most 2·128·128 in magnitude: each part
+            // is summed to i32 before the other is taken off).
+            let place = |sum: __m256i, digits: __m256i, scale: __m256i| {
+                let positive = P::add(sum, _mm256_maddubs_epi16(positive, digits), scale);
+                let negative = P::add(zero, _mm256_maddubs_epi16(negative, digits), scale);
+                _mm256_sub_epi32(positive, negative)
+            };
+            let ones = _mm256_set1_epi16(1);
+            // d₀·2⁸ + d₁ in i32 (at most 4·128·(128·2⁸ + 128)); times 2⁸ it might not be.
+            let high = place(place(zero, d0, _mm256_set1_epi16(256)), d1, ones);
+            let low = place(zero, d2, ones);
+            let value = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high), _mm256_set1_ps(256.0), _mm256_cvtepi32_ps(low));
+            _mm256_fmadd_ps(value, _mm256_set1_ps(d * x.scale(BLOCK, b)), lanes)
+        }
     }
 
     /// 32 bytes from `at`.
@@ -540,7 +784,7 @@ mod avx2 {
                 }
             }
             let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
-            let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
+            let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scale(SUPER_BLOCK, b)), lanes);
             _mm256_fnmadd_ps(_mm256_mul_ps(mins, load_f32(&x.sums32, b * 8)), _mm256_set1_ps(dmin), lanes)
         }
     }
@@ -593,7 +837,7 @@ mod avx2 {
                 load_f32(&x.sums, b * 16),
                 _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
             );
-            let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scales[b]), lanes);
+            let lanes = _mm256_fmadd_ps(joined(sums), _mm256_set1_ps(d * x.scale(SUPER_BLOCK, b)), lanes);
             _mm256_fnmadd_ps(offsets, _mm256_set1_ps(32.0 * d), lanes)
         }
     }
@@ -608,8 +852,14 @@ pub(crate) struct Avx512;
 impl RowDot for Avx512 {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        // SAFETY: only called after the CPU was found to have AVX-512 F, BW and VNNI.
-        unsafe { avx512::row_dot(ggml_type, row, x) }
+        // SAFETY: only called after the CPU was found to have AVX2, FMA, F16C and AVX-512 F, BW
+        // and VNNI. Q4_1's and Q8_0's blocks fill one AVX2 register: they run the AVX2 build.
+        unsafe {
+            match ggml_type {
+                GgmlType::Q4_1 | GgmlType::Q8_0 => avx2::row_dot_avx2(ggml_type, row, x),
+                _ => avx512::row_dot(ggml_type, row, x),
+            }
+        }
     }
 }
 
@@ -618,14 +868,14 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::avx2::{k_scales_and_mins, load, load_f32, load8, total};
-    use super::{GgmlType, IntegerRow, half};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
 
     /// Per row: the blocks' products in 16 lanes, their minimums or offsets in 8.
-    #[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
     pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         let bytes = ggml_type.block_layout().1 as usize;
         let (mut lanes, mut offsets) = (_mm512_setzero_ps(), _mm256_setzero_ps());
-        for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
+        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
             // SAFETY: (every `unsafe` block here) the helpers need no more than this function's
             // target features.
             (lanes, offsets) = unsafe {
@@ -723,7 +973,7 @@ mod avx512 {
             let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
             let minimums = _mm256_mul_ps(mins, load_f32(&x.sums32, b * 8));
             (
-                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scales[b]), lanes),
+                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)), lanes),
                 _mm256_fnmadd_ps(minimums, _mm256_set1_ps(dmin), offsets),
             )
         }
@@ -764,7 +1014,7 @@ mod avx512 {
                 _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
             );
             (
-                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scales[b]), lanes),
+                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)), lanes),
                 _mm256_fnmadd_ps(scaled_sums, _mm256_set1_ps(32.0 * d), offsets),
             )
         }
@@ -788,20 +1038,23 @@ impl RowDot for Relaxed {
 mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::{GgmlType, IntegerRow, half, k_scale_min};
+    use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min, load};
 
-    /// Per row: the blocks' products in four f32 lanes, their minimums or offsets in one. A
-    /// function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
+    /// Per row: the blocks' products in four f32 lanes, what their minimums or offsets take off in
+    /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
     #[inline(never)]
     pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        if ggml_type == GgmlType::Q4_1 {
+            return q4_1(row, x);
+        }
         let bytes = ggml_type.block_layout().1 as usize;
         let (mut lanes, mut offsets) = (f32x4_splat(0.0), 0f32);
-        for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
+        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
             let (products, offset) = match ggml_type {
                 GgmlType::Q4K => q4_k(block, x, b),
                 GgmlType::Q5K => q5_k(block, x, b),
                 GgmlType::Q6K => q6_k(block, x, b),
-                other => unreachable!("{other} is not a K-quant"),
+                other => unreachable!("{other} does not go through integers"),
             };
             lanes = f32x4_add(lanes, products);
             offsets += offset;
@@ -809,14 +1062,6 @@ mod relaxed {
         (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
             + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
             - offsets
-    }
-
-    /// 16 bytes from `at`.
-    #[inline(always)]
-    fn load<T>(bytes: &[T], at: usize) -> v128 {
-        let bytes = &bytes[at..at + 16 / size_of::<T>()];
-        // SAFETY: 16 bytes in bounds (sliced above).
-        unsafe { v128_load(bytes.as_ptr().cast()) }
     }
 
     /// `sum + Σ q·d` of 16 quants (< 64, so 7-bit) and 16 digits, four to a lane: exact, whether
@@ -882,7 +1127,30 @@ mod relaxed {
                 *sum = i32x4_add(*sum, i32x4_add(i32x4_mul(low, low_scale), i32x4_mul(high, high_scale)));
             }
         }
-        (f32x4_mul(joined(sums), f32x4_splat(d * x.scales[b])), dmin * minimums)
+        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), dmin * minimums)
+    }
+
+    /// A row of Q4_1 blocks (`d·q + m`) against `x` (rounded per 32): each block's digits' sums
+    /// joined in i32 (at most 8·15·0x7F7F7F per lane), `m · Σx` added apart. The blocks, their
+    /// digits, scales and sums walked together, so no block pays for bounds checks.
+    fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
+        let [d0, d1, d2] = &x.digits;
+        let digits = d0.chunks_exact(BLOCK).zip(d1.chunks_exact(BLOCK)).zip(d2.chunks_exact(BLOCK));
+        let activations = digits.zip(x.scales.iter().zip(&x.sums32));
+        debug_assert_eq!(x.block, BLOCK);
+        let (mut lanes, mut minimums, zero) = (f32x4_splat(0.0), 0f32, i32x4_splat(0));
+        for (block, (((d0, d1), d2), (&scale, &sum))) in row.chunks_exact(20).zip(activations) {
+            let (d, m) = (half(block, 0), half(block, 2));
+            let qs = load(block, 4);
+            let (low, high) = (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4));
+            let place = |digits: &[i8]| dot(high, load(digits, 16), dot(low, load(digits, 0), zero));
+            let sum32 = i32x4_add(i32x4_shl(i32x4_add(i32x4_shl(place(d0), 8), place(d1)), 8), place(d2));
+            lanes = f32x4_add(lanes, f32x4_mul(f32x4_convert_i32x4(sum32), f32x4_splat(d * scale)));
+            minimums += m * sum;
+        }
+        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
+            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
+            + minimums
     }
 
     /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as `32 ·
@@ -917,7 +1185,7 @@ mod relaxed {
             }
         }
         let offsets: f32 = (0..16).map(|sub| f32::from(block[192 + sub] as i8) * x.sums[b * 16 + sub]).sum();
-        (f32x4_mul(joined(sums), f32x4_splat(d * x.scales[b])), 32.0 * d * offsets)
+        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), 32.0 * d * offsets)
     }
 }
 
@@ -934,6 +1202,7 @@ mod tests {
             let scale = 0x1400u16.to_le_bytes();
             match ggml_type {
                 GgmlType::Q6K => b[208..210].copy_from_slice(&scale),
+                GgmlType::Q8_0 => b[0..2].copy_from_slice(&scale),
                 _ => {
                     b[0..2].copy_from_slice(&scale);
                     b[2..4].copy_from_slice(&0x1000u16.to_le_bytes());
@@ -964,14 +1233,23 @@ mod tests {
             .collect()
     }
 
+    /// Every format that goes through integers, and the row rounded as it reads it.
+    const FORMATS: [(GgmlType, usize); 5] = [
+        (GgmlType::Q4K, SUPER_BLOCK),
+        (GgmlType::Q5K, SUPER_BLOCK),
+        (GgmlType::Q6K, SUPER_BLOCK),
+        (GgmlType::Q4_1, BLOCK),
+        (GgmlType::Q8_0, BLOCK),
+    ];
+
     /// The portable build against the block dequantized whole and an f64 sum: within the
     /// rounding of 24 bits.
     #[test]
     fn integer_products_equal_the_dequantized_rows_within_the_rounding() {
         let (rows, cols) = (3, 768);
         let x = activations(cols);
-        let q = IntegerRow::new(&x);
-        for ggml_type in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+        for (ggml_type, block) in FORMATS {
+            let q = IntegerRow::new(&x, block);
             let bytes = blocks(ggml_type, rows, cols);
             let row_bytes = bytes.len() / rows;
             for (r, (exact, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
@@ -985,8 +1263,9 @@ mod tests {
     }
 
     /// The x86 builds (AVX2, with AVX-VNNI, AVX-512: those this CPU has) against the portable
-    /// one, on every K format, every quant value (the blocks' bytes run through all 251
-    /// residues) and the digits' extremes.
+    /// one, on every format, every quant value (the blocks' bytes run through all 251 residues:
+    /// Q8_0's −128 among them) and the digits' extremes (−127 in each place, −128 in the lower
+    /// two).
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_x86_builds_equal_the_portable_one() {
@@ -1000,9 +1279,10 @@ mod tests {
         let (rows, cols) = (4, 1024);
         let mut x = activations(cols);
         x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let q = IntegerRow::new(&x);
         for (name, _, build) in builds.into_iter().filter(|(_, present, _)| *present) {
-            for ggml_type in [GgmlType::Q4K, GgmlType::Q5K, GgmlType::Q6K] {
+            for (ggml_type, block) in FORMATS {
+                let q = IntegerRow::new(&x, block);
+                assert!(q.digits[1..].iter().all(|place| place.contains(&-128)), "the lower digits reach −128");
                 let bytes = blocks(ggml_type, rows, cols);
                 let row_bytes = bytes.len() / rows;
                 for (r, (_, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
@@ -1020,13 +1300,13 @@ mod tests {
     #[test]
     fn a_zero_row_rounds_to_zero_and_the_largest_value_to_its_full_range() {
         let mut x = vec![0.0; 256];
-        let q = IntegerRow::new(&x);
+        let q = IntegerRow::new(&x, SUPER_BLOCK);
         let value = |q: &IntegerRow, i: usize| i32::from(q.halves[0][i]) * 256 + i32::from(q.halves[1][i]);
         assert!((0..256).all(|i| value(&q, i) == 0) && q.scales == [1.0]);
         x[3] = -2.5;
         x[9] = 1.25;
         x[10] = 1e-5;
-        let q = IntegerRow::new(&x);
+        let q = IntegerRow::new(&x, SUPER_BLOCK);
         assert_eq!((value(&q, 3), value(&q, 9)), (-0x7F_7F7F, 0x3F_BFC0));
         assert!((0..256).all(|i| (0..256).contains(&q.halves[1][i])));
         // A value five orders of magnitude below the block's largest keeps its digits: within

@@ -94,21 +94,28 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
     }
     let kernel = rows_kernel();
     if n == 1 {
-        // The K-quants' integer products need the row in integers: rounded once for every product.
+        // The integer products need the row in integers, rounded once per scale block that the
+        // products here read (`IntegerRow::scale_block`): per 256 values for the K-quants, per 32
+        // for Q4_1 and Q8_0.
         let integer = integer_rows_kernel();
-        let rounded = integer
-            .filter(|_| products.iter().any(|(w, _)| IntegerRow::reads(w.ggml_type)))
-            .map(|integer| (integer, IntegerRow::new(x)));
+        let wanted = |block: usize| products.iter().any(|(w, _)| IntegerRow::scale_block(w.ggml_type) == Some(block));
+        let rounded: Vec<IntegerRow> = [integer::SUPER_BLOCK, integer::BLOCK]
+            .into_iter()
+            .filter(|&block| integer.is_some() && wanted(block))
+            .map(|block| IntegerRow::new(x, block))
+            .collect();
+        let rounded_for = |w: &Matrix| {
+            let block = IntegerRow::scale_block(w.ggml_type)?;
+            Some((integer?, rounded.iter().find(|row| row.block() == block)?))
+        };
         // y is the weight rows' outputs in order: each task writes its own rows in place.
         let tasks = products
             .iter_mut()
             .flat_map(|(w, y)| y.chunks_mut(ROWS_PER_TASK).enumerate().map(move |(index, out)| (&**w, index, out)))
             .collect();
-        for_each_task(tasks, |(w, index, out)| match &rounded {
-            Some((integer, rounded)) if IntegerRow::reads(w.ggml_type) => {
-                integer(w, rounded, index * ROWS_PER_TASK, out, accumulate)
-            }
-            _ => kernel(w, x, 1, index * ROWS_PER_TASK, out, accumulate),
+        for_each_task(tasks, |(w, index, out)| match rounded_for(w) {
+            Some((integer, rounded)) => integer(w, rounded, index * ROWS_PER_TASK, out, accumulate),
+            None => kernel(w, x, 1, index * ROWS_PER_TASK, out, accumulate),
         });
         return;
     }
@@ -172,9 +179,10 @@ impl Columns {
 
 /// [`rows`] for one activation row in the formats whose blocks go straight into the dot product
 /// instead of through the tile (`add` takes one block's bytes and its 32 activations): the same
-/// products in the same lanes, without writing the block out and reading it back. Q4_1 is most of
-/// SmolLM2 (natively 1.5× as fast in cache, 1.35× streaming from memory); Q8_0 Gemma 3's
-/// embedding and output layer (63 % of its decode work), in wasm (see [`rows`]).
+/// products in the same lanes, without writing the block out and reading it back. Where a build
+/// has no integer products for them (`integer.rs`): Q4_1, most of SmolLM2, on x86 without AVX2
+/// (natively 1.5× as fast as the tile in cache, 1.35× streaming from memory); Q8_0, Gemma 3's
+/// embedding and output layer (63 % of its decode work), in relaxed SIMD wasm (see [`rows`]).
 #[inline(always)]
 fn rows_by_block<D: Dot>(
     w: &Matrix,
@@ -218,7 +226,8 @@ type RowsKernel = fn(&Matrix, &[f32], usize, usize, &mut [f32], bool);
 pub(crate) enum X86 {
     /// The baseline, SSE2: the portable bodies as the compiler vectorises them.
     Sse2,
-    /// AVX2 with FMA.
+    /// AVX2 with FMA and F16C (which every AVX2 CPU has: the integer products read Q4_1's and
+    /// Q8_0's f16 scales through it; in software they were a third of a Q4_1 product).
     Avx2,
     /// AVX2 with AVX-VNNI: the integer products' scale and sum in one `vpdpwssd`.
     AvxVnni,
@@ -239,7 +248,7 @@ impl X86 {
     /// Whether this CPU runs `self`.
     pub(crate) fn runs_here(self) -> bool {
         use std::arch::is_x86_feature_detected as has;
-        let avx2 = has!("avx2") && has!("fma");
+        let avx2 = has!("avx2") && has!("fma") && has!("f16c");
         match self {
             X86::Sse2 => true,
             X86::Avx2 => avx2,
@@ -348,15 +357,15 @@ fn integer_rows_kernel() -> Option<IntegerRowsKernel> {
     {
         match X86::chosen() {
             X86::Avx512 => Some(|w, x, first, out, accumulate| {
-                // SAFETY: the CPU has AVX2, FMA and AVX-512 F, BW and VNNI (`X86::chosen`).
+                // SAFETY: the CPU has AVX2, FMA, F16C and AVX-512 F, BW and VNNI (`X86::chosen`).
                 unsafe { integer_rows_avx512(w, x, first, out, accumulate) }
             }),
             X86::AvxVnni => Some(|w, x, first, out, accumulate| {
-                // SAFETY: the CPU has AVX2, FMA and AVX-VNNI (`X86::chosen`).
+                // SAFETY: the CPU has AVX2, FMA, F16C and AVX-VNNI (`X86::chosen`).
                 unsafe { integer_rows_vnni(w, x, first, out, accumulate) }
             }),
             X86::Avx2 => Some(|w, x, first, out, accumulate| {
-                // SAFETY: the CPU has AVX2 and FMA (`X86::chosen`).
+                // SAFETY: the CPU has AVX2, FMA and F16C (`X86::chosen`).
                 unsafe { integer_rows_avx2(w, x, first, out, accumulate) }
             }),
             X86::Sse2 => None,
@@ -376,19 +385,19 @@ fn integer_rows_kernel() -> Option<IntegerRowsKernel> {
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
+#[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn integer_rows_avx2(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     integer_rows::<integer::Avx2>(w, x, first, out, accumulate);
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avxvnni")]
+#[target_feature(enable = "avx2,fma,f16c,avxvnni")]
 unsafe fn integer_rows_vnni(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     integer_rows::<integer::Vnni>(w, x, first, out, accumulate);
 }
 
 #[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma,avx512f,avx512bw,avx512vnni")]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
 unsafe fn integer_rows_avx512(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     integer_rows::<integer::Avx512>(w, x, first, out, accumulate);
 }
@@ -416,10 +425,11 @@ fn integer_rows<D: RowDot>(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [
 fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
     // One activation row (a decode step): the block straight into the dot product. Several (a
     // prompt) read the tile: converted once, it serves every row. Q8_0 only in wasm: natively
-    // AVX2 makes Gemma 3's 178 MB Q8_0 output layer a stream from memory, which the tile's
-    // batched loads keep fuller (35 ms against 39–42 ms a product on one thread, measured with
-    // `matmul_speed -- 262144 640 Q8_0`); in wasm the product is bound by arithmetic, and the
-    // block straight in made Gemma 3 decode 15 % faster in Chromium.
+    // (SSE2: AVX2 has integer products) the tile's batched loads keep a stream from memory
+    // fuller (on AVX2, before its integer products: 35 ms against 39–42 ms a product of Gemma 3's
+    // 178 MB Q8_0 output layer on one thread, `matmul_speed -- 262144 640 Q8_0`); in wasm the
+    // product is bound by arithmetic, and the block straight in made Gemma 3 decode 15 % faster
+    // in Chromium.
     match w.ggml_type {
         _ if n > 1 => {}
         GgmlType::Q8_0 if cfg!(target_arch = "wasm32") => {
