@@ -144,20 +144,35 @@ impl IntegerRow {
         self.scales.len() * self.block / ggml_type.block_layout().0 as usize
     }
 
-    /// The `N` digits of each place of the values `at..at + N`, for the byte builds.
+    /// Each block of a row of Q4_1 or Q8_0 blocks (`bytes` each) with its 32 activations'
+    /// digits, their scale and their `Σx`, for the byte builds: walked together, so that no
+    /// block pays for bounds checks (in relaxed SIMD they made Q4_1's integer products slower
+    /// than the f32 block, 5.4 against 6.1 GMAC/s in Node; walked together 8.1).
     #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     #[inline(always)]
-    fn digits_at<'a, const N: usize>(&'a self, at: usize) -> [&'a [i8; N]; 3] {
+    fn blocks32<'a>(
+        &'a self,
+        row: &'a [u8],
+        bytes: usize,
+    ) -> impl Iterator<Item = (&'a [u8], [&'a [i8]; 3], f32, f32)> {
+        debug_assert_eq!(self.block, BLOCK);
         let [d0, d1, d2] = &self.digits;
-        let run = |digits: &'a [i8]| -> &'a [i8; N] { digits[at..at + N].try_into().expect("N") };
-        [run(d0), run(d1), run(d2)]
+        let digits = d0.chunks_exact(BLOCK).zip(d1.chunks_exact(BLOCK)).zip(d2.chunks_exact(BLOCK));
+        row.chunks_exact(bytes)
+            .zip(digits)
+            .zip(self.scales.iter().zip(&self.sums32))
+            .map(|((block, ((d0, d1), d2)), (&scale, &sum))| (block, [d0, d1, d2], scale, sum))
     }
 
     /// The 256 digits of each place of K-quant block `b`, for the byte builds.
     #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     #[inline(always)]
-    fn block_digits(&self, b: usize) -> [&[i8; SUPER_BLOCK]; 3] {
-        self.digits_at(b * SUPER_BLOCK)
+    fn block_digits<'a>(&'a self, b: usize) -> [&'a [i8; SUPER_BLOCK]; 3] {
+        let [d0, d1, d2] = &self.digits;
+        let block = |digits: &'a [i8]| -> &'a [i8; SUPER_BLOCK] {
+            digits[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
+        };
+        [block(d0), block(d1), block(d2)]
     }
 }
 
@@ -420,8 +435,7 @@ impl Widened for Simd128 {
     }
 
     // Q4_1 and Q8_0: each block's quants widened in registers, the blocks, their halves, scales
-    // and sums walked together (no bounds checks per block: in relaxed SIMD they made Q4_1's
-    // integer products slower than the f32 block, 5.4 against 6.1 GMAC/s; walked together 8.1).
+    // and sums walked together (as `IntegerRow::blocks32`: no bounds checks per block).
 
     #[inline(always)]
     fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
@@ -526,7 +540,7 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, half};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
 
     /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes.
     pub(super) trait PairSums {
@@ -577,24 +591,35 @@ mod avx2 {
     #[inline(always)]
     unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         let bytes = ggml_type.block_layout().1 as usize;
-        let (mut lanes, mut minimums) = (unsafe { _mm256_setzero_ps() }, 0f32);
+        let mut lanes = unsafe { _mm256_setzero_ps() };
+        if matches!(ggml_type, GgmlType::Q4_1 | GgmlType::Q8_0) {
+            let mut minimums = 0f32;
+            for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, bytes) {
+                // (Not `map`: a closure there does not take this function's target features.)
+                let digits = unsafe { [load(d0, 0), load(d1, 0), load(d2, 0)] };
+                lanes = unsafe {
+                    if ggml_type == GgmlType::Q4_1 {
+                        let (lanes, m) = q4_1::<P>(block, digits, scale, lanes);
+                        minimums += m * sum;
+                        lanes
+                    } else {
+                        q8_0::<P>(block, digits, scale, lanes)
+                    }
+                };
+            }
+            return unsafe { total(lanes) } + minimums;
+        }
         for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
             lanes = unsafe {
                 match ggml_type {
                     GgmlType::Q4K => q4_k::<P>(block, x, b, lanes),
                     GgmlType::Q5K => q5_k::<P>(block, x, b, lanes),
                     GgmlType::Q6K => q6_k::<P>(block, x, b, lanes),
-                    GgmlType::Q4_1 => {
-                        let (lanes, m) = q4_1::<P>(block, x, b, lanes);
-                        minimums += m * x.sums32[b];
-                        lanes
-                    }
-                    GgmlType::Q8_0 => q8_0::<P>(block, x, b, lanes),
                     other => unreachable!("{other} does not go through integers"),
                 }
             };
         }
-        unsafe { total(lanes) + minimums }
+        unsafe { total(lanes) }
     }
 
     /// The f16s at `at` and `at + 2` of a block (F16C).
@@ -607,17 +632,16 @@ mod avx2 {
         }
     }
 
-    /// One Q4_1 block (`d·q + m`, 32 nibbles) against block `b` of `x` (a row rounded per 32):
-    /// `d·Σq·x` added to `lanes`, and `m`, which the caller multiplies by the block's `Σx`.
+    /// One Q4_1 block (`d·q + m`, 32 nibbles) against its activations' three digits and
+    /// `scale`: `d·Σq·x` added to `lanes`, and `m`, which the caller multiplies by their `Σx`.
     #[inline(always)]
-    unsafe fn q4_1<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> (__m256, f32) {
+    unsafe fn q4_1<P: PairSums>(block: &[u8], [d0, d1, d2]: [__m256i; 3], scale: f32, lanes: __m256) -> (__m256, f32) {
         unsafe {
             let (d, m) = halves(block, 0);
             let nibbles = _mm_set1_epi8(0x0F);
             let qs = _mm_loadu_si128(block[4..20].as_ptr().cast());
             // Values 0..16 in the low half, 16..32 in the high.
             let quants = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibbles), _mm_and_si128(qs, nibbles));
-            let [d0, d1, d2] = x.digits_at::<BLOCK>(BLOCK * b).map(|digits| load(digits, 0));
             let (zero, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
             // The digits joined in i32: at most 4·15·0x7F7F7F per lane, within i32.
             let high = P::add(
@@ -626,14 +650,15 @@ mod avx2 {
                 ones,
             );
             let sum = P::add(_mm256_slli_epi32(high, 8), _mm256_maddubs_epi16(quants, d2), ones);
-            (_mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * x.scale(BLOCK, b)), lanes), m)
+            (_mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * scale), lanes), m)
         }
     }
 
-    /// One Q8_0 block (`d·q`, 32 signed quants) against block `b` of `x` (a row rounded per 32),
-    /// added to `lanes`: the positive quants' products less the negative ones' magnitudes'.
+    /// One Q8_0 block (`d·q`, 32 signed quants) against its activations' three digits and
+    /// `scale`, added to `lanes`: the positive quants' products less the negative ones'
+    /// magnitudes'.
     #[inline(always)]
-    unsafe fn q8_0<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+    unsafe fn q8_0<P: PairSums>(block: &[u8], [d0, d1, d2]: [__m256i; 3], scale: f32, lanes: __m256) -> __m256 {
         unsafe {
             let d = halves(block, 0).0;
             let q = load(block, 2);
@@ -641,7 +666,6 @@ mod avx2 {
             let positive = _mm256_max_epi8(q, zero);
             // −q where q < 0 (−128 as the byte 128), 0 elsewhere.
             let negative = _mm256_sub_epi8(positive, q);
-            let [d0, d1, d2] = x.digits_at::<BLOCK>(BLOCK * b).map(|digits| load(digits, 0));
             // Σ scale·q·d of one digit place (the pairs at most 2·128·128 in magnitude: each part
             // is summed to i32 before the other is taken off).
             let place = |sum: __m256i, digits: __m256i, scale: __m256i| {
@@ -654,7 +678,7 @@ mod avx2 {
             let high = place(place(zero, d0, _mm256_set1_epi16(256)), d1, ones);
             let low = place(zero, d2, ones);
             let value = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high), _mm256_set1_ps(256.0), _mm256_cvtepi32_ps(low));
-            _mm256_fmadd_ps(value, _mm256_set1_ps(d * x.scale(BLOCK, b)), lanes)
+            _mm256_fmadd_ps(value, _mm256_set1_ps(d * scale), lanes)
         }
     }
 
@@ -1038,7 +1062,7 @@ impl RowDot for Relaxed {
 mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min, load};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min, load};
 
     /// Per row: the blocks' products in four f32 lanes, what their minimums or offsets take off in
     /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
@@ -1131,15 +1155,10 @@ mod relaxed {
     }
 
     /// A row of Q4_1 blocks (`d·q + m`) against `x` (rounded per 32): each block's digits' sums
-    /// joined in i32 (at most 8·15·0x7F7F7F per lane), `m · Σx` added apart. The blocks, their
-    /// digits, scales and sums walked together, so no block pays for bounds checks.
+    /// joined in i32 (at most 8·15·0x7F7F7F per lane), `m · Σx` added apart.
     fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
-        let [d0, d1, d2] = &x.digits;
-        let digits = d0.chunks_exact(BLOCK).zip(d1.chunks_exact(BLOCK)).zip(d2.chunks_exact(BLOCK));
-        let activations = digits.zip(x.scales.iter().zip(&x.sums32));
-        debug_assert_eq!(x.block, BLOCK);
         let (mut lanes, mut minimums, zero) = (f32x4_splat(0.0), 0f32, i32x4_splat(0));
-        for (block, (((d0, d1), d2), (&scale, &sum))) in row.chunks_exact(20).zip(activations) {
+        for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, 20) {
             let (d, m) = (half(block, 0), half(block, 2));
             let qs = load(block, 4);
             let (low, high) = (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4));
