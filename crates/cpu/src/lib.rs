@@ -5,12 +5,13 @@
 //! a [`Matrix`] of GGUF blocks: each weight row is dequantized a tile of [`TILE`] values at a time
 //! into a buffer on the stack (`nucleus_gguf::dequantize_into`, the one owner of every block
 //! format), and the tile serves every activation row before the next is read, so a prefill of
-//! `n` tokens reads the weights once. For one activation row (a decode step) Q4_1 blocks (and
-//! in wasm Q8_0's) go straight into the dot product instead (`Dot::add_q4_1`, `add_q8_0`: the
-//! same sums, without the tile's store and load), and K-quant blocks (Q4_K, Q5_K, Q6_K) into
-//! integer products against the row rounded to 24 bits per 256 values (`integer`: three signed
-//! bytes against the quants by `vpmaddubsw`, with AVX-VNNI and AVX-512 builds; relaxed SIMD's
-//! byte dot product in wasm; two 16-bit halves in plain wasm SIMD). Activations are never rounded
+//! `n` tokens reads the weights once. For one activation row (a decode step) the K-quant blocks
+//! (Q4_K, Q5_K, Q6_K), Q4_1's and Q8_0's go into integer products against the row rounded to 24
+//! bits per 256 values (the K-quants) or per 32 (`integer`: three signed bytes against the quants
+//! by `vpmaddubsw`, with AVX-VNNI and AVX-512 builds; relaxed SIMD's byte dot product in wasm;
+//! two 16-bit halves in plain wasm SIMD); where a build has none for them (x86 without AVX2;
+//! Q8_0 in relaxed SIMD) Q4_1 and Q8_0 blocks go straight into the f32 dot product (`Dot::add_q4_1`,
+//! `add_q8_0`: the same sums as the tile's, without its store and load). Activations are never rounded
 //! to 8 bits (llama.cpp's CPU kernels do, which moves logits by up to ~0.6; the references here
 //! allow 1e-3; 24 bits keep decode within 4e-5 of a recompute).
 //!
