@@ -35,11 +35,9 @@ pub(crate) trait Dot {
     }
     /// The lanes added pairwise.
     fn total(lanes: Self::Lanes) -> f32;
-    /// `lanes[i] += (q[i]·d)·x[i]` for one Q8_0 block (`q` its 32 signed bytes, `d` its scale):
-    /// the products `add` makes of the block dequantized, without writing it out first.
-    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]);
-    /// The same for one Q4_1 block: value `i` is `(nibble_i·d) + m`, the low nibbles of `qs` the
-    /// values 0..16, the high ones 16..32.
+    /// `lanes[i] += ((nibble_i·d) + m)·x[i]` for one Q4_1 block (`d` its scale, `m` its minimum,
+    /// the low nibbles of `qs` the values 0..16, the high ones 16..32): the products `add` makes
+    /// of the block dequantized, without writing it out first.
     fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]);
 }
 
@@ -60,13 +58,6 @@ impl Dot for Portable {
             for lane in 0..32 {
                 lanes[lane] += a[lane] * b[lane];
             }
-        }
-    }
-
-    #[inline(always)]
-    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]) {
-        for lane in 0..32 {
-            lanes[lane] += (q[lane] as i8 as f32 * d) * x[lane];
         }
     }
 
@@ -127,11 +118,6 @@ impl Dot for Avx2 {
     }
 
     #[inline(always)]
-    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]) {
-        unsafe { add_q8_0_avx2(lanes, d, q, x) }
-    }
-
-    #[inline(always)]
     fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
         unsafe { add_q4_1_avx2(lanes, d, m, qs, x) }
     }
@@ -154,24 +140,6 @@ unsafe fn add_q4_1_avx2(lanes: &mut [std::arch::x86_64::__m256; 4], d: f32, m: f
         let values = _mm256_add_ps(_mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nibbles)), scale), min);
         // SAFETY: 8k + 8 <= 32 values of `x`.
         let xs = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) };
-        *lane = _mm256_fmadd_ps(values, xs, *lane);
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-#[inline]
-unsafe fn add_q8_0_avx2(lanes: &mut [std::arch::x86_64::__m256; 4], d: f32, q: &[u8; 32], x: &[f32]) {
-    use std::arch::x86_64::*;
-    assert!(x.len() >= 32);
-    let scale = _mm256_set1_ps(d);
-    // SAFETY: two 16-byte loads of the 32 bytes of `q`.
-    let (low, high) = unsafe { (_mm_loadu_si128(q.as_ptr().cast()), _mm_loadu_si128(q.as_ptr().add(16).cast())) };
-    let bytes = [low, _mm_srli_si128(low, 8), high, _mm_srli_si128(high, 8)];
-    for (k, (lane, bytes)) in lanes.iter_mut().zip(bytes).enumerate() {
-        // SAFETY: 8k + 8 <= 32 values of `x`.
-        let xs = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * k)) };
-        let values = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes)), scale);
         *lane = _mm256_fmadd_ps(values, xs, *lane);
     }
 }
@@ -326,12 +294,6 @@ impl Dot for Simd128 {
     }
 
     #[inline(always)]
-    fn add_q8_0(lanes: &mut Self::Lanes, d: f32, q: &[u8; 32], x: &[f32]) {
-        // SAFETY: as `add`.
-        unsafe { add_q8_0_simd128(lanes, d, q, x) }
-    }
-
-    #[inline(always)]
     fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]) {
         // SAFETY: as `add`.
         unsafe { add_q4_1_simd128(lanes, d, m, qs, x) }
@@ -422,28 +384,6 @@ unsafe fn add8_simd128(lanes: &mut [[std::arch::wasm32::v128; 8]; 8], a: [&[f32]
     }
     for (lanes, sum) in lanes.iter_mut().zip(sums.into_iter().flatten()) {
         lanes[0] = f32x4_add(lanes[0], sum);
-    }
-}
-
-#[cfg(target_arch = "wasm32")]
-#[target_feature(enable = "simd128")]
-#[inline]
-unsafe fn add_q8_0_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, q: &[u8; 32], x: &[f32]) {
-    use std::arch::wasm32::*;
-    assert!(x.len() >= 32);
-    let scale = f32x4_splat(d);
-    for half in 0..2 {
-        // SAFETY: 16·half + 16 <= 32 bytes of `q`; 16·half + 4k + 4 <= 32 values of `x`.
-        let bytes = unsafe { v128_load(q.as_ptr().add(16 * half).cast()) };
-        let shorts = [i16x8_extend_low_i8x16(bytes), i16x8_extend_high_i8x16(bytes)];
-        for (j, &short) in shorts.iter().enumerate() {
-            for (i, ints) in [i32x4_extend_low_i16x8(short), i32x4_extend_high_i16x8(short)].into_iter().enumerate() {
-                let k = 4 * half + 2 * j + i;
-                let xs = unsafe { v128_load(x.as_ptr().add(4 * k).cast()) };
-                let values = f32x4_mul(f32x4_convert_i32x4(ints), scale);
-                lanes[k] = madd(values, xs, lanes[k]);
-            }
-        }
     }
 }
 

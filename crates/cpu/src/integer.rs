@@ -27,9 +27,8 @@
 //!   wrong here, since a digit may be −128, whose negation is not a byte;
 //! - WebAssembly relaxed SIMD as the same three digits, `i32x4.relaxed_dot_i8x16_i7x16_add_s`
 //!   multiplying 16 quants (7-bit) by 16 digits into four i32 lanes, the sub-block's scale an
-//!   `i32x4.mul`. Not Q8_0: neither its quants nor the digits fit the 7-bit operand, and split in
-//!   two as on x86 it ran slower than the f32 block (one thread in Node, a 1,536 × 576 row: 1.9
-//!   against 2.2 GMAC/s);
+//!   `i32x4.mul`. Not Q8_0: its quants and the digits are both signed bytes, where the second
+//!   operand is 7-bit; its quants go in widened to 16 bits against the halves, as below;
 //! - WebAssembly SIMD (no byte products without relaxed SIMD) and the portable build (the tests'
 //!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
 //!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
@@ -62,7 +61,7 @@ pub struct IntegerRow {
     #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     digits: [Vec<i8>; 3],
     /// `X >> 8` and `X & 0xFF` of each value `X` (`x ≈ X · scale`, `|X| ≤ 0x7F7F7F`).
-    #[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd"))))]
+    #[cfg(any(test, target_arch = "wasm32"))]
     halves: [Vec<i16>; 2],
     /// Values per scale: [`SUPER_BLOCK`] or [`BLOCK`].
     block: usize,
@@ -96,7 +95,7 @@ impl IntegerRow {
         Self {
             #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
             digits: digits(&values),
-            #[cfg(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd"))))]
+            #[cfg(any(test, target_arch = "wasm32"))]
             halves: [
                 values.iter().map(|&v| (v >> 8) as i16).collect(),
                 values.iter().map(|&v| (v & 0xFF) as i16).collect(),
@@ -114,7 +113,7 @@ impl IntegerRow {
         match ggml_type {
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => Some(SUPER_BLOCK),
             GgmlType::Q4_1 => Some(BLOCK),
-            GgmlType::Q8_0 if !cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) => Some(BLOCK),
+            GgmlType::Q8_0 => Some(BLOCK),
             _ => None,
         }
     }
@@ -457,8 +456,22 @@ impl Widened for Simd128 {
 
     #[inline(always)]
     fn q8_0(row: &[u8], x: &IntegerRow) -> f32 {
-        use std::arch::wasm32::*;
-        let (lanes, _) = simd128::by_block(row, 34, x, |block| {
+        simd128::q8_0(row, x)
+    }
+}
+
+/// The products over Q4_1's and Q8_0's quants widened to 16 bits against the halves (plain SIMD;
+/// relaxed SIMD takes Q8_0's from here too, see `relaxed::row_dot`).
+#[cfg(target_arch = "wasm32")]
+mod simd128 {
+    use std::arch::wasm32::*;
+
+    use super::{BLOCK, IntegerRow, half, load};
+
+    /// `Σ w·x` of a row of Q8_0 blocks (`d·q`).
+    #[inline(always)]
+    pub(super) fn q8_0(row: &[u8], x: &IntegerRow) -> f32 {
+        let (lanes, _) = by_block(row, 34, x, |block| {
             let (first, second) = (load(block, 2), load(block, 18));
             let quants = [
                 i16x8_extend_low_i8x16(first),
@@ -468,15 +481,9 @@ impl Widened for Simd128 {
             ];
             (half(block, 0), quants, 0.0)
         });
-        Self::total(lanes)
+        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
+            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
     }
-}
-
-#[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
-mod simd128 {
-    use std::arch::wasm32::*;
-
-    use super::{BLOCK, IntegerRow, load};
 
     /// The products of a row of `bytes`-byte blocks of 32 (`d·q + m`, `block_quants` giving a
     /// block's `d`, its quants widened to four i16x8 and its `m`) in f32 lanes, and `Σ m · Σx`.
@@ -1068,8 +1075,14 @@ mod relaxed {
     /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
     #[inline(never)]
     pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        if ggml_type == GgmlType::Q4_1 {
-            return q4_1(row, x);
+        match ggml_type {
+            GgmlType::Q4_1 => return q4_1(row, x),
+            // Q8_0's signed quants and digits both take 8 bits, where the byte dot product's
+            // second operand takes 7: the quants widened to 16 bits against the halves, as in
+            // plain SIMD (one 1,536 × 576 row in Node: 10.9 GMAC/s there; the quants split in
+            // two 7-bit parts against the digits, 5.6; the f32 block, 6.7).
+            GgmlType::Q8_0 => return super::simd128::q8_0(row, x),
+            _ => {}
         }
         let bytes = ggml_type.block_layout().1 as usize;
         let (mut lanes, mut offsets) = (f32x4_splat(0.0), 0f32);

@@ -9,9 +9,9 @@
 //! (Q4_K, Q5_K, Q6_K), Q4_1's and Q8_0's go into integer products against the row rounded to 24
 //! bits per 256 values (the K-quants) or per 32 (`integer`: three signed bytes against the quants
 //! by `vpmaddubsw`, with AVX-VNNI and AVX-512 builds; relaxed SIMD's byte dot product in wasm;
-//! two 16-bit halves in plain wasm SIMD); where a build has none for them (x86 without AVX2;
-//! Q8_0 in relaxed SIMD) Q4_1 and Q8_0 blocks go straight into the f32 dot product (`Dot::add_q4_1`,
-//! `add_q8_0`: the same sums as the tile's, without its store and load). Activations are never rounded
+//! two 16-bit halves in plain wasm SIMD); where a build has none (x86 without AVX2, other CPUs)
+//! Q4_1 blocks go straight into the f32 dot product (`Dot::add_q4_1`: the same sums as the
+//! tile's, without its store and load). Activations are never rounded
 //! to 8 bits (llama.cpp's CPU kernels do, which moves logits by up to ~0.6; the references here
 //! allow 1e-3; 24 bits keep decode within 4e-5 of a recompute).
 //!

@@ -177,12 +177,11 @@ impl Columns {
     }
 }
 
-/// [`rows`] for one activation row in the formats whose blocks go straight into the dot product
-/// instead of through the tile (`add` takes one block's bytes and its 32 activations): the same
-/// products in the same lanes, without writing the block out and reading it back. Where a build
-/// has no integer products for them (`integer.rs`): Q4_1, most of SmolLM2, on x86 without AVX2
-/// (natively 1.5× as fast as the tile in cache, 1.35× streaming from memory); Q8_0, Gemma 3's
-/// embedding and output layer (63 % of its decode work), in relaxed SIMD wasm (see [`rows`]).
+/// [`rows`] for one activation row of Q4_1, whose blocks go straight into the dot product instead
+/// of through the tile (`add` takes one block's bytes and its 32 activations): the same products
+/// in the same lanes, without writing the block out and reading it back. Where a build has no
+/// integer products (`integer.rs`: x86 without AVX2, other CPUs), natively 1.5× as fast as the
+/// tile in cache, 1.35× streaming from memory.
 #[inline(always)]
 fn rows_by_block<D: Dot>(
     w: &Matrix,
@@ -423,20 +422,11 @@ fn integer_rows<D: RowDot>(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [
 /// The kernel's one body, compiled into each build above.
 #[inline(always)]
 fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
-    // One activation row (a decode step): the block straight into the dot product. Several (a
-    // prompt) read the tile: converted once, it serves every row. Q8_0 only in wasm: natively
-    // (SSE2: AVX2 has integer products) the tile's batched loads keep a stream from memory
-    // fuller (on AVX2, before its integer products: 35 ms against 39–42 ms a product of Gemma 3's
-    // 178 MB Q8_0 output layer on one thread, `matmul_speed -- 262144 640 Q8_0`); in wasm the
-    // product is bound by arithmetic, and the block straight in made Gemma 3 decode 15 % faster
-    // in Chromium.
+    // One activation row (a decode step) of Q4_1 (where a build has no integer products): the
+    // block straight into the dot product. Several (a prompt) read the tile: converted once, it
+    // serves every row.
     match w.ggml_type {
         _ if n > 1 => {}
-        GgmlType::Q8_0 if cfg!(target_arch = "wasm32") => {
-            return rows_by_block::<D>(w, x, n, first, out, accumulate, |lanes, block, x| {
-                D::add_q8_0(lanes, half(block, 0), block[2..34].try_into().expect("34-byte blocks"), x)
-            });
-        }
         GgmlType::Q4_1 => {
             return rows_by_block::<D>(w, x, n, first, out, accumulate, |lanes, block, x| {
                 D::add_q4_1(lanes, half(block, 0), half(block, 2), block[4..20].try_into().expect("20-byte blocks"), x)
