@@ -38,7 +38,8 @@
 //! products go through the tile instead (`matmul.rs`: measured faster there); the portable build
 //! is then only the tests' reference.
 
-// The 16-bit halves and the bodies over them serve wasm without relaxed SIMD and the tests alone.
+// The generic bodies over the 16-bit halves (`Widened`) serve wasm without relaxed SIMD and the
+// tests alone.
 #![cfg_attr(not(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))), allow(dead_code))]
 
 use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
@@ -107,13 +108,12 @@ impl IntegerRow {
         }
     }
 
-    /// The values per scale of a row that `ggml_type`'s products read, where they go through
-    /// integers in this build: the one owner of which formats do.
+    /// The values per scale of a row that `ggml_type`'s integer products read, or `None` where
+    /// its products do not go through integers: the one owner of which formats do.
     pub fn scale_block(ggml_type: GgmlType) -> Option<usize> {
         match ggml_type {
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => Some(SUPER_BLOCK),
-            GgmlType::Q4_1 => Some(BLOCK),
-            GgmlType::Q8_0 => Some(BLOCK),
+            GgmlType::Q4_1 | GgmlType::Q8_0 => Some(BLOCK),
             _ => None,
         }
     }
