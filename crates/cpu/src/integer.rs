@@ -356,6 +356,15 @@ fn load<T>(values: &[T], at: usize) -> std::arch::wasm32::v128 {
     unsafe { std::arch::wasm32::v128_load(bytes.as_ptr().cast()) }
 }
 
+/// The four f32 lanes of `lanes` added pairwise.
+#[cfg(target_arch = "wasm32")]
+#[inline(always)]
+fn sum_lanes(lanes: std::arch::wasm32::v128) -> f32 {
+    use std::arch::wasm32::f32x4_extract_lane;
+    (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
+        + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
+}
+
 /// Plain Rust over the two halves: the reference the tests hold the others to.
 #[cfg(test)]
 pub(crate) struct Portable;
@@ -428,9 +437,7 @@ impl Widened for Simd128 {
 
     #[inline(always)]
     fn total(lanes: Self::Lanes) -> f32 {
-        use std::arch::wasm32::*;
-        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
-            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
+        sum_lanes(lanes)
     }
 
     // Q4_1 and Q8_0: each block's quants widened in registers, the blocks, their halves, scales
@@ -438,20 +445,7 @@ impl Widened for Simd128 {
 
     #[inline(always)]
     fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
-        use std::arch::wasm32::*;
-        let nibbles = u8x16_splat(0x0F);
-        let (lanes, minimums) = simd128::by_block(row, 20, x, |block| {
-            let qs = load(block, 4);
-            let (low, high) = (v128_and(qs, nibbles), u8x16_shr(qs, 4));
-            let quants = [
-                u16x8_extend_low_u8x16(low),
-                u16x8_extend_high_u8x16(low),
-                u16x8_extend_low_u8x16(high),
-                u16x8_extend_high_u8x16(high),
-            ];
-            (half(block, 0), quants, half(block, 2))
-        });
-        Self::total(lanes) + minimums
+        simd128::q4_1(row, x)
     }
 
     #[inline(always)]
@@ -466,7 +460,26 @@ impl Widened for Simd128 {
 mod simd128 {
     use std::arch::wasm32::*;
 
-    use super::{BLOCK, IntegerRow, half, load};
+    use super::{BLOCK, IntegerRow, half, load, sum_lanes};
+
+    /// `Σ w·x` of a row of Q4_1 blocks (`d·q + m`; relaxed SIMD has its byte dot product).
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[inline(always)]
+    pub(super) fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
+        let nibbles = u8x16_splat(0x0F);
+        let (lanes, minimums) = by_block(row, 20, x, |block| {
+            let qs = load(block, 4);
+            let (low, high) = (v128_and(qs, nibbles), u8x16_shr(qs, 4));
+            let quants = [
+                u16x8_extend_low_u8x16(low),
+                u16x8_extend_high_u8x16(low),
+                u16x8_extend_low_u8x16(high),
+                u16x8_extend_high_u8x16(high),
+            ];
+            (half(block, 0), quants, half(block, 2))
+        });
+        sum_lanes(lanes) + minimums
+    }
 
     /// `Σ w·x` of a row of Q8_0 blocks (`d·q`).
     #[inline(always)]
@@ -481,8 +494,7 @@ mod simd128 {
             ];
             (half(block, 0), quants, 0.0)
         });
-        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
-            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
+        sum_lanes(lanes)
     }
 
     /// The products of a row of `bytes`-byte blocks of 32 (`d·q + m`, `block_quants` giving a
@@ -631,7 +643,7 @@ mod avx2 {
 
     /// The f16s at `at` and `at + 2` of a block (F16C).
     #[inline(always)]
-    unsafe fn halves(block: &[u8], at: usize) -> (f32, f32) {
+    unsafe fn f16_pair(block: &[u8], at: usize) -> (f32, f32) {
         let pair = i32::from_le_bytes(block[at..at + 4].try_into().expect("4"));
         unsafe {
             let both = _mm_cvtph_ps(_mm_cvtsi32_si128(pair));
@@ -644,7 +656,7 @@ mod avx2 {
     #[inline(always)]
     unsafe fn q4_1<P: PairSums>(block: &[u8], [d0, d1, d2]: [__m256i; 3], scale: f32, lanes: __m256) -> (__m256, f32) {
         unsafe {
-            let (d, m) = halves(block, 0);
+            let (d, m) = f16_pair(block, 0);
             let nibbles = _mm_set1_epi8(0x0F);
             let qs = _mm_loadu_si128(block[4..20].as_ptr().cast());
             // Values 0..16 in the low half, 16..32 in the high.
@@ -667,7 +679,7 @@ mod avx2 {
     #[inline(always)]
     unsafe fn q8_0<P: PairSums>(block: &[u8], [d0, d1, d2]: [__m256i; 3], scale: f32, lanes: __m256) -> __m256 {
         unsafe {
-            let d = halves(block, 0).0;
+            let d = f16_pair(block, 0).0;
             let q = load(block, 2);
             let zero = _mm256_setzero_si256();
             let positive = _mm256_max_epi8(q, zero);
@@ -1069,7 +1081,7 @@ impl RowDot for Relaxed {
 mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min, load};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min, load, sum_lanes};
 
     /// Per row: the blocks' products in four f32 lanes, what their minimums or offsets take off in
     /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
@@ -1096,9 +1108,7 @@ mod relaxed {
             lanes = f32x4_add(lanes, products);
             offsets += offset;
         }
-        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
-            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
-            - offsets
+        sum_lanes(lanes) - offsets
     }
 
     /// `sum + Σ q·d` of 16 quants (< 64, so 7-bit) and 16 digits, four to a lane: exact, whether
@@ -1180,9 +1190,7 @@ mod relaxed {
             lanes = f32x4_add(lanes, f32x4_mul(f32x4_convert_i32x4(sum32), f32x4_splat(d * scale)));
             minimums += m * sum;
         }
-        (f32x4_extract_lane::<0>(lanes) + f32x4_extract_lane::<1>(lanes))
-            + (f32x4_extract_lane::<2>(lanes) + f32x4_extract_lane::<3>(lanes))
-            + minimums
+        sum_lanes(lanes) + minimums
     }
 
     /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as `32 ·
