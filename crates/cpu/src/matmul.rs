@@ -4,16 +4,32 @@ use nucleus_gguf::{GgmlType, dequantize_into};
 
 use crate::dot::{self, Dot};
 use crate::integer::{self, IntegerRow, RowDot};
-use crate::threads::for_each_task;
+use crate::threads::{for_each_task, threads};
 
 /// Weights dequantized at a time: a multiple of every block size (32 and 256 values), 8 KB of
 /// stack, so a tile stays in L1 while every activation row reads it, and the rows of the models
 /// Nucleus runs (576 to 2,048 wide) are one tile: one dot product, one sum of lanes, per row.
 pub const TILE: usize = 256;
 
-/// Weight rows one task computes: enough work per task to hide the pool's hand-over (a few µs),
-/// few enough that two cores share even a 576-row projection.
+/// Weight rows one task of a prefill's product computes: enough work per task to hide the pool's
+/// hand-over (a few µs), few enough that two cores share even a 576-row projection.
 const ROWS_PER_TASK: usize = 64;
+
+/// Tasks per thread of a decode step's products (one activation row): each thread streams long
+/// runs of consecutive weight rows from memory. With 64-row tasks the two threads took turns
+/// along the matrix, and a decode step ran hardly faster on two threads than on one (SmolLM2
+/// natively: 8.7 → 8.2 ms a token, the output layer 1.83 → 1.70 ms); in two tasks a thread the
+/// output layer takes 0.92 ms and the step about 5.5. One task a thread measured the same; four,
+/// slower (ARCHITECTURE.md, "How a product is split").
+/// Two leave the caller half of a late helper's rows to take.
+const DECODE_TASKS_PER_THREAD: usize = 2;
+
+/// Rows of each task of a decode product of `rows` weight rows in all: a share of
+/// [`DECODE_TASKS_PER_THREAD`] per thread, in whole 64-byte lines of output (no two threads
+/// write one line).
+fn decode_rows_per_task(rows: usize) -> usize {
+    rows.div_ceil(threads() * DECODE_TASKS_PER_THREAD).next_multiple_of(16)
+}
 
 /// A weight matrix `[rows, cols]` as a GGUF file stores it: `rows` rows of `cols` values in the
 /// blocks of `ggml_type`, row after row.
@@ -109,13 +125,14 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
             Some((integer?, rounded.iter().find(|row| row.block() == block)?))
         };
         // y is the weight rows' outputs in order: each task writes its own rows in place.
+        let per_task = decode_rows_per_task(products.iter().map(|(w, _)| w.rows).sum());
         let tasks = products
             .iter_mut()
-            .flat_map(|(w, y)| y.chunks_mut(ROWS_PER_TASK).enumerate().map(move |(index, out)| (&**w, index, out)))
+            .flat_map(|(w, y)| y.chunks_mut(per_task).enumerate().map(move |(index, out)| (&**w, index, out)))
             .collect();
         for_each_task(tasks, |(w, index, out)| match rounded_for(w) {
-            Some((integer, rounded)) => integer(w, rounded, index * ROWS_PER_TASK, out, accumulate),
-            None => kernel(w, x, 1, index * ROWS_PER_TASK, out, accumulate),
+            Some((integer, rounded)) => integer(w, rounded, index * per_task, out, accumulate),
+            None => kernel(w, x, 1, index * per_task, out, accumulate),
         });
         return;
     }
@@ -582,6 +599,17 @@ const X_ROWS_BYTES: usize = if cfg!(target_family = "wasm") { usize::MAX } else 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decode product goes to each thread in at most two runs of whole 64-byte output lines.
+    #[test]
+    fn a_decode_product_is_few_long_runs_of_rows() {
+        for rows in [1, 16, 192, 576 + 192 + 192, 1536, 49_152, 262_144] {
+            let per_task = decode_rows_per_task(rows);
+            assert!(per_task.is_multiple_of(16) && per_task > 0, "{rows} rows: {per_task} a task");
+            assert!(rows.div_ceil(per_task) <= threads() * DECODE_TASKS_PER_THREAD, "{rows} rows: {per_task} a task");
+            assert!(per_task < rows + 16 * threads() * DECODE_TASKS_PER_THREAD, "{rows} rows: {per_task} a task");
+        }
+    }
 
     /// The portable build of the by-block formats and of the blocks of x rows by four weight rows
     /// (what a CPU without AVX2 runs) against the matrix dequantized whole, for one x row and for
