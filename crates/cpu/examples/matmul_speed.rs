@@ -21,6 +21,7 @@ fn main() {
         GgmlType::Q4_0,
         GgmlType::Q4_1,
         GgmlType::Q5_0,
+        GgmlType::Q5_1,
         GgmlType::Q8_0,
         GgmlType::Q4K,
         GgmlType::Q5K,

@@ -2,8 +2,9 @@
 //! scale per block of values, [`IntegerRow`]), each weight block's quants multiplied by them in
 //! integer instructions, one f32 conversion per block. The K-quants (Q4_K, Q5_K, Q6_K: the bulk of
 //! a Q4_K_M file) with one activation scale per 256 values, their sub-blocks' scales applied in
-//! integers; Q4_1 (most of SmolLM2) and Q8_0 (SmolLM2's and Gemma 3's embeddings and output
-//! layers) with one per 32.
+//! integers; the 32-value formats with one per 32: Q4_1 (most of SmolLM2), Q5_0 (a Q4_K_M file's
+//! matrices whose rows are not whole 256s: Gemma 3's), Q4_0, Q5_1, and Q8_0 (SmolLM2's and Gemma
+//! 3's embeddings and output layers).
 //!
 //! Why: through the tile (`matmul.rs`) each weight is converted to f32, scaled, written and read
 //! back before its multiply-add; a K-quant decode product ran at 10 GMAC/s natively, far from
@@ -12,13 +13,16 @@
 //! from its prefill's (its activations have outliers that set a block's step), where the engine
 //! keeps the two within 1e-4. 24 bits (a step of 2⁻²³ of the block's largest activation) keep
 //! Gemma 3's decode within 3.6e-5 of a recompute (31 bits: 1.5e-5; ARCHITECTURE.md). Why per 32
-//! for Q4_1 and Q8_0: their blocks are converted to f32 once per 32 anyway, so a scale per 32 costs
+//! for the 32-value formats: their blocks are converted to f32 once per 32 anyway, so a scale per 32 costs
 //! nothing, and per 256 SmolLM2's first token (whose activations have outliers) moved its logits
-//! 1.6e-4 from the prompt's; per 32, 6.8e-5.
+//! 1.6e-4 from the prompt's; per 32, 6.8e-5. Q4_0, Q4_1, Q5_0 and Q5_1 share one product per
+//! build over their unsigned quants (`d·q + m`, [`Unsigned32`] saying where a block keeps its
+//! parts; `m = −offset·d` in Q4_0 and Q5_0).
 //!
 //! Each instruction set holds the integers as its products want them:
 //! - x86 as three signed 8-bit digits (`X = d₀·2¹⁶ + d₁·2⁸ + d₂`, each in −128..=127): a block's
-//!   quants are unsigned bytes (0..64), so `vpmaddubsw` multiplies 32 quants by 32 digits an
+//!   quants are unsigned bytes (0..64; Q5_0's and Q5_1's fifth bits spread to bytes by a shuffle
+//!   and a compare), so `vpmaddubsw` multiplies 32 quants by 32 digits an
 //!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32 (AVX-VNNI's
 //!   `vpdpwssd` also adds; AVX-512 takes 64 quants an instruction), and the three digits' sums
 //!   meet in f32 once per block. Q8_0's signed quants go in as two unsigned parts (the positive
@@ -33,8 +37,8 @@
 //!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
 //!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
 //!
-//! The minimums of Q4_K, Q5_K and Q4_1, and Q6_K's offset of 32, multiply the exact f32 sum of
-//! each 32 or 16 activations. Without one of these builds (x86 without AVX2, other CPUs) the
+//! The minimums of Q4_K, Q5_K, Q4_1 and Q5_1, the offsets of Q4_0 and Q5_0 (8 and 16) and Q6_K's
+//! (32) multiply the exact f32 sum of each 32 or 16 activations. Without one of these builds (x86 without AVX2, other CPUs) the
 //! products go through the tile instead (`matmul.rs`: measured faster there); the portable build
 //! is then only the tests' reference.
 
@@ -47,8 +51,46 @@ use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
 /// The values of a K-quant block: one activation scale for the K-quants' products.
 pub const SUPER_BLOCK: usize = 256;
 
-/// The values of a Q4_1 or Q8_0 block: one activation scale for their products.
+/// The values of a block of the 32-value formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0): one activation
+/// scale for their products.
 pub const BLOCK: usize = 32;
+
+/// A format of 32-value blocks whose quants are unsigned, `d·q + m` (Q4_0, Q4_1, Q5_0, Q5_1):
+/// where a block keeps its parts. Each build's products are written once for all four, the
+/// layout a constant in each format's copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Unsigned32 {
+    /// Bytes a block.
+    bytes: usize,
+    /// Where the 16 bytes of nibbles start: quant `j` the low nibble of byte `j`, quant `j + 16`
+    /// the high one.
+    nibbles: usize,
+    /// Q5_0's and Q5_1's fifth bits: where their little-endian u32 lies (bit `j` adds 16 to quant
+    /// `j`).
+    fifth_bits: Option<usize>,
+    /// `m = −offset · d` (Q4_0's 8, Q5_0's 16), or (`None`) the f16 after `d`.
+    offset: Option<f32>,
+}
+
+impl Unsigned32 {
+    const Q4_0: Self = Self { bytes: 18, nibbles: 2, fifth_bits: None, offset: Some(8.0) };
+    const Q4_1: Self = Self { bytes: 20, nibbles: 4, fifth_bits: None, offset: None };
+    const Q5_0: Self = Self { bytes: 22, nibbles: 6, fifth_bits: Some(2), offset: Some(16.0) };
+    const Q5_1: Self = Self { bytes: 24, nibbles: 8, fifth_bits: Some(4), offset: None };
+
+    /// `d` and `m` of a block from its first two f16s (`d`, and the one after it, which is `m`
+    /// where the format stores one).
+    #[inline(always)]
+    fn scale_and_min(self, (d, next): (f32, f32)) -> (f32, f32) {
+        (d, self.offset.map_or(next, |offset| -offset * d))
+    }
+
+    /// A block's fifth bits (none: 0).
+    #[inline(always)]
+    fn fifth_word(self, block: &[u8]) -> u32 {
+        self.fifth_bits.map_or(0, |at| u32::from_le_bytes(block[at..at + 4].try_into().expect("4")))
+    }
+}
 
 /// Steps of the largest activation of a block: `0x7F7F7F`, the largest integer whose three
 /// balanced 8-bit digits are all at most 127 (and its negation's at least −127).
@@ -71,7 +113,8 @@ pub struct IntegerRow {
     /// Per 16 values: `Σ x`, in f32 (Q6_K's offset multiplies it in the byte builds).
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     sums: Vec<f32>,
-    /// Per 32 values: `Σ x`, in f32 (the minimums of Q4_K, Q5_K and Q4_1 multiply it).
+    /// Per 32 values: `Σ x`, in f32 (the minimums of Q4_K, Q5_K, Q4_1 and Q5_1 and the offsets
+    /// of Q4_0 and Q5_0 multiply it).
     sums32: Vec<f32>,
 }
 
@@ -113,7 +156,7 @@ impl IntegerRow {
     pub fn scale_block(ggml_type: GgmlType) -> Option<usize> {
         match ggml_type {
             GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => Some(SUPER_BLOCK),
-            GgmlType::Q4_1 | GgmlType::Q8_0 => Some(BLOCK),
+            GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q8_0 => Some(BLOCK),
             _ => None,
         }
     }
@@ -143,7 +186,7 @@ impl IntegerRow {
         self.scales.len() * self.block / ggml_type.block_layout().0 as usize
     }
 
-    /// Each block of a row of Q4_1 or Q8_0 blocks (`bytes` each) with its 32 activations'
+    /// Each block of a row of a 32-value format's blocks (`bytes` each) with its 32 activations'
     /// digits, their scale and their `Σx`, for the byte builds: walked together, so that no
     /// block pays for bounds checks (in relaxed SIMD they made Q4_1's integer products slower
     /// than the f32 block, 5.4 against 6.1 GMAC/s in Node; walked together 8.1).
@@ -204,6 +247,17 @@ pub(crate) trait RowDot {
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32;
 }
 
+/// `product()` in a function of its own in wasm (V8 allocates registers per function, see
+/// [`RowDot`]): each closure is a type of its own, so each caller gets its own copy, the closure's
+/// constants folded in. The four 32-value formats' products in one function ran at 3.8 GMAC/s
+/// where Q4_1's alone had run at 8.8 (plain SIMD, Node); with the layout a value instead of a
+/// constant, at 7.3 (and relaxed SIMD's at 7.0 instead of 8.3).
+#[cfg_attr(target_arch = "wasm32", inline(never))]
+#[cfg_attr(not(target_arch = "wasm32"), inline(always))]
+fn apart<R>(product: impl FnOnce() -> R) -> R {
+    product()
+}
+
 #[inline(always)]
 fn half(block: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
@@ -225,20 +279,25 @@ trait Widened: Sized {
     fn add<const N: usize>(lanes: &mut Self::Lanes, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize);
     fn total(lanes: Self::Lanes) -> f32;
 
-    /// `Σ w·x` of a row of Q4_1 blocks (`d·q + m`).
+    /// `Σ w·x` of a row of `format`'s blocks (`d·q + m`).
     #[inline(always)]
-    fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
-        by_block::<Self>(GgmlType::Q4_1, row, x, |block| {
-            let qs = &block[4..20];
-            let quants = std::array::from_fn(|i| i16::from(if i < 16 { qs[i] & 0x0F } else { qs[i - 16] >> 4 }));
-            (half(block, 0), quants, half(block, 2))
+    fn unsigned32(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
+        by_block::<Self>(format.bytes, row, x, |block| {
+            let qs = &block[format.nibbles..format.nibbles + 16];
+            let fifth = format.fifth_word(block);
+            let quants = std::array::from_fn(|i| {
+                let nibble = if i < 16 { qs[i] & 0x0F } else { qs[i - 16] >> 4 };
+                i16::from(nibble) | (((fifth >> i) & 1) << 4) as i16
+            });
+            let (d, m) = format.scale_and_min((half(block, 0), half(block, 2)));
+            (d, quants, m)
         })
     }
 
     /// `Σ w·x` of a row of Q8_0 blocks (`d·q`).
     #[inline(always)]
     fn q8_0(row: &[u8], x: &IntegerRow) -> f32 {
-        by_block::<Self>(GgmlType::Q8_0, row, x, |block| {
+        by_block::<Self>(34, row, x, |block| {
             (half(block, 0), std::array::from_fn(|i| i16::from(block[2 + i] as i8)), 0.0)
         })
     }
@@ -265,26 +324,30 @@ impl<D: Widened> RowDot for D {
                 })
             }),
             GgmlType::Q6K => blocks(ggml_type, row, x, |block, b| q6_k::<D>(block, x, b)),
-            GgmlType::Q4_1 => D::q4_1(row, x),
+            // The 32-value formats: each its own copy of the loop, its layout a constant there.
+            GgmlType::Q4_0 => apart(|| D::unsigned32(Unsigned32::Q4_0, row, x)),
+            GgmlType::Q4_1 => apart(|| D::unsigned32(Unsigned32::Q4_1, row, x)),
+            GgmlType::Q5_0 => apart(|| D::unsigned32(Unsigned32::Q5_0, row, x)),
+            GgmlType::Q5_1 => apart(|| D::unsigned32(Unsigned32::Q5_1, row, x)),
             GgmlType::Q8_0 => D::q8_0(row, x),
             other => unreachable!("{other} does not go through integers"),
         }
     }
 }
 
-/// `Σ w·x` of a row of Q4_1 or Q8_0 blocks (`d·q + m`): `block_quants(block)` gives a block's
-/// `d`, its 32 quants and its `m`. The products stay in lanes across the row, each block's
+/// `Σ w·x` of a row of 32-value blocks of `bytes` (`d·q + m`): `block_quants(block)` gives a
+/// block's `d`, its 32 quants and its `m`. The products stay in lanes across the row, each block's
 /// scaled by `d` and the activations' scale; `m` multiplies the block's `Σx`.
 #[inline(always)]
 fn by_block<D: Widened>(
-    ggml_type: GgmlType,
+    bytes: usize,
     row: &[u8],
     x: &IntegerRow,
     block_quants: impl Fn(&[u8]) -> (f32, [i16; BLOCK], f32),
 ) -> f32 {
-    let bytes = ggml_type.block_layout().1 as usize;
+    debug_assert_eq!(x.block, BLOCK);
     let (mut lanes, mut minimums) = (D::zero(), 0f32);
-    for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
+    for (b, block) in row.chunks_exact(bytes).take(x.scales.len()).enumerate() {
         let (d, quants, m) = block_quants(block);
         // Exact in i32: |q| ≤ 128, |h| < 2¹⁵, 32 of them.
         D::add(&mut lanes, d * x.scale(BLOCK, b), &quants, x, BLOCK * b);
@@ -440,12 +503,12 @@ impl Widened for Simd128 {
         sum_lanes(lanes)
     }
 
-    // Q4_1 and Q8_0: each block's quants widened in registers, the blocks, their halves, scales
-    // and sums walked together (as `IntegerRow::blocks32`: no bounds checks per block).
+    // The 32-value formats: each block's quants widened in registers, the blocks, their halves,
+    // scales and sums walked together (as `IntegerRow::blocks32`: no bounds checks per block).
 
     #[inline(always)]
-    fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
-        simd128::q4_1(row, x)
+    fn unsigned32(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
+        simd128::unsigned32(format, row, x)
     }
 
     #[inline(always)]
@@ -454,31 +517,54 @@ impl Widened for Simd128 {
     }
 }
 
-/// The products over Q4_1's and Q8_0's quants widened to 16 bits against the halves (plain SIMD;
-/// relaxed SIMD takes Q8_0's from here too, see `relaxed::row_dot`).
+/// The products over the 32-value formats' quants widened to 16 bits against the halves (plain
+/// SIMD; relaxed SIMD takes Q8_0's from here too, see `relaxed::row_dot`), and the fifth bits of
+/// Q5_0 and Q5_1 as bytes (both).
 #[cfg(target_arch = "wasm32")]
 mod simd128 {
     use std::arch::wasm32::*;
 
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    use super::Unsigned32;
     use super::{BLOCK, IntegerRow, half, load, sum_lanes};
 
-    /// `Σ w·x` of a row of Q4_1 blocks (`d·q + m`; relaxed SIMD has its byte dot product).
+    /// `Σ w·x` of a row of `format`'s blocks (`d·q + m`; relaxed SIMD has its byte dot product).
     #[cfg(not(target_feature = "relaxed-simd"))]
     #[inline(always)]
-    pub(super) fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
+    pub(super) fn unsigned32(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
         let nibbles = u8x16_splat(0x0F);
-        let (lanes, minimums) = by_block(row, 20, x, |block| {
-            let qs = load(block, 4);
-            let (low, high) = (v128_and(qs, nibbles), u8x16_shr(qs, 4));
+        let (lanes, minimums) = by_block(row, format.bytes, x, |block| {
+            let qs = load(block, format.nibbles);
+            let (mut low, mut high) = (v128_and(qs, nibbles), u8x16_shr(qs, 4));
+            if format.fifth_bits.is_some() {
+                let [first, second] = fifth_bits(format.fifth_word(block));
+                (low, high) = (v128_or(low, first), v128_or(high, second));
+            }
             let quants = [
                 u16x8_extend_low_u8x16(low),
                 u16x8_extend_high_u8x16(low),
                 u16x8_extend_low_u8x16(high),
                 u16x8_extend_high_u8x16(high),
             ];
-            (half(block, 0), quants, half(block, 2))
+            let (d, m) = format.scale_and_min((half(block, 0), half(block, 2)));
+            (d, quants, m)
         });
         sum_lanes(lanes) + minimums
+    }
+
+    /// 16 in byte `j` of the first vector where bit `j` of `bits` is set, in byte `j` of the
+    /// second where bit `j + 16` is, else 0: Q5_0's and Q5_1's fifth bits as their quants take them.
+    #[inline(always)]
+    pub(super) fn fifth_bits(bits: u32) -> [v128; 2] {
+        let word = u32x4_splat(bits);
+        // Byte `j` of each vector: the byte of `bits` that holds its bit, then that bit alone.
+        let (first, second) = (
+            i8x16_swizzle(word, u8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)),
+            i8x16_swizzle(word, u8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)),
+        );
+        let bit = u64x2_splat(0x8040_2010_0804_0201);
+        let sixteen = |bytes: v128| v128_and(i8x16_eq(v128_and(bytes, bit), bit), u8x16_splat(16));
+        [sixteen(first), sixteen(second)]
     }
 
     /// `Σ w·x` of a row of Q8_0 blocks (`d·q`).
@@ -559,7 +645,7 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half};
 
     /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes.
     pub(super) trait PairSums {
@@ -609,25 +695,19 @@ mod avx2 {
 
     #[inline(always)]
     unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // The 32-value formats: each its own copy of the loop, its layout a constant there.
+        unsafe {
+            match ggml_type {
+                GgmlType::Q4_0 => return unsigned32_row::<P>(Unsigned32::Q4_0, row, x),
+                GgmlType::Q4_1 => return unsigned32_row::<P>(Unsigned32::Q4_1, row, x),
+                GgmlType::Q5_0 => return unsigned32_row::<P>(Unsigned32::Q5_0, row, x),
+                GgmlType::Q5_1 => return unsigned32_row::<P>(Unsigned32::Q5_1, row, x),
+                GgmlType::Q8_0 => return q8_0_row::<P>(row, x),
+                _ => {}
+            }
+        }
         let bytes = ggml_type.block_layout().1 as usize;
         let mut lanes = unsafe { _mm256_setzero_ps() };
-        if matches!(ggml_type, GgmlType::Q4_1 | GgmlType::Q8_0) {
-            let mut minimums = 0f32;
-            for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, bytes) {
-                // (Not `map`: a closure there does not take this function's target features.)
-                let digits = unsafe { [load(d0, 0), load(d1, 0), load(d2, 0)] };
-                lanes = unsafe {
-                    if ggml_type == GgmlType::Q4_1 {
-                        let (lanes, m) = q4_1::<P>(block, digits, scale, lanes);
-                        minimums += m * sum;
-                        lanes
-                    } else {
-                        q8_0::<P>(block, digits, scale, lanes)
-                    }
-                };
-            }
-            return unsafe { total(lanes) } + minimums;
-        }
         for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
             lanes = unsafe {
                 match ggml_type {
@@ -651,25 +731,90 @@ mod avx2 {
         }
     }
 
-    /// One Q4_1 block (`d·q + m`, 32 nibbles) against its activations' three digits and
-    /// `scale`: `d·Σq·x` added to `lanes`, and `m`, which the caller multiplies by their `Σx`.
+    /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32).
     #[inline(always)]
-    unsafe fn q4_1<P: PairSums>(block: &[u8], [d0, d1, d2]: [__m256i; 3], scale: f32, lanes: __m256) -> (__m256, f32) {
+    unsafe fn unsigned32_row<P: PairSums>(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
+        let (mut lanes, mut minimums) = (unsafe { _mm256_setzero_ps() }, 0f32);
+        for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, format.bytes) {
+            // (Not `map`: a closure there does not take this function's target features.)
+            let digits = unsafe { [load(d0, 0), load(d1, 0), load(d2, 0)] };
+            let m;
+            (lanes, m) = unsafe { unsigned32::<P>(format, block, digits, (scale, sum), lanes) };
+            minimums += m * sum;
+        }
+        unsafe { total(lanes) + minimums }
+    }
+
+    /// A row of Q8_0 blocks against `x` (rounded per 32).
+    #[inline(always)]
+    unsafe fn q8_0_row<P: PairSums>(row: &[u8], x: &IntegerRow) -> f32 {
+        let mut lanes = unsafe { _mm256_setzero_ps() };
+        for (block, [d0, d1, d2], scale, _) in x.blocks32(row, 34) {
+            let digits = unsafe { [load(d0, 0), load(d1, 0), load(d2, 0)] };
+            lanes = unsafe { q8_0::<P>(block, digits, scale, lanes) };
+        }
+        unsafe { total(lanes) }
+    }
+
+    /// One block of `format` (`d·q + m`, 32 unsigned quants) against its activations' three
+    /// digits, `scale` and `Σx`: `d·Σq·x` added to `lanes`, and `m`, which the caller multiplies
+    /// by `Σx` (Q4_0's and Q5_0's `m = −offset·d` is in `lanes`, and `m` zero).
+    #[inline(always)]
+    unsafe fn unsigned32<P: PairSums>(
+        format: Unsigned32,
+        block: &[u8],
+        [d0, d1, d2]: [__m256i; 3],
+        (scale, sum_x): (f32, f32),
+        lanes: __m256,
+    ) -> (__m256, f32) {
         unsafe {
-            let (d, m) = f16_pair(block, 0);
             let nibbles = _mm_set1_epi8(0x0F);
-            let qs = _mm_loadu_si128(block[4..20].as_ptr().cast());
+            let qs = _mm_loadu_si128(block[format.nibbles..format.nibbles + 16].as_ptr().cast());
             // Values 0..16 in the low half, 16..32 in the high.
-            let quants = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibbles), _mm_and_si128(qs, nibbles));
+            let mut quants =
+                _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibbles), _mm_and_si128(qs, nibbles));
+            if format.fifth_bits.is_some() {
+                quants = _mm256_or_si256(quants, fifth_bits(format.fifth_word(block)));
+            }
             let (zero, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
-            // The digits joined in i32: at most 4·15·0x7F7F7F per lane, within i32.
+            // The digits joined in i32: at most 4·31·0x7F7F7F per lane, within i32.
             let high = P::add(
                 P::add(zero, _mm256_maddubs_epi16(quants, d0), _mm256_set1_epi16(256)),
                 _mm256_maddubs_epi16(quants, d1),
                 ones,
             );
-            let sum = P::add(_mm256_slli_epi32(high, 8), _mm256_maddubs_epi16(quants, d2), ones);
-            (_mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(d * scale), lanes), m)
+            let sum = _mm256_cvtepi32_ps(P::add(_mm256_slli_epi32(high, 8), _mm256_maddubs_epi16(quants, d2), ones));
+            match format.offset {
+                None => {
+                    let (d, m) = f16_pair(block, 0);
+                    (_mm256_fmadd_ps(sum, _mm256_set1_ps(d * scale), lanes), m)
+                }
+                Some(offset) => {
+                    // `d` in every lane straight from its f16, and `−offset·Σx` an eighth in each
+                    // lane. (With `d` a scalar from its two bytes alone, LLVM inserted them into
+                    // the register that summed `m·Σx`, `vpinsrw`: that false dependency made
+                    // these two formats 1.6x slower than Q4_1.)
+                    let d = _mm256_cvtph_ps(_mm_set1_epi16(i16::from_le_bytes([block[0], block[1]])));
+                    let offsets = _mm256_set1_ps(offset * sum_x / 8.0);
+                    (_mm256_fmadd_ps(_mm256_fmsub_ps(sum, _mm256_set1_ps(scale), offsets), d, lanes), 0.0)
+                }
+            }
+        }
+    }
+
+    /// 16 in byte `j` where bit `j` of `bits` is set, else 0: Q5_0's and Q5_1's fifth bits as
+    /// their quants take them.
+    #[inline(always)]
+    unsafe fn fifth_bits(bits: u32) -> __m256i {
+        unsafe {
+            // Byte `j`: the byte of `bits` that holds its bit (a shuffle within each 128-bit half,
+            // each holding the whole word), then that bit alone.
+            let spread = _mm256_shuffle_epi8(
+                _mm256_set1_epi32(bits as i32),
+                _mm256_set_epi64x(0x0303_0303_0303_0303, 0x0202_0202_0202_0202, 0x0101_0101_0101_0101, 0),
+            );
+            let bit = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
+            _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit), _mm256_set1_epi8(16))
         }
     }
 
@@ -896,10 +1041,10 @@ impl RowDot for Avx512 {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: only called after the CPU was found to have AVX2, FMA, F16C and AVX-512 F, BW
-        // and VNNI. Q4_1's and Q8_0's blocks fill one AVX2 register: they run the AVX2 build.
+        // and VNNI. A 32-value block fills one AVX2 register: those formats run the AVX2 build.
         unsafe {
-            match ggml_type {
-                GgmlType::Q4_1 | GgmlType::Q8_0 => avx2::row_dot_avx2(ggml_type, row, x),
+            match IntegerRow::scale_block(ggml_type) {
+                Some(BLOCK) => avx2::row_dot_avx2(ggml_type, row, x),
                 _ => avx512::row_dot(ggml_type, row, x),
             }
         }
@@ -1081,14 +1226,19 @@ impl RowDot for Relaxed {
 mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half, k_scale_min, load, sum_lanes};
+    use super::simd128::fifth_bits;
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, k_scale_min, load, sum_lanes};
 
     /// Per row: the blocks' products in four f32 lanes, what their minimums or offsets take off in
     /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
     #[inline(never)]
     pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         match ggml_type {
-            GgmlType::Q4_1 => return q4_1(row, x),
+            // The 32-value formats: each its own copy of the loop, its layout a constant there.
+            GgmlType::Q4_0 => return apart(|| unsigned32(Unsigned32::Q4_0, row, x)),
+            GgmlType::Q4_1 => return apart(|| unsigned32(Unsigned32::Q4_1, row, x)),
+            GgmlType::Q5_0 => return apart(|| unsigned32(Unsigned32::Q5_0, row, x)),
+            GgmlType::Q5_1 => return apart(|| unsigned32(Unsigned32::Q5_1, row, x)),
             // Q8_0's signed quants and digits both take 8 bits, where the byte dot product's
             // second operand takes 7: the quants widened to 16 bits against the halves, as in
             // plain SIMD (one 1,536 × 576 row in Node: 10.9 GMAC/s there; the quants split in
@@ -1177,14 +1327,19 @@ mod relaxed {
         (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), dmin * minimums)
     }
 
-    /// A row of Q4_1 blocks (`d·q + m`) against `x` (rounded per 32): each block's digits' sums
-    /// joined in i32 (at most 8·15·0x7F7F7F per lane), `m · Σx` added apart.
-    fn q4_1(row: &[u8], x: &IntegerRow) -> f32 {
+    /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32): each block's digits'
+    /// sums joined in i32 (at most 8·31·0x7F7F7F per lane, below 2³¹), `m · Σx` added apart.
+    #[inline(always)]
+    fn unsigned32(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
         let (mut lanes, mut minimums, zero) = (f32x4_splat(0.0), 0f32, i32x4_splat(0));
-        for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, 20) {
-            let (d, m) = (half(block, 0), half(block, 2));
-            let qs = load(block, 4);
-            let (low, high) = (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4));
+        for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, format.bytes) {
+            let (d, m) = format.scale_and_min((half(block, 0), half(block, 2)));
+            let qs = load(block, format.nibbles);
+            let (mut low, mut high) = (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4));
+            if format.fifth_bits.is_some() {
+                let [first, second] = fifth_bits(format.fifth_word(block));
+                (low, high) = (v128_or(low, first), v128_or(high, second));
+            }
             let place = |digits: &[i8]| dot(high, load(digits, 16), dot(low, load(digits, 0), zero));
             let sum32 = i32x4_add(i32x4_shl(i32x4_add(i32x4_shl(place(d0), 8), place(d1)), 8), place(d2));
             lanes = f32x4_add(lanes, f32x4_mul(f32x4_convert_i32x4(sum32), f32x4_splat(d * scale)));
@@ -1274,13 +1429,30 @@ mod tests {
     }
 
     /// Every format that goes through integers, and the row rounded as it reads it.
-    const FORMATS: [(GgmlType, usize); 5] = [
+    const FORMATS: [(GgmlType, usize); 8] = [
         (GgmlType::Q4K, SUPER_BLOCK),
         (GgmlType::Q5K, SUPER_BLOCK),
         (GgmlType::Q6K, SUPER_BLOCK),
+        (GgmlType::Q4_0, BLOCK),
         (GgmlType::Q4_1, BLOCK),
+        (GgmlType::Q5_0, BLOCK),
+        (GgmlType::Q5_1, BLOCK),
         (GgmlType::Q8_0, BLOCK),
     ];
+
+    /// Every format with a scale per 32 values is one of the four unsigned layouts or Q8_0.
+    #[test]
+    fn the_unsigned_layouts_match_the_formats() {
+        for (ggml_type, format) in [
+            (GgmlType::Q4_0, Unsigned32::Q4_0),
+            (GgmlType::Q4_1, Unsigned32::Q4_1),
+            (GgmlType::Q5_0, Unsigned32::Q5_0),
+            (GgmlType::Q5_1, Unsigned32::Q5_1),
+        ] {
+            assert_eq!(ggml_type.block_layout(), (BLOCK as u64, format.bytes as u64), "{ggml_type}");
+            assert_eq!(format.nibbles + 16, format.bytes, "{ggml_type}: the nibbles end the block");
+        }
+    }
 
     /// The portable build against the block dequantized whole and an f64 sum: within the
     /// rounding of 24 bits.

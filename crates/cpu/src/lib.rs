@@ -6,8 +6,8 @@
 //! into a buffer on the stack (`nucleus_gguf::dequantize_into`, the one owner of every block
 //! format), and the tile serves every activation row before the next is read, so a prefill of
 //! `n` tokens reads the weights once. For one activation row (a decode step) the K-quant blocks
-//! (Q4_K, Q5_K, Q6_K), Q4_1's and Q8_0's go into integer products against the row rounded to 24
-//! bits per 256 values (the K-quants) or per 32 (`integer`: three signed bytes against the quants
+//! (Q4_K, Q5_K, Q6_K) and the 32-value formats' (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) go into integer
+//! products against the row rounded to 24 bits per 256 values (the K-quants) or per 32 (`integer`: three signed bytes against the quants
 //! by `vpmaddubsw`, with AVX-VNNI and AVX-512 builds; relaxed SIMD's byte dot product in wasm;
 //! two 16-bit halves in plain wasm SIMD); where a build has none (x86 without AVX2, other CPUs)
 //! Q4_1 blocks go straight into the f32 dot product (`Dot::add_q4_1`: the same sums as the

@@ -112,7 +112,7 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
     if n == 1 {
         // The integer products need the row in integers, rounded once per scale block that the
         // products here read (`IntegerRow::scale_block`): per 256 values for the K-quants, per 32
-        // for Q4_1 and Q8_0.
+        // for the 32-value formats.
         let integer = integer_rows_kernel();
         let wanted = |block: usize| products.iter().any(|(w, _)| IntegerRow::scale_block(w.ggml_type) == Some(block));
         let rounded: Vec<IntegerRow> = [integer::SUPER_BLOCK, integer::BLOCK]
@@ -242,8 +242,8 @@ type RowsKernel = fn(&Matrix, &[f32], usize, usize, &mut [f32], bool);
 pub(crate) enum X86 {
     /// The baseline, SSE2: the portable bodies as the compiler vectorises them.
     Sse2,
-    /// AVX2 with FMA and F16C (which every AVX2 CPU has: the integer products read Q4_1's and
-    /// Q8_0's f16 scales through it; in software they were a third of a Q4_1 product).
+    /// AVX2 with FMA and F16C (which every AVX2 CPU has: the integer products read the 32-value
+    /// formats' f16 scales through it; in software they were a third of a Q4_1 product).
     Avx2,
     /// AVX2 with AVX-VNNI: the integer products' scale and sum in one `vpdpwssd`.
     AvxVnni,
