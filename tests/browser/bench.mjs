@@ -255,6 +255,8 @@ function llamaCppRow(model, threads) {
 }
 
 const table = [];
+/** Per model: the weights a decode step reads and what this machine reads a second (`nucleus bench`). */
+const limits = new Map();
 const row = (model, where, engine, threads, figures) => {
   table.push({ model: model.name, where, engine, threads, ...figures });
   // Each row as it is measured, so a run cut short keeps what it measured.
@@ -314,6 +316,9 @@ for (const model of chosen) {
     console.error(`[bench] ${model.name}: native, nucleus bench ${NATIVE_ROWS[id].args.join(' ')} ${JSON.stringify(NATIVE_ROWS[id].env)}`);
     const summary = nativeRow(model, id);
     const report = summary.reports[0];
+    if (summary.memoryBandwidth && !NATIVE_ROWS[id].env.NUCLEUS_THREADS) {
+      limits.set(model.name, { bandwidth: summary.memoryBandwidth, bytes: report.readBytesPerToken });
+    }
     const threads = Number(NATIVE_ROWS[id].env.NUCLEUS_THREADS ?? os.availableParallelism());
     row(model, 'native', NATIVE_ROWS[id].label, id === 'wgpu' ? 1 : threads, { loadMs: report.loadMs, ttftMs: report.ttftMs,
       prefill: report.prefillTokensPerS, decode: report.decodeTokensPerS, memoryMiB: summary.peakRssMiB, promptTokens });
@@ -349,5 +354,13 @@ for (const model of chosen) {
   for (const r of table.filter((t) => t.model === model.name)) {
     console.log(`| ${r.where} | ${r.engine} | ${r.threads} | ${cell(r.loadMs, 0)} | ${cell(r.ttftMs, 0)} | ${cell(r.prefill)} | `
       + `${cell(r.decode)} | ${cell(r.memoryMiB, 0)} | ${cell(r.rendererMiB, 0)} |`);
+  }
+  const limit = limits.get(model.name);
+  if (limit) {
+    // The physical limit: a decode step reads every weight once.
+    const { oneThreadBytesPerS: one, allThreadsBytesPerS: all, threads } = limit.bandwidth;
+    console.log(`\nthe memory's limit: a decode token reads ${(limit.bytes / 1e6).toFixed(1)} MB of weights; this machine `
+      + `reads ${(all / 1e9).toFixed(1)} GB/s on ${threads} threads (${(one / 1e9).toFixed(1)} on one): at most `
+      + `${(all / limit.bytes).toFixed(0)} tok/s (${(one / limit.bytes).toFixed(0)} on one thread)`);
   }
 }

@@ -73,6 +73,9 @@ struct PathReport {
     /// Host time to record one decode step, and to submit it, from the fused path's own clock (µs).
     host_us_per_token: Option<(f64, f64)>,
     weight_bytes: u64,
+    /// Bytes of the file's weights a decode step reads: every tensor but an embedding table that
+    /// is not also the output layer (of which a step reads one row).
+    read_per_token: u64,
     cache_bytes: u64,
     /// Decode ms/token at position ~100 and at the long position.
     long_context: Option<(f64, f64)>,
@@ -150,6 +153,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             calls,
             host_us_per_token,
             weight_bytes: engine.info().weight_bytes,
+            read_per_token: read_per_token(model)?,
             cache_bytes: engine.cache().device_bytes(),
             long_context: long,
         });
@@ -158,7 +162,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             first_engine = Some((engine, prompt));
         }
     }
-    print_reports(&reports, args, long_context);
+    // What the machine reads a second: over the bytes a decode step reads, the most tokens a
+    // second any engine can decode on this CPU.
+    let bandwidth = device.is_cpu_engine().then(nucleus_cpu::memory_bandwidth);
+    print_reports(&reports, args, long_context, bandwidth);
     if let Some((mut engine, prompt)) = first_engine {
         if args.speculative_lookup > 0 {
             println!();
@@ -175,7 +182,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     }
     println!("peak resident memory (MiB)   {:>12.1}", peak_rss_mib());
     if args.json {
-        println!("{}", json_summary(&reports, &device.describe()));
+        println!("{}", json_summary(&reports, &device.describe(), bandwidth));
     }
     if let Some(gpu) = device.gpu() {
         // Every run above has ended: what stays is what the engines still loaded hold.
@@ -196,7 +203,20 @@ fn mib(bytes: u64) -> f64 {
     bytes as f64 / (1024.0 * 1024.0)
 }
 
-fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) {
+/// Bytes of `model`'s weights a decode step reads ([`PathReport::read_per_token`]).
+fn read_per_token(model: &ModelArg) -> Result<u64, String> {
+    let bytes = model.read()?;
+    let file = nucleus_gguf::GgufFile::parse_shared(&bytes).map_err(|e| e.to_string())?;
+    let untied = file.tensors.iter().any(|t| t.name == "output.weight");
+    Ok(file.tensors.iter().filter(|t| !(untied && t.name == "token_embd.weight")).map(|t| t.byte_len()).sum())
+}
+
+fn print_reports(
+    reports: &[PathReport],
+    args: &BenchArgs,
+    long_context: usize,
+    bandwidth: Option<nucleus_cpu::Bandwidth>,
+) {
     let width = reports.iter().map(|r| r.label.len()).max().unwrap_or(0).max(16);
     print!("\n{:<40}", "median of the runs (min..max below)");
     for report in reports {
@@ -251,6 +271,18 @@ fn print_reports(reports: &[PathReport], args: &BenchArgs, long_context: usize) 
         r.host_us_per_token.map_or("-".into(), |(_, us)| format!("{us:.0}"))
     });
     line("weights on the device (MiB)", &|r| format!("{:.1}", mib(r.weight_bytes)));
+    line("weights read per decode token (MB)", &|r| format!("{:.1}", r.read_per_token as f64 / 1e6));
+    if let Some(bandwidth) = bandwidth {
+        println!(
+            "memory read (GB/s)                       {:.1} on one thread, {:.1} on {}",
+            bandwidth.one_thread / 1e9,
+            bandwidth.all_threads / 1e9,
+            bandwidth.threads
+        );
+        line(&format!("the memory's limit, decode ({} thr., tok/s)", bandwidth.threads), &|r| {
+            format!("{:.0}", bandwidth.all_threads / r.read_per_token as f64)
+        });
+    }
     line(&format!("KV cache on the device (MiB, {} pos.)", args.prompt_tokens + args.gen_tokens), &|r| {
         format!("{:.1}", mib(r.cache_bytes))
     });
@@ -492,7 +524,7 @@ fn decode_ms_at(engine: &mut Engine, position: usize) -> Result<f64, String> {
 
 /// Peak resident set size of this process (Linux; 0 elsewhere).
 /// The medians of each report and the process's peak memory, as one JSON object.
-fn json_summary(reports: &[PathReport], device: &str) -> serde_json::Value {
+fn json_summary(reports: &[PathReport], device: &str, bandwidth: Option<nucleus_cpu::Bandwidth>) -> serde_json::Value {
     let median = |report: &PathReport, f: fn(&Run) -> f64| {
         let mut values: Vec<f64> = report.runs.iter().map(f).collect();
         values.sort_by(f64::total_cmp);
@@ -508,10 +540,14 @@ fn json_summary(reports: &[PathReport], device: &str) -> serde_json::Value {
                 "prefillTokensPerS": median(r, |run| run.prefill_tokens_per_s),
                 "decodeTokensPerS": median(r, |run| run.decode_tokens_per_s),
                 "weightBytes": r.weight_bytes,
+                "readBytesPerToken": r.read_per_token,
             })
         })
         .collect();
-    serde_json::json!({ "device": device, "peakRssMiB": peak_rss_mib(), "reports": reports })
+    let bandwidth = bandwidth.map(|b| {
+        serde_json::json!({ "oneThreadBytesPerS": b.one_thread, "allThreadsBytesPerS": b.all_threads, "threads": b.threads })
+    });
+    serde_json::json!({ "device": device, "peakRssMiB": peak_rss_mib(), "reports": reports, "memoryBandwidth": bandwidth })
 }
 
 fn peak_rss_mib() -> f64 {

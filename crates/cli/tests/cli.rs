@@ -306,3 +306,27 @@ fn bench_times_each_kernel_of_the_fused_path() {
     let cpu = [&args[..], &["--backend", "cpu"], &quick[..]].concat();
     assert_error(&nucleus(&cpu), "--kernel-times");
 }
+
+/// `bench --json` on the CPU engine: what the machine reads from memory a second and the bytes a
+/// decode token reads (the tiny Qwen3, whose output layer is its own tensor, reads one row of its
+/// embedding: every tensor of the file but that one), and the limit they make, printed.
+#[test]
+fn the_cpu_bench_prints_the_memory_limit() {
+    let model = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/tiny/qwen3.gguf");
+    let args = ["bench", "--model", model, "--backend", "cpu", "--prompt-tokens", "4", "--gen-tokens", "2"];
+    let quick = ["--runs", "1", "--long-context", "0", "--no-tail", "--speculative-lookup", "0", "--json"];
+    let output = nucleus(&[&args[..], &quick[..]].concat());
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(stdout.contains("the memory's limit, decode"), "{stdout}");
+    let summary: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let bandwidth = &summary["memoryBandwidth"];
+    for key in ["oneThreadBytesPerS", "allThreadsBytesPerS"] {
+        assert!(bandwidth[key].as_f64().is_some_and(|rate| rate > 1e8), "{key}: {bandwidth}");
+    }
+    let bytes = std::fs::read(model).unwrap();
+    let file = nucleus_gguf::GgufFile::parse(&bytes).unwrap();
+    assert!(file.tensors.iter().any(|t| t.name == "output.weight"), "the tiny Qwen3's output layer is its own");
+    let read: u64 = file.tensors.iter().filter(|t| t.name != "token_embd.weight").map(|t| t.byte_len()).sum();
+    assert_eq!(summary["reports"][0]["readBytesPerToken"], read);
+}

@@ -29,7 +29,13 @@
 //! Every kernel has a plain reference (`reference`: the matrix dequantized whole, f64 sums) and a
 //! test against it on every format, on shapes that are not multiples of the vector width
 //! (`tests/parity.rs`).
+//!
+//! **The limit.** `memory_bandwidth` (natively) measures what the machine reads from memory a second, on
+//! one thread and on all: a decode step reads every weight once, so that over the model's bytes is
+//! the most tokens a second any engine can decode here (`nucleus bench` prints it).
 
+#[cfg(not(target_family = "wasm"))]
+mod bandwidth;
 pub mod delta_net;
 mod dot;
 pub mod integer;
@@ -38,6 +44,8 @@ pub mod ops;
 pub mod reference;
 mod threads;
 
+#[cfg(not(target_family = "wasm"))]
+pub use bandwidth::{Bandwidth, memory_bandwidth};
 pub use matmul::{Matrix, TILE, matmul, matmuls, simd};
 #[cfg(all(target_family = "wasm", target_feature = "atomics"))]
 pub use threads::{expect_helpers, help, helpers_running};

@@ -22,7 +22,7 @@ const ROWS_PER_TASK: usize = 64;
 /// output layer takes 0.92 ms and the step about 5.5. One task a thread measured the same; four,
 /// slower (ARCHITECTURE.md, "How a product is split").
 /// Two leave the caller half of a late helper's rows to take.
-const DECODE_TASKS_PER_THREAD: usize = 2;
+pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
 
 /// Rows of each task of a decode product of `rows` weight rows in all: a share of
 /// [`DECODE_TASKS_PER_THREAD`] per thread, in whole 64-byte lines of output (no two threads
