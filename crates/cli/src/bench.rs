@@ -111,6 +111,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         args.runs,
     );
 
+    // What the machine reads a second: over the bytes a decode step reads, the most tokens a
+    // second any engine can decode on this CPU. Measured before any model is loaded, its buffer
+    // (256 MiB) then freed and left out of the peak memory printed below.
+    let bandwidth = device.is_cpu_engine().then(|| {
+        let bandwidth = nucleus_cpu::memory_bandwidth();
+        reset_peak_rss();
+        bandwidth
+    });
+
     let mut reports = Vec::new();
     let mut first_engine = None;
     let models = if args.models.is_empty() {
@@ -162,9 +171,6 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             first_engine = Some((engine, prompt));
         }
     }
-    // What the machine reads a second: over the bytes a decode step reads, the most tokens a
-    // second any engine can decode on this CPU.
-    let bandwidth = device.is_cpu_engine().then(nucleus_cpu::memory_bandwidth);
     print_reports(&reports, args, long_context, bandwidth);
     if let Some((mut engine, prompt)) = first_engine {
         if args.speculative_lookup > 0 {
@@ -548,6 +554,12 @@ fn json_summary(reports: &[PathReport], device: &str, bandwidth: Option<nucleus_
         serde_json::json!({ "oneThreadBytesPerS": b.one_thread, "allThreadsBytesPerS": b.all_threads, "threads": b.threads })
     });
     serde_json::json!({ "device": device, "peakRssMiB": peak_rss_mib(), "reports": reports, "memoryBandwidth": bandwidth })
+}
+
+/// Starts the peak resident set size again from what the process holds now (Linux: `5` written to
+/// `/proc/self/clear_refs`; elsewhere there is no peak to reset).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
 fn peak_rss_mib() -> f64 {
