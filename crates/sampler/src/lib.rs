@@ -87,7 +87,7 @@ pub use error::SamplerError;
 pub use explain::{Candidate, Chosen, Explanation, MAX_EXPLAIN_TOP_N, explain};
 pub use json::{OptionError, camel_case, camel_keys};
 pub use mask::{AllowList, DenyList, TokenMask, TokenSet};
-pub use math::{entropy, log_softmax, softmax, top_k_ids};
+pub use math::{LogSoftmax, entropy, log_softmax, softmax, top_k_ids};
 pub use params::{SamplingParams, parse_logit_bias};
 pub use penalties::{AdjustedLogits, PenaltyHistory, adjust_logits};
 pub use rng::SamplerRng;

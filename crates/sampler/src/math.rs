@@ -181,29 +181,44 @@ pub fn validate_logits(logits: &[f32]) -> Result<(), SamplerError> {
 ///
 /// Errors on empty input, NaN or +inf, and when every logit is -inf.
 pub fn softmax(logits: &[f32]) -> Result<Vec<f64>, SamplerError> {
-    let (shifted, log_norm) = shifted_and_log_norm(logits)?;
-    Ok(shifted.into_iter().map(|x| exp(x - log_norm)).collect())
+    let norm = LogSoftmax::of(logits)?;
+    Ok(logits.iter().map(|&z| exp(norm.at(z))).collect())
 }
 
 /// The log-softmax of `logits` (finite or -inf) in f64: `z_i - max - ln(sum exp(z_j - max))`.
 ///
 /// This is what [`crate::beam`] wants per live beam. Same errors as [`softmax`].
 pub fn log_softmax(logits: &[f32]) -> Result<Vec<f64>, SamplerError> {
-    let (shifted, log_norm) = shifted_and_log_norm(logits)?;
-    Ok(shifted.into_iter().map(|x| x - log_norm).collect())
+    let norm = LogSoftmax::of(logits)?;
+    Ok(logits.iter().map(|&z| norm.at(z)).collect())
 }
 
-/// `(z_i - max)` and `ln(sum_i exp(z_i - max))`.
-fn shifted_and_log_norm(logits: &[f32]) -> Result<(Vec<f64>, f64), SamplerError> {
-    validate_logits(logits)?;
-    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    if max == f32::NEG_INFINITY {
-        return Err(SamplerError::AllTokensExcluded);
+/// What the log-softmax of a row needs besides a logit: its largest logit and `ln(sum exp(z_j -
+/// max))`, summed in id order. [`LogSoftmax::at`] gives any entry of [`log_softmax`], bit for bit,
+/// without a row of f64s: a decode step wants a handful of them from a row of up to 262,144.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LogSoftmax {
+    max: f64,
+    log_norm: f64,
+}
+
+impl LogSoftmax {
+    /// The row's normaliser. Same errors as [`softmax`].
+    pub fn of(logits: &[f32]) -> Result<Self, SamplerError> {
+        validate_logits(logits)?;
+        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        if max == f32::NEG_INFINITY {
+            return Err(SamplerError::AllTokensExcluded);
+        }
+        let max = f64::from(max);
+        let sum: f64 = logits.iter().map(|&z| exp(f64::from(z) - max)).sum();
+        Ok(Self { max, log_norm: ln(sum) })
     }
-    let max = f64::from(max);
-    let shifted: Vec<f64> = logits.iter().map(|&z| f64::from(z) - max).collect();
-    let sum: f64 = shifted.iter().map(|&x| exp(x)).sum();
-    Ok((shifted, ln(sum)))
+
+    /// The log-probability of the entry whose logit is `logit`.
+    pub fn at(&self, logit: f32) -> f64 {
+        (f64::from(logit) - self.max) - self.log_norm
+    }
 }
 
 /// Shannon entropy in nats, `-sum p ln p` over the entries with `p > 0`, summed in index order.
@@ -352,6 +367,27 @@ pub(crate) fn draw_with_total(items: impl Iterator<Item = (usize, f64)>, total: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The normaliser gives every entry of the log-softmax bit for bit, and the softmax is its
+    /// exponential: one owner of the arithmetic.
+    #[test]
+    fn the_normaliser_gives_the_log_softmax_bit_for_bit() {
+        let logits: Vec<f32> = (0..1000).map(|i| ((i * 7919 % 1000) as f32 * 0.037).sin() * 12.0).collect();
+        let mut with_excluded = logits.clone();
+        with_excluded[3] = f32::NEG_INFINITY;
+        for row in [&logits, &with_excluded] {
+            let norm = LogSoftmax::of(row).unwrap();
+            let (logprobs, probs) = (log_softmax(row).unwrap(), softmax(row).unwrap());
+            for (i, &z) in row.iter().enumerate() {
+                assert_eq!(norm.at(z).to_bits(), logprobs[i].to_bits(), "entry {i}");
+                assert_eq!(exp(logprobs[i]).to_bits(), probs[i].to_bits(), "entry {i}");
+            }
+            let max = f64::from(row.iter().copied().fold(f32::NEG_INFINITY, f32::max));
+            let sum: f64 = row.iter().map(|&z| exp(f64::from(z) - max)).sum();
+            assert_eq!(norm.at(row[0]).to_bits(), ((f64::from(row[0]) - max) - ln(sum)).to_bits());
+        }
+        assert!(LogSoftmax::of(&[f32::NEG_INFINITY; 4]).is_err() && LogSoftmax::of(&[]).is_err());
+    }
 
     fn ulps_apart(a: f64, b: f64) -> u64 {
         if a == b {
