@@ -20,9 +20,11 @@
 //!
 //! **The protocol.** A job is `tasks` calls of one `Fn(usize)`. Its epoch and the next task index
 //! share one 64-bit atomic, so a helper claims task `i` of epoch `e` only while `e` is current: a
-//! helper that saw an old epoch can never run a new job's task with an old job's function. The
-//! caller returns only when every claimed task has finished, so the function it lent outlives
-//! every call. One job at a time: a second caller (another thread of a native test, a product
+//! helper that saw an old epoch can never run a new job's task with an old job's function. A new
+//! job first closes the last one in an epoch of its own with no task to claim, then writes its
+//! task count, then opens its epoch: a helper still claiming in the last epoch that reads the new
+//! count cannot win the exchange. The caller returns only when every claimed task has finished,
+//! so the function it lent outlives every call. One job at a time: a second caller (another thread of a native test, a product
 //! inside a task) runs its tasks itself.
 
 // The plain wasm build has no helpers: the helpers' side of the pool goes unused there.
@@ -33,6 +35,9 @@ use std::sync::{Condvar, Mutex, OnceLock};
 
 /// Polls of the job counter a helper makes before it parks: about a millisecond.
 const SPIN_POLLS: u32 = 1 << 18;
+
+/// The next task of an epoch that has none to claim: between two jobs (`Pool::run`).
+const CLOSED: u32 = u32::MAX;
 
 /// The function of the current job, lent by `run`'s caller for as long as the job lasts.
 type Task<'a> = &'a (dyn Fn(usize) + Sync);
@@ -192,6 +197,8 @@ impl Pool {
     }
 
     /// The next task of job `epoch`, if that job is still the current one and has tasks left.
+    /// The task count is read after the counter and before the exchange: a count written for a
+    /// later job is written after the counter closed this epoch (`run`), so the exchange fails.
     fn claim(&self, epoch: u32) -> Option<usize> {
         let mut current = self.counter.load(Ordering::Acquire);
         loop {
@@ -216,10 +223,17 @@ impl Pool {
         // only after every task it lent out has finished (`done == tasks` below), and a helper
         // calls the function only for a task it claimed in this job's epoch.
         let lent: Task<'static> = unsafe { std::mem::transmute::<Task<'_>, Task<'static>>(task) };
+        // The last job is closed for good (an epoch of its own, no task left to claim) before
+        // this one's count is written: a helper still claiming in the last epoch that reads this
+        // count can then no longer claim (`claim`'s exchange sees the closed counter). Without it
+        // such a helper could take task `last count` with the last job's function, whose caller
+        // had returned: CI's test run once died of it (SIGSEGV).
+        let closed = self.epoch().wrapping_add(1);
+        self.counter.store(u64::from(closed) << 32 | u64::from(CLOSED), Ordering::SeqCst);
         *self.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(lent);
         self.tasks.store(tasks, Ordering::Release);
         self.done.store(0, Ordering::Release);
-        let epoch = self.epoch().wrapping_add(1);
+        let epoch = closed.wrapping_add(1);
         self.counter.store(u64::from(epoch) << 32, Ordering::SeqCst);
         if self.parked.load(Ordering::SeqCst) > 0 {
             let _guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
@@ -333,6 +347,22 @@ mod tests {
         // Other tests' jobs may hold the pool meanwhile (then this caller runs its own tasks).
         if all > 0 {
             assert!((0..20).any(|_| ran_on(pool).len() > 1), "the helpers take tasks again");
+        }
+    }
+
+    /// Jobs of few tasks after jobs of many, back to back, while helpers still finish claiming
+    /// the last one: each task of each job runs once, and only that job's function runs it (a
+    /// helper that read the next job's task count with the last job's epoch current once ran
+    /// the last job's function, long returned, for a task index past its end).
+    #[test]
+    fn a_helper_late_on_one_job_never_takes_a_task_of_the_next() {
+        for round in 0..20_000usize {
+            let tasks = if round % 2 == 0 { 1 + round % 3 } else { 24 };
+            let counts: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            for_each_task((0..tasks).collect(), |i: usize| {
+                counts[i].fetch_add(1, Ordering::Relaxed);
+            });
+            assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1), "round {round}");
         }
     }
 
