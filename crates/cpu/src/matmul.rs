@@ -19,9 +19,9 @@ const ROWS_PER_TASK: usize = 64;
 /// runs of consecutive weight rows from memory. With 64-row tasks the two threads took turns
 /// along the matrix, and a decode step ran hardly faster on two threads than on one (SmolLM2
 /// natively: 8.7 → 8.2 ms a token, the output layer 1.83 → 1.70 ms); in two tasks a thread the
-/// output layer takes 0.92 ms and the step about 5.5. One task a thread measured the same; four,
-/// slower (ARCHITECTURE.md, "How a product is split").
-/// Two leave the caller half of a late helper's rows to take.
+/// output layer takes 0.92 ms and the step about 5.5. One task a thread measured the same (two
+/// leave the caller half of a late helper's rows to take); four, slower (ARCHITECTURE.md, "How a
+/// product is split").
 pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
 
 /// Rows of each task of a decode product of `rows` weight rows in all: a share of

@@ -24,8 +24,8 @@
 //! job first closes the last one in an epoch of its own with no task to claim, then writes its
 //! task count, then opens its epoch: a helper still claiming in the last epoch that reads the new
 //! count cannot win the exchange. The caller returns only when every claimed task has finished,
-//! so the function it lent outlives every call. One job at a time: a second caller (another thread of a native test, a product
-//! inside a task) runs its tasks itself.
+//! so the function it lent outlives every call. One job at a time: a second caller (another
+//! thread of a native test, a product inside a task) runs its tasks itself.
 
 // The plain wasm build has no helpers: the helpers' side of the pool goes unused there.
 #![cfg_attr(all(target_family = "wasm", not(target_feature = "atomics")), allow(dead_code))]

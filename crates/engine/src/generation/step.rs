@@ -4,7 +4,7 @@
 use nucleus_kernels::TailRequest;
 use nucleus_kernels::{LogitAdjustments, RawRow};
 use nucleus_model::DeviceLogits;
-use nucleus_sampler::{CandidateSet, LogSoftmax, SampleStep, TokenMask, TokenSet, log_softmax, top_k_ids};
+use nucleus_sampler::{CandidateSet, LogSoftmax, SampleStep, TokenMask, TokenSet, top_k_ids};
 use nucleus_tokenizer::Tokenizer;
 
 use super::GenerationState;
@@ -130,9 +130,8 @@ impl GenerationState {
         tokenizer: &Tokenizer,
     ) -> Result<Choice, EngineError> {
         // The few log-probabilities a step reports, from the row's normaliser: the whole row of
-        // them (two rows of f64s, 4 MB a step for Gemma 3's 262,144) only where a constraint's
-        // removed mass is summed. The normaliser's exponentials stay: 2 ms a Gemma 3 step
-        // natively, with or without the rows.
+        // them (2 MB a step for Gemma 3's 262,144) only where a constraint's removed mass is
+        // summed, from the same normaliser. Its exponentials stay: 2 ms a Gemma 3 step natively.
         let norm = LogSoftmax::of(&row)?;
         let top = top_k_ids(&row, self.request.top_logprobs)
             .into_iter()
@@ -145,7 +144,8 @@ impl GenerationState {
             .collect::<Vec<_>>();
         let constraint = match allowed {
             Some(allowed) => {
-                let removed_mass = MaskReport::removed_from_row(allowed, &log_softmax(&row)?);
+                let raw_logprobs: Vec<f64> = row.iter().map(|&z| norm.at(z)).collect();
+                let removed_mass = MaskReport::removed_from_row(allowed, &raw_logprobs);
                 Some(MaskReport::new(allowed, &top, Some(removed_mass), self.request.return_logits))
             }
             None => None,
