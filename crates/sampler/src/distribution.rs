@@ -10,7 +10,8 @@
 //! order"); tokens the mask disallows or whose adjusted logit is -inf are excluded.
 //!
 //! * **Temperature** `T > 0`: `p_i = exp((a_i - a_max)/T) / Z` over the allowed tokens, `Z`
-//!   summed in id order. `T = 0` is greedy: all mass on the argmax (ties to the lowest id), no
+//!   summed in the crate's one order for a row (id `i` into running sum `i mod 8`, joined
+//!   pairwise: `math::lane_sum`). `T = 0` is greedy: all mass on the argmax (ties to the lowest id), no
 //!   truncation.
 //! * Truncation filters apply one after another, each to the renormalised survivors of the
 //!   previous one (as in Hugging Face's warper list):
@@ -37,7 +38,7 @@ use std::cmp::Ordering;
 use serde::Serialize;
 
 use crate::error::SamplerError;
-use crate::math::{draw_with_total, ensure_sorted_prefix, exp, ln, smallest_prefix_with_mass};
+use crate::math::{draw_with_total, ensure_sorted_prefix, ln, smallest_prefix_with_mass, temperature_weights};
 use crate::params::SamplingParams;
 use crate::penalties::AdjustedLogits;
 
@@ -85,7 +86,7 @@ pub struct Distribution {
     vocab_size: usize,
     /// `exp((a_i - a_max)/T)` for possible tokens, 0 otherwise; empty when greedy.
     weights: Vec<f64>,
-    /// Sum of `weights` in id order (1 when greedy).
+    /// Sum of `weights` in `lane_sum`'s order (1 when greedy).
     total_weight: f64,
     entropy: f64,
     counts: StageCounts,
@@ -93,7 +94,8 @@ pub struct Distribution {
     typical_kept: Option<Vec<u32>>,
     /// Final survivors, ascending id.
     kept: Vec<u32>,
-    /// Sum of the survivors' weights in id order.
+    /// Sum of the survivors' weights in id order (the draw's order: a compact row of candidates
+    /// sums them in the same order).
     kept_weight: f64,
 }
 
@@ -106,16 +108,28 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
     let values = adjusted.values();
     let vocab_size = values.len();
 
-    let mut possible = 0usize;
-    let mut argmax: Option<u32> = None;
-    for id in 0..vocab_size as u32 {
-        if adjusted.is_possible(id) {
-            possible += 1;
-            if argmax.is_none_or(|best| values[id as usize] > values[best as usize]) {
-                argmax = Some(id);
-            }
+    let (possible, argmax) = match adjusted.allowed() {
+        // Without a mask, a possible token is one above -inf, and the argmax the first at the
+        // largest value: passes the compiler vectorises (a Gemma 3 row: 0.8 ms walked id by id).
+        None => {
+            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let possible = values.iter().filter(|&&v| v > f64::NEG_INFINITY).count();
+            (possible, values.iter().position(|&v| v == max && v > f64::NEG_INFINITY).map(|id| id as u32))
         }
-    }
+        Some(_) => {
+            let mut possible = 0usize;
+            let mut argmax: Option<u32> = None;
+            for id in 0..vocab_size as u32 {
+                if adjusted.is_possible(id) {
+                    possible += 1;
+                    if argmax.is_none_or(|best| values[id as usize] > values[best as usize]) {
+                        argmax = Some(id);
+                    }
+                }
+            }
+            (possible, argmax)
+        }
+    };
     let argmax = argmax.ok_or(SamplerError::AllTokensExcluded)?;
 
     if params.temperature == 0.0 {
@@ -138,21 +152,20 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
     let scaled = |id: u32| (values[id as usize] - max) / temperature;
 
     // Temperature distribution over the whole vocabulary, and its entropy
-    // H = ln Z - sum(w x) / Z with w = exp(x), x = (a - a_max)/T.
-    let mut weights = vec![0.0f64; vocab_size];
-    let mut total_weight = 0.0;
-    let mut weighted_scaled = 0.0;
-    for id in 0..vocab_size as u32 {
-        if adjusted.is_possible(id) {
-            let x = scaled(id);
-            let w = exp(x);
-            weights[id as usize] = w;
-            total_weight += w;
-            if w > 0.0 {
-                weighted_scaled += w * x;
-            }
+    // H = ln Z - sum(w x) / Z with w = exp(x), x = (a - a_max)/T: x = -inf (w = 0) for a token
+    // that is not possible.
+    let masked: Vec<f64>;
+    let possible_values = match adjusted.allowed() {
+        None => values,
+        Some(_) => {
+            masked = (0..vocab_size as u32)
+                .map(|id| if adjusted.is_possible(id) { values[id as usize] } else { f64::NEG_INFINITY })
+                .collect();
+            &masked
         }
-    }
+    };
+    let mut weights = vec![0.0f64; vocab_size];
+    let (total_weight, weighted_scaled) = temperature_weights(possible_values, max, temperature, &mut weights);
     let entropy = (ln(total_weight) - weighted_scaled / total_weight).max(0.0);
 
     // Survivors as (adjusted value, id) pairs, so comparisons need no indirection. The list
@@ -167,10 +180,12 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
     let mut after_min_p = possible;
     let mut typical_kept = None;
     let (kept, kept_weight) = if !truncating {
-        // Nothing to cut: the survivors are the possible tokens, and their weight, summed in
-        // id order, is the total.
+        // Nothing to cut: the survivors are the possible tokens, their weight summed in id order
+        // as the draw walks them (a compact row of the same candidates sums the same way; the
+        // total's running sums would not).
         let kept: Vec<u32> = (0..vocab_size as u32).filter(|&id| adjusted.is_possible(id)).collect();
-        (kept, total_weight)
+        let kept_weight = kept.iter().map(|&id| weights[id as usize]).sum();
+        (kept, kept_weight)
     } else {
         let mut order = |a: &(f64, u32), b: &(f64, u32)| -> Ordering { b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)) };
         let weight_of = |item: &(f64, u32)| weights[item.1 as usize];

@@ -131,7 +131,7 @@ impl GenerationState {
     ) -> Result<Choice, EngineError> {
         // The few log-probabilities a step reports, from the row's normaliser: the whole row of
         // them (2 MB a step for Gemma 3's 262,144) only where a constraint's removed mass is
-        // summed, from the same normaliser. Its exponentials stay: 2 ms a Gemma 3 step natively.
+        // summed, from the same normaliser.
         let norm = LogSoftmax::of(&row)?;
         let top = top_k_ids(&row, self.request.top_logprobs)
             .into_iter()
