@@ -38,7 +38,7 @@ use std::cmp::Ordering;
 use serde::Serialize;
 
 use crate::error::SamplerError;
-use crate::math::{draw_with_total, ensure_sorted_prefix, ln, smallest_prefix_with_mass, temperature_weights};
+use crate::math::{argmax, draw_with_total, ensure_sorted_prefix, ln, smallest_prefix_with_mass, temperature_weights};
 use crate::params::SamplingParams;
 use crate::penalties::AdjustedLogits;
 
@@ -112,9 +112,9 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
         // Without a mask, a possible token is one above -inf, and the argmax the first at the
         // largest value: passes the compiler vectorises (a Gemma 3 row: 0.8 ms walked id by id).
         None => {
-            let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let possible = values.iter().filter(|&&v| v > f64::NEG_INFINITY).count();
-            (possible, values.iter().position(|&v| v == max && v > f64::NEG_INFINITY).map(|id| id as u32))
+            let (max, id) = argmax(values);
+            (possible, (max > f64::NEG_INFINITY).then_some(id as u32))
         }
         Some(_) => {
             let mut possible = 0usize;

@@ -5,7 +5,7 @@
 
 use crate::error::SamplerError;
 use crate::mask::{TokenMask, TokenSet};
-use crate::math::{powi_portable, validate_logits};
+use crate::math::{first_not_below, powi_portable, validate_logits};
 use crate::params::SamplingParams;
 use std::collections::BTreeMap;
 
@@ -51,10 +51,8 @@ impl AdjustedLogits {
         if values.is_empty() {
             return Err(SamplerError::EmptyLogits);
         }
-        for (id, &value) in values.iter().enumerate() {
-            if value.is_nan() || value == f64::INFINITY {
-                return Err(SamplerError::InvalidLogit { id: id as u32, value });
-            }
+        if let Some(id) = first_not_below(&values, f64::INFINITY) {
+            return Err(SamplerError::InvalidLogit { id: id as u32, value: values[id] });
         }
         // -0.0 becomes +0.0, so that ordering by value treats them as the tie they are.
         let values: Vec<f64> = values.into_iter().map(|v| v + 0.0).collect();
