@@ -11,8 +11,8 @@
 //!
 //! * **Temperature** `T > 0`: `p_i = exp((a_i - a_max)/T) / Z` over the allowed tokens, `Z`
 //!   summed in the crate's one order for a row (id `i` into running sum `i mod 8`, joined
-//!   pairwise: `math::lane_sum`). `T = 0` is greedy: all mass on the argmax (ties to the lowest id), no
-//!   truncation.
+//!   pairwise: `math::lane_sum`). `T = 0` is greedy: all mass on the argmax (ties to the lowest
+//!   id), no truncation.
 //! * Truncation filters apply one after another, each to the renormalised survivors of the
 //!   previous one (as in Hugging Face's warper list):
 //!   1. **top-k**: keep the first `k` tokens of the processed order (exactly `k`; ties at the

@@ -194,9 +194,9 @@ macro_rules! widest {
 }
 
 widest! {
-    /// `Σ exp(z - max)` over a row of logits, as [`lane_sum`] sums. On this project's AVX-512
-    /// machine, 262,144 of them: 4.1 ms one at a time (fdlibm's branching `exp` in id order),
-    /// 1.4 ms eight at a time.
+    /// `Σ exp(z - max)` over a row of logits, as [`lane_sum`] sums. On a 2-core AVX-512 Xeon,
+    /// 262,144 of them: 4.1 ms one at a time (fdlibm's branching `exp` in id order), 0.9–1.05 ms
+    /// eight at a time (ARCHITECTURE.md, "A row's exponentials eight at a time").
     fn exp_sum(logits: &[f32], max: f64) -> f64 {
         lane_sum(logits, |z| exp_nonpositive(f64::from(z) - max))
     }
@@ -206,7 +206,12 @@ widest! {
     /// A temperature distribution's weights: `weights[i] = exp((values[i] - max) / temperature)`
     /// (0 where the value is -inf). Returns their sum and `Σ x·w` over the weights that are not 0
     /// (`x` the exponent: the entropy's term), both summed in [`lane_sum`]'s order.
-    pub(crate) fn temperature_weights(values: &[f64], max: f64, temperature: f64, weights: &mut [f64]) -> (f64, f64) {
+    pub(crate) fn temperature_weights(
+        values: &[f64],
+        max: f64,
+        temperature: f64,
+        weights: &mut [f64],
+    ) -> (f64, f64) {
         assert_eq!(values.len(), weights.len(), "a weight for each value");
         let mut totals = [0.0f64; SUM_LANES];
         let mut weighted = [0.0f64; SUM_LANES];
@@ -220,7 +225,8 @@ widest! {
         let mut chunks = weights.chunks_exact_mut(SUM_LANES);
         let mut values = values.chunks_exact(SUM_LANES);
         for (weights, values) in (&mut chunks).zip(&mut values) {
-            for (((weight, &value), total), weighted) in weights.iter_mut().zip(values).zip(&mut totals).zip(&mut weighted) {
+            let lanes = weights.iter_mut().zip(values).zip(&mut totals).zip(&mut weighted);
+            for (((weight, &value), total), weighted) in lanes {
                 lane(value, weight, total, weighted);
             }
         }
@@ -360,8 +366,9 @@ pub fn log_softmax(logits: &[f32]) -> Result<Vec<f64>, SamplerError> {
 }
 
 /// What the log-softmax of a row needs besides a logit: its largest logit and `ln(sum exp(z_j -
-/// max))`, summed as [`lane_sum`] does. [`LogSoftmax::at`] gives any entry of [`log_softmax`], bit for bit,
-/// without a row of f64s: a decode step wants a handful of them from a row of up to 262,144.
+/// max))`, summed as [`lane_sum`] does. [`LogSoftmax::at`] gives any entry of [`log_softmax`], bit
+/// for bit, without a row of f64s: a decode step wants a handful of them from a row of up to
+/// 262,144.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LogSoftmax {
     max: f64,
