@@ -348,9 +348,14 @@ impl Distribution {
         ln(self.final_prob(id))
     }
 
-    /// The temperature-distribution mass of the final survivors.
+    /// The temperature-distribution mass of the final survivors (1 exactly when nothing was cut:
+    /// their id-order sum and the whole row's total are summed in different orders).
     pub fn kept_mass(&self) -> f64 {
-        if self.is_greedy() { 1.0 } else { self.kept_weight / self.total_weight }
+        if self.is_greedy() || self.kept.len() == self.counts.possible {
+            1.0
+        } else {
+            self.kept_weight / self.total_weight
+        }
     }
 
     /// The temperature distribution as a dense vector (one probability per token).
