@@ -1,4 +1,4 @@
-// Runs the CPU engine's products and attention against their reference (crates/cpu/examples/kernel_parity.rs)
+// Runs the CPU engine's products, attention and element-wise functions against their reference (crates/cpu/examples/kernel_parity.rs)
 // compiled to wasm32-unknown-unknown: the WebAssembly SIMD and relaxed SIMD kernels, which no
 // native test compiles.
 // Usage: node tests/wasm/cpu-parity.mjs path/to/kernel_parity.wasm NAME
@@ -26,4 +26,4 @@ if (failures > 0) {
   console.log('0 passed, 1 failed');
   process.exit(1);
 }
-console.log(`wasm32 (${name}): every format's products and the attention equal the reference`);
+console.log(`wasm32 (${name}): every format's products, the attention and the element-wise functions equal the reference`);

@@ -8,7 +8,8 @@
 //! random blocks, one and several activation rows, widths that are not multiples of the tile or of
 //! eight lanes, more weight rows than one task holds, accumulating or not. `ops::attention` against
 //! its f64 reference: grouped heads, causal rows, windows, heads narrower than the lanes and wider
-//! but not a multiple of them, key counts that are not whole fours.
+//! but not a multiple of them, key counts that are not whole fours. `elementwise`'s `exp`, SwiGLU
+//! and GeGLU over rows (vectorised) against f64.
 
 use nucleus_cpu::ops::{AttentionShape, attention};
 use nucleus_cpu::{Matrix, matmul, reference};
@@ -137,7 +138,51 @@ pub fn attention_mismatches() -> Vec<String> {
     found
 }
 
-/// How many outputs `mismatches` and `attention_mismatches` find, and the first five described,
+/// Every value of `elementwise`'s functions, over rows (as the forward pass runs them, in
+/// vector lanes), off from f64: `exp` by more than 2 ulp from below f32's smallest subnormal
+/// result to past its largest, SwiGLU's and GeGLU's products by more than their rounding.
+pub fn elementwise_mismatches() -> Vec<String> {
+    use nucleus_cpu::elementwise::{exp, geglu_tanh, swiglu};
+    let mut found = Vec::new();
+    let xs: Vec<f32> = (0..=200_000).map(|i| -104.5 + f64::from(i) * (194.0 / 200_000.0)).map(|x| x as f32).collect();
+    let exps: Vec<f32> = xs.iter().map(|&x| exp(x)).collect();
+    for (&x, &got) in xs.iter().zip(&exps) {
+        let want = f64::from(x).exp();
+        let ulp = if want < f64::from(f32::MIN_POSITIVE) {
+            f64::from(f32::from_bits(1))
+        } else {
+            f64::from((want as f32).next_up() - want as f32)
+        };
+        let off = if want > f64::from(f32::MAX) {
+            if got == f32::INFINITY { 0.0 } else { f64::INFINITY }
+        } else {
+            (f64::from(got) - want).abs() / ulp
+        };
+        if off > 2.0 {
+            found.push(format!("exp({x:e}) = {got:e}, f64 {want:e}: {off} ulp"));
+        }
+    }
+    let gate: Vec<f32> = (0..4099).map(|i| (i as f32 - 2049.0) / 128.0).collect();
+    let up: Vec<f32> = gate.iter().map(|g| 0.75 - g / 8.0).collect();
+    let (mut silu_rows, mut gelu_rows) = (gate.clone(), gate.clone());
+    swiglu(&mut silu_rows, &up);
+    geglu_tanh(&mut gelu_rows, &up);
+    for ((&g, &u), (&silu, &gelu)) in gate.iter().zip(&up).zip(silu_rows.iter().zip(&gelu_rows)) {
+        let (g, u) = (f64::from(g), f64::from(u));
+        let two_u = 2.0 * (2.0 / std::f64::consts::PI).sqrt() * (g + 0.044715 * g * g * g);
+        for (name, got, want, relative) in [
+            ("swiglu", silu, g / (1.0 + (-g).exp()) * u, 5e-7),
+            ("geglu", gelu, g / (1.0 + (-two_u).exp()) * u, 5e-7 * (1.0 + two_u.abs())),
+        ] {
+            if (f64::from(got) - want).abs() > relative * want.abs() + 1e-30 {
+                found.push(format!("{name}({g}, {u}) = {got}, f64 {want}"));
+            }
+        }
+    }
+    found
+}
+
+/// How many outputs `mismatches`, `attention_mismatches` and `elementwise_mismatches` find, and the first five described,
 /// one per line (the wasm build's export): the text's length, in bytes, written at `out` (`cap`
 /// bytes at most).
 ///
@@ -145,7 +190,7 @@ pub fn attention_mismatches() -> Vec<String> {
 /// `out` must point to `cap` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn failures(out: *mut u8, cap: usize) -> u64 {
-    let found = [mismatches(), attention_mismatches()].concat();
+    let found = [mismatches(), attention_mismatches(), elementwise_mismatches()].concat();
     let text = found.iter().take(5).cloned().collect::<Vec<_>>().join("\n");
     let len = text.len().min(cap);
     // SAFETY: the caller provides `cap` bytes at `out`.

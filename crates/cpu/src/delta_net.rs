@@ -15,6 +15,7 @@
 //! Both run the value heads in parallel on the engine's threads. f32 throughout, with the
 //! state in f32 (a lower-precision state visibly corrupts the output, as the peers found).
 
+use crate::elementwise::{exp, silu};
 use crate::threads::for_each_task;
 
 /// Tokens per chunk of [`delta_rule_chunked`] (transformers' and llama.cpp's choice).
@@ -42,10 +43,12 @@ impl DeltaShape {
 
 /// The causal depthwise convolution and SiLU over `seq` rows of `channels` inputs `u`, after
 /// the `kernel − 1` earlier rows held in `state` (`[(kernel − 1), channels]`, oldest first,
-/// zeros at a sequence's start): `out[t][ch] = silu(Σ_j w[ch][j] · u[t − kernel + 1 + j][ch])`,
-/// `weights`: `[channels, kernel]`. `state` becomes the last `kernel − 1` rows of inputs.
-pub fn conv_silu(u: &[f32], weights: &[f32], kernel: usize, state: &mut [f32], out: &mut [f32]) {
-    let channels = weights.len() / kernel;
+/// zeros at a sequence's start): `out[t][ch] = silu(Σ_j taps[j][ch] · u[t − kernel + 1 + j][ch])`,
+/// `taps`: `[kernel, channels]` (the file's `[channels, kernel]` turned at load, so that a row of
+/// outputs is `kernel` rows of inputs times rows of taps, which the compiler vectorises over the
+/// channels). `state` becomes the last `kernel − 1` rows of inputs.
+pub fn conv_silu(u: &[f32], taps: &[f32], kernel: usize, state: &mut [f32], out: &mut [f32]) {
+    let channels = taps.len() / kernel;
     let history = kernel - 1;
     debug_assert_eq!(state.len(), history * channels);
     let seq = u.len() / channels;
@@ -53,15 +56,22 @@ pub fn conv_silu(u: &[f32], weights: &[f32], kernel: usize, state: &mut [f32], o
     let mut window = Vec::with_capacity((history + seq) * channels);
     window.extend_from_slice(state);
     window.extend_from_slice(u);
-    for t in 0..seq {
-        let row = &mut out[t * channels..(t + 1) * channels];
-        for (ch, o) in row.iter_mut().enumerate() {
-            let taps = &weights[ch * kernel..(ch + 1) * kernel];
-            let sum: f32 = taps.iter().enumerate().map(|(j, w)| w * window[(t + j) * channels + ch]).sum();
-            *o = silu(sum);
+    for (t, row) in out.chunks_exact_mut(channels).enumerate().take(seq) {
+        row.fill(0.0);
+        for (j, taps) in taps.chunks_exact(channels).enumerate() {
+            let inputs = &window[(t + j) * channels..][..channels];
+            row.iter_mut().zip(taps).zip(inputs).for_each(|((o, &w), &x)| *o += w * x);
         }
+        row.iter_mut().for_each(|o| *o = silu(*o));
     }
     state.copy_from_slice(&window[seq * channels..]);
+}
+
+/// A convolution's weights as the file holds them, `[channels, kernel]`, turned into the taps
+/// [`conv_silu`] reads, `[kernel, channels]`.
+pub fn conv_taps(weights: &[f32], kernel: usize) -> Vec<f32> {
+    let channels = weights.len() / kernel;
+    (0..kernel).flat_map(|j| (0..channels).map(move |ch| weights[ch * kernel + j])).collect()
 }
 
 /// `x / sqrt(Σ x² + eps)` over each run of `width` values.
@@ -126,7 +136,7 @@ pub fn delta_rule_recurrent(inputs: DeltaInputs, shape: DeltaShape, state: &mut 
             let q = &inputs.q[(t * key_heads + i) * hd..][..hd];
             let k = &inputs.k[(t * key_heads + i) * hd..][..hd];
             let v = &inputs.v[(t * value_heads + j) * hd..][..hd];
-            let (decay, beta) = (inputs.g[t * value_heads + j].exp(), inputs.beta[t * value_heads + j]);
+            let (decay, beta) = (exp(inputs.g[t * value_heads + j]), inputs.beta[t * value_heads + j]);
             s.iter_mut().for_each(|x| *x *= decay);
             // Sᵀk: what the state recalls for this key.
             memory.fill(0.0);
@@ -192,6 +202,11 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
         crate::dot::strided_dots(x, &inputs.k[(begin * key_heads + i) * hd..], key_heads * hd, out);
     };
     let mut dots = [0f32; CHUNK];
+    // `e^(G_t − G_u)` for the earlier tokens `u` of the chunk, a row at a time (vectorised).
+    let mut decays = [0f32; CHUNK];
+    let decays_to = |t: usize, cumulative: &[f32], decays: &mut [f32]| {
+        decays.iter_mut().zip(cumulative).for_each(|(d, &c)| *d = exp(cumulative[t] - c));
+    };
     // S₀ᵀx for each of the chunk's key-sized xs: as many rows of value dimensions. A row of
     // S₀ serves every token before the next is read: S₀ (64 KiB at a head dimension of 128)
     // leaves L1, and a token at a time read it from L2 per token.
@@ -223,7 +238,7 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
         let (recalled_keys, recalled_queries) = recalled.split_at(len * hd);
         for t in 0..len {
             let beta = inputs.beta[(begin + t) * value_heads + j];
-            let decay = cumulative[t].exp();
+            let decay = exp(cumulative[t]);
             let v = &inputs.v[((begin + t) * value_heads + j) * hd..][..hd];
             let (done, rest) = delta.split_at_mut(t * hd);
             let row = &mut rest[..hd];
@@ -231,29 +246,31 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
                 *d = beta * (v - decay * m);
             }
             dots_with_keys(key(begin + t), begin, &mut dots[..t]);
+            decays_to(t, &cumulative, &mut decays[..t]);
             for u in 0..t {
-                let a = beta * (cumulative[t] - cumulative[u]).exp() * dots[u];
+                let a = beta * decays[u] * dots[u];
                 row.iter_mut().zip(&done[u * hd..(u + 1) * hd]).for_each(|(d, &x)| *d -= a * x);
             }
         }
         // The outputs, from the state before the chunk and the chunk's own writes.
         for t in 0..len {
             let q = query(begin + t);
-            let decay = cumulative[t].exp();
+            let decay = exp(cumulative[t]);
             let row = &mut o[(begin + t) * hd..][..hd];
             row.iter_mut().zip(&recalled_queries[t * hd..][..hd]).for_each(|(o, &m)| *o = decay * m);
             dots_with_keys(q, begin, &mut dots[..=t]);
+            decays_to(t, &cumulative, &mut decays[..=t]);
             for u in 0..=t {
-                let weight = (cumulative[t] - cumulative[u]).exp() * dots[u];
+                let weight = decays[u] * dots[u];
                 row.iter_mut().zip(&delta[u * hd..(u + 1) * hd]).for_each(|(o, &d)| *o += weight * d);
             }
         }
         // The state after the chunk.
         let last = cumulative[len - 1];
-        let decay = last.exp();
+        let decay = exp(last);
         s.iter_mut().for_each(|x| *x *= decay);
         // A row of S at a time, every token's write into it before the next row (as above).
-        let weights: Vec<f32> = cumulative.iter().map(|&c| (last - c).exp()).collect();
+        let weights: Vec<f32> = cumulative.iter().map(|&c| exp(last - c)).collect();
         for (i, row) in s.chunks_exact_mut(hd).enumerate() {
             for (u, d) in delta.chunks_exact(hd).take(len).enumerate() {
                 let scale = weights[u] * keys[u][i];
@@ -273,11 +290,6 @@ pub fn gated_rms_norm(x: &mut [f32], z: &[f32], gamma: &[f32], eps: f64) {
             *v = *v * inv * g * silu(z);
         }
     }
-}
-
-/// `x · sigmoid(x)`.
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
 }
 
 /// `ln(1 + eˣ)`, without overflow for large `x` (as PyTorch's, linear above 20).
@@ -408,9 +420,10 @@ mod tests {
         let (channels, kernel, seq) = (5, 4, 9);
         let u = values(seq * channels, 7);
         let w = values(channels * kernel, 8);
+        let taps = conv_taps(&w, kernel);
         let mut state = vec![0.0; (kernel - 1) * channels];
         let mut whole = vec![0.0; seq * channels];
-        conv_silu(&u, &w, kernel, &mut state, &mut whole);
+        conv_silu(&u, &taps, kernel, &mut state, &mut whole);
         for t in 0..seq {
             for ch in 0..channels {
                 let sum: f32 = (0..kernel)
@@ -423,8 +436,8 @@ mod tests {
         let mut split_state = vec![0.0; (kernel - 1) * channels];
         let mut split = vec![0.0; seq * channels];
         let (a, b) = split.split_at_mut(2 * channels);
-        conv_silu(&u[..2 * channels], &w, kernel, &mut split_state, a);
-        conv_silu(&u[2 * channels..], &w, kernel, &mut split_state, b);
+        conv_silu(&u[..2 * channels], &taps, kernel, &mut split_state, a);
+        conv_silu(&u[2 * channels..], &taps, kernel, &mut split_state, b);
         assert_eq!(split, whole);
         assert_eq!(split_state, state);
         assert_eq!(state, u[(seq - kernel + 1) * channels..]);

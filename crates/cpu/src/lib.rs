@@ -26,6 +26,10 @@
 //! choose), in the browser's threaded build one Web Worker per core (shared memory, so only in a
 //! cross-origin isolated page), in the plain wasm build the calling thread alone.
 //!
+//! **Element-wise functions.** `elementwise` owns the pass's `eˣ` (and the sigmoid, SiLU, GELU
+//! built on it): branch-free, so the loops over a row run in vector lanes, where `f32::exp` is a
+//! call per value into the platform's maths library (in wasm a software one, 4x slower).
+//!
 //! Every kernel has a plain reference (`reference`: the matrix dequantized whole, f64 sums) and a
 //! test against it on every format, on shapes that are not multiples of the vector width
 //! (`tests/parity.rs`).
@@ -38,6 +42,7 @@
 mod bandwidth;
 pub mod delta_net;
 mod dot;
+pub mod elementwise;
 pub mod integer;
 mod matmul;
 pub mod ops;

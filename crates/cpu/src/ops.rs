@@ -3,6 +3,7 @@
 //! the threads too (one task per query row and head).
 
 use crate::dot::strided_dots;
+use crate::elementwise::exp;
 use crate::threads::for_each_chunk;
 
 /// `out = x / sqrt(mean(x²) + eps) ∘ γ`, row by row (`x`, `out`: `[rows, γ.len()]`); the mean in f64.
@@ -94,11 +95,9 @@ fn head_exponentials(
     strided_dots(query, &keys[first * kv_width + kv_head * hd..], kv_width, &mut scores);
     scores.iter_mut().for_each(|score| *score *= scale);
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut total = 0.0;
-    for score in &mut scores {
-        *score = (*score - max).exp();
-        total += *score;
-    }
+    // The exponentials in one pass (vectorised), their sum in order in another.
+    scores.iter_mut().for_each(|score| *score = exp(*score - max));
+    let total = scores.iter().fold(0.0, |total, &score| total + score);
     (first, scores, total)
 }
 

@@ -1,4 +1,4 @@
-//! `matmul` on every format and `ops::attention` against the reference (`examples/kernel_parity.rs`,
+//! `matmul` on every format, `ops::attention` and `elementwise` against the reference (`examples/kernel_parity.rs`,
 //! which the wasm builds also run), and the embedding lookup against the same dequantization.
 
 use nucleus_cpu::Matrix;
@@ -19,6 +19,12 @@ fn matmul_equals_the_dequantized_product_on_every_format() {
 fn attention_equals_the_f64_reference() {
     let found = kernel_parity::attention_mismatches();
     assert!(found.is_empty(), "{} outputs off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
+}
+
+#[test]
+fn the_elementwise_functions_over_rows_equal_f64() {
+    let found = kernel_parity::elementwise_mismatches();
+    assert!(found.is_empty(), "{} values off f64, first: {:?}", found.len(), &found[..found.len().min(5)]);
 }
 
 /// A prompt's rows are multiplied in blocks that stay in the cache (`matmul.rs`,

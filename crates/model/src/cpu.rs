@@ -15,6 +15,7 @@
 use std::ops::Range;
 
 use nucleus_cpu::delta_net::{self, DeltaInputs, DeltaShape};
+use nucleus_cpu::elementwise;
 use nucleus_cpu::ops::{AttentionShape, attention, attention_weights, inverse_rms, rms_norm};
 use nucleus_cpu::{Matrix, matmul, matmuls};
 use nucleus_gguf::{GgmlType, GgufFile, SharedSlice, TensorInfo};
@@ -491,11 +492,9 @@ impl CpuModel {
 
             self.norm(&x, &block.feed_forward_norm, &mut h);
             matmuls(&h, &mut [(&block.gate.matrix(), &mut gate), (&block.up.matrix(), &mut up)], false);
-            for (g, &u) in gate.iter_mut().zip(&up) {
-                *g = match spec.feed_forward {
-                    FeedForward::SwiGlu => *g / (1.0 + (-*g).exp()),
-                    FeedForward::GeGluTanh => gelu_tanh(*g),
-                } * u;
+            match spec.feed_forward {
+                FeedForward::SwiGlu => elementwise::swiglu(&mut gate, &up),
+                FeedForward::GeGluTanh => elementwise::geglu_tanh(&mut gate, &up),
             }
             debug_assert_eq!(gate.len(), seq * hidden);
             matmul(&block.down.matrix(), &gate, &mut projected, false);
@@ -564,7 +563,7 @@ impl CpuModel {
         let scale = (1.0 / (delta.head_dim as f64).sqrt()) as f32;
         q.iter_mut().for_each(|x| *x *= scale);
         // β = sigmoid(β'); g = a · softplus(α + dt_bias), the log of the step's decay (≤ 0).
-        beta.iter_mut().for_each(|b| *b = 1.0 / (1.0 + (-*b).exp()));
+        beta.iter_mut().for_each(|b| *b = elementwise::sigmoid(*b));
         let (a, dt_bias) = (weights.a.vector(), weights.dt_bias.vector());
         for row in alpha.chunks_exact_mut(heads) {
             for ((g, &a), &bias) in row.iter_mut().zip(a).zip(dt_bias) {
@@ -684,7 +683,7 @@ impl CpuModel {
         let mut out = vec![0.0; seq * q_dim];
         attention(&q, keys, values, start - first, shape, &mut out);
         if let Some(gate) = gate {
-            out.iter_mut().zip(&gate).for_each(|(o, &g)| *o /= 1.0 + (-g).exp());
+            out.iter_mut().zip(&gate).for_each(|(o, &g)| *o *= elementwise::sigmoid(g));
         }
         Ok(out)
     }
@@ -720,13 +719,13 @@ struct AttentionTap {
 
 fn load(file: &GgufFile, role: Role, info: &TensorInfo) -> Result<CpuWeight, ModelError> {
     let (rows, cols) = info.matrix_shape();
-    if info.dims.len() == 1 || role == Role::DeltaConv {
+    if role == Role::DeltaConv {
+        // `[channels, kernel]` in the file, `[kernel, channels]` as the convolution reads it.
+        let kernel = info.dims.first().map_or(1, |&kernel| kernel as usize);
+        return Ok(CpuWeight::Vector(delta_net::conv_taps(&file.dequantize(&info.name)?, kernel)));
+    }
+    if info.dims.len() == 1 {
         return Ok(CpuWeight::Vector(file.dequantize(&info.name)?));
     }
     Ok(CpuWeight::Blocks { ggml_type: info.ggml_type, bytes: file.shared_tensor_bytes(info), rows, cols })
-}
-
-/// GELU in its tanh form: `0.5·g·(1 + tanh(√(2/π)·(g + 0.044715·g³)))`.
-fn gelu_tanh(g: f32) -> f32 {
-    0.5 * g * (1.0 + ((2.0 / std::f32::consts::PI).sqrt() * (g + 0.044715 * g * g * g)).tanh())
 }
