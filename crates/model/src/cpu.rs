@@ -720,9 +720,10 @@ struct AttentionTap {
 fn load(file: &GgufFile, role: Role, info: &TensorInfo) -> Result<CpuWeight, ModelError> {
     let (rows, cols) = info.matrix_shape();
     if role == Role::DeltaConv {
-        // `[channels, kernel]` in the file, `[kernel, channels]` as the convolution reads it.
-        let kernel = info.dims.first().map_or(1, |&kernel| kernel as usize);
-        return Ok(CpuWeight::Vector(delta_net::conv_taps(&file.dequantize(&info.name)?, kernel)));
+        // `[channels, kernel]` in the file (dims `[kernel, channels]`, checked by the weight
+        // table), `[kernel, channels]` as the convolution reads it.
+        let taps = delta_net::conv_taps(&file.dequantize(&info.name)?, info.dims[0] as usize);
+        return Ok(CpuWeight::Vector(taps));
     }
     if info.dims.len() == 1 {
         return Ok(CpuWeight::Vector(file.dequantize(&info.name)?));
