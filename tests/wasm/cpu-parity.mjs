@@ -1,5 +1,5 @@
-// Runs the CPU engine's products, attention and element-wise functions against their reference (crates/cpu/examples/kernel_parity.rs)
-// compiled to wasm32-unknown-unknown: the WebAssembly SIMD and relaxed SIMD kernels, which no
+// Runs the CPU engine's products, attention and element-wise functions against their reference
+// (crates/cpu/examples/kernel_parity.rs) compiled to wasm32-unknown-unknown: the WebAssembly SIMD and relaxed SIMD kernels, which no
 // native test compiles.
 // Usage: node tests/wasm/cpu-parity.mjs path/to/kernel_parity.wasm NAME
 import { readFile } from 'node:fs/promises';

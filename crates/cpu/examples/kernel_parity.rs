@@ -182,9 +182,9 @@ pub fn elementwise_mismatches() -> Vec<String> {
     found
 }
 
-/// How many outputs `mismatches`, `attention_mismatches` and `elementwise_mismatches` find, and the first five described,
-/// one per line (the wasm build's export): the text's length, in bytes, written at `out` (`cap`
-/// bytes at most).
+/// How many outputs `mismatches`, `attention_mismatches` and `elementwise_mismatches` find, and
+/// the first five described, one per line (the wasm build's export): the text's length, in bytes,
+/// written at `out` (`cap` bytes at most).
 ///
 /// # Safety
 /// `out` must point to `cap` writable bytes.

@@ -2,11 +2,12 @@
 //! form the compiler vectorises: no branches, no calls, the same operations on every value.
 //!
 //! Why our own `exp`: `f32::exp` is a call into the platform's maths library, one value at a
-//! time. In wasm that is Rust's software `expf`, 15.7 ns a SwiGLU value in Node's V8 (1 M values
-//! in 15.7 ms, where a multiply-add over them takes 0.8), and a 512-token prefill of Qwen3.5-0.8B's
-//! shape takes about 126 M of them (SwiGLU 44 M, the convolution's SiLU 57 M, the gated norm's
-//! 19 M, the attention's gate 6 M): about 2 s of the 8 s it took in Chromium, on the calling
-//! thread. Written as below, the loops over a row run four or eight values an instruction.
+//! time. In wasm that is Rust's software `expf`: 15.7–26 ns a SwiGLU value in Node's V8 (a
+//! multiply-add over the same values: 0.6–0.9 ns), and a 512-token prefill of Qwen3.5-0.8B's shape
+//! takes about 126 M of them on the calling thread (SwiGLU 44 M, the convolution's SiLU 57 M, the
+//! gated norm's 19 M, the attention's gate 6 M): about 3 s of a 36 s prefill in Chromium on a
+//! 2-core Xeon. Written as below, the loops over a row run four values an instruction (wasm's
+//! SIMD128, x86-64's baseline SSE2); ARCHITECTURE.md, "The pass's exponentials in lanes".
 
 /// Below this, `e^x` is less than half f32's smallest subnormal: 0.
 const LOWEST: f32 = -103.972_08;

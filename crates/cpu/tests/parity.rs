@@ -1,5 +1,6 @@
-//! `matmul` on every format, `ops::attention` and `elementwise` against the reference (`examples/kernel_parity.rs`,
-//! which the wasm builds also run), and the embedding lookup against the same dequantization.
+//! `matmul` on every format, `ops::attention` and `elementwise` against the reference
+//! (`examples/kernel_parity.rs`, which the wasm builds also run), and the embedding lookup against
+//! the same dequantization.
 
 use nucleus_cpu::Matrix;
 use nucleus_gguf::{GgmlType, dequantize};
