@@ -120,9 +120,10 @@ export async function downloadModel(url, file, report, plan) {
         planned(file.length);
       });
     } catch (error) {
-      // A typed refusal (not GGUF, a model that cannot run here) ends the download; a broken
-      // connection resumes it.
-      if (error.code) throw error;
+      // A broken connection resumes the download; anything else ends it (a typed refusal: not
+      // GGUF, a model that cannot run here; or the engine's own failure, which a resume would
+      // hide behind the file it left borrowed).
+      if (!(error instanceof BrokenBody)) throw error;
       lastError = error;
       continue;
     }
@@ -158,7 +159,8 @@ export async function readStored(response, file, report) {
   if (total && file.length !== total) return false;
   try {
     checkMagic('the stored model', file, true);
-  } catch {
+  } catch (error) {
+    if (error.code !== 'bad-model') throw error;
     return false;
   }
   return true;
@@ -325,12 +327,29 @@ function totalOf(response, offset) {
   return length ? length + (response.status === 206 ? offset : 0) : 0;
 }
 
-/** Reads a body into `file`, calling `received(bytes)` after each chunk; a failure cancels the rest. */
+/**
+ * A body that stopped arriving (the connection broke, the stored copy could not be read): a
+ * download resumes after it. Every other failure while reading (a refusal, the engine's own) ends
+ * the download as it is.
+ */
+class BrokenBody extends Error {
+  constructor(cause) {
+    super(cause?.message ?? String(cause), { cause });
+    this.name = 'BrokenBody';
+  }
+}
+
+/**
+ * Reads a body into `file`, calling `received(bytes)` after each chunk; a failure cancels the
+ * rest, and one of the body itself is a `BrokenBody`.
+ */
 async function readInto(response, file, received) {
   const reader = response.body.getReader();
   try {
     for (;;) {
-      const { done, value } = await reader.read();
+      const { done, value } = await reader.read().catch((error) => {
+        throw new BrokenBody(error);
+      });
       if (done) return;
       file.append(value);
       received(value.byteLength);

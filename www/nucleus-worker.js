@@ -276,9 +276,22 @@ async function filled(fill, file) {
     if ((await fill(file)) === false) file.clear();
     return file;
   } catch (error) {
-    file.free();
-    throw error;
+    freeAfter(file, error);
   }
+}
+
+/**
+ * Frees `object` after `error` ended its use, and throws `error`. A WebAssembly trap inside one of
+ * the object's calls leaves it borrowed, and its `free()` then throws wasm-bindgen's "attempted to
+ * take ownership of Rust value while it was borrowed": that must not hide the trap.
+ */
+function freeAfter(object, error) {
+  try {
+    object.free();
+  } catch {
+    // The memory is the worker's: it goes when the page ends the worker after this failure.
+  }
+  throw error;
 }
 
 /**
@@ -353,12 +366,13 @@ function modelFiles(backend, contextLength, memoryBudget) {
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ id, url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked }, progress) {
+  async [REQUEST.load]({ id, url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked, panicForTesting }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await chooseBackend(asked);
     const loaded = await engineModule(facts.backend.kind);
     ({ module: wasm, memory: wasmMemory } = loaded);
+    if (panicForTesting) wasm.panicForTesting();
     facts.backend.threads = 1;
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
     // The WebGPU device first: the load is planned on it, between the download's chunks.
@@ -395,10 +409,11 @@ const handlers = {
       }
       cacheError = await keep();
       if (cacheError) console.warn(`nucleus: ${cacheError.message}`);
-    } finally {
-      // The engine holds what it reads of the file (the CPU engine: the file's bytes, in place).
-      model.free();
+    } catch (error) {
+      freeAfter(model, error);
     }
+    // The engine holds what it reads of the file (the CPU engine: the file's bytes, in place).
+    model.free();
     loadMs = performance.now() - started;
     return {
       ...JSON.parse(engine.info(file ? name : String(url))), ...facts, url, sha256, loadMs, fromCache,

@@ -564,6 +564,8 @@ export class Nucleus {
   static load(options?: LoadOptions): Promise<Nucleus>;
   /** The models this browser keeps, largest first, and the site's storage use and quota. */
   static storedModels(): Promise<StoredModels>;
+  /** Makes the next load's engine panic as it starts: that load is tried again once in a new worker (tests of a crashed load). */
+  static crashNextLoadForTesting(): void;
   /** Drops the kept copy of the model at `url`; resolves to whether one was kept. */
   static removeStoredModel(url: string | URL): Promise<boolean>;
 

@@ -110,6 +110,7 @@ class WorkerClient {
   #blobUrls = [];
   #helpers = [];
   #script;
+  #crashed = false;
 
   constructor(assets) {
     this.#assets = assets;
@@ -137,14 +138,14 @@ class WorkerClient {
         request.reject(error);
         // A trapped engine can do nothing more: end its worker (freeing its GPU memory); every
         // later call on this model gets the same error.
-        if (crashed) this.#end(error);
+        if (crashed) this.#crash(error);
       }
     };
     // An error no request caught (a trap in a callback, a script that could not start) leaves
     // the worker in no known state: end it, and fail what waits on it and every later call.
     worker.onerror = (event) => {
       event.preventDefault?.();
-      this.#end(new NucleusError('worker-crashed', `the Nucleus worker (${this.#script}) failed: ${event.message
+      this.#crash(new NucleusError('worker-crashed', `the Nucleus worker (${this.#script}) failed: ${event.message
         ?? 'it could not start (is the package served there, with CORS if it is another origin, and does the page\'s CSP allow it?)'}`
         + '; load the model again'));
     };
@@ -190,6 +191,16 @@ class WorkerClient {
     this.#broken ??= error;
     for (const { reject } of this.#pending.values()) reject(error);
     this.#pending.clear();
+  }
+
+  /** Whether the worker ended because its engine trapped or it failed outside any request. */
+  get crashed() {
+    return this.#crashed;
+  }
+
+  #crash(error) {
+    this.#crashed = true;
+    this.#end(error);
   }
 
   #end(error) {
@@ -559,6 +570,31 @@ export async function registerOffline(script, { assets } = {}) {
   }
 }
 
+/** Set by `Nucleus.crashNextLoadForTesting()`, taken by the next load. */
+let crashNextLoad = false;
+
+/**
+ * One load in a new worker: resolves to `{ client, info }`, or to `{ error, crashed }` (`crashed`:
+ * the worker crashed, its engine trapped) once the worker has ended. Aborted by `signal`, the
+ * worker ends at once (its download, its memory, its helpers; every pending call rejects with
+ * `aborted`; a Cache API entry is only written whole, so none is).
+ */
+async function loadInWorker(assets, request, onProgress, signal) {
+  if (signal?.aborted) return { error: loadAborted(signal), crashed: false };
+  const client = new WorkerClient(assets);
+  const abort = () => client.terminate(loadAborted(signal));
+  signal?.addEventListener('abort', abort, { once: true });
+  try {
+    return { client, info: await client.call(REQUEST.load, request, onProgress) };
+  } catch (error) {
+    const crashed = client.crashed;
+    client.terminate();
+    return { error, crashed };
+  } finally {
+    signal?.removeEventListener('abort', abort);
+  }
+}
+
 export class Nucleus {
   #client;
 
@@ -576,7 +612,8 @@ export class Nucleus {
    * that differs is `bad-model`; default: not checked beyond its length), `signal` (an
    * AbortSignal: aborted before the load finishes, it rejects with `aborted` and ends the load's
    * worker, the memory it took with it, nothing of the file kept). Whatever model the page already
-   * loaded is untouched: load the next one, then dispose of the old one.
+   * loaded is untouched: load the next one, then dispose of the old one. A load whose engine
+   * crashes (a trap) is tried once more in a new worker, `info.backend.reason` saying so.
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
@@ -609,22 +646,25 @@ export class Nucleus {
     const source = file
       ? { file, name: file.name || 'model.gguf' }
       : { url: new URL(model, globalThis.document?.baseURI ?? import.meta.url).href };
-    if (signal?.aborted) throw loadAborted(signal);
-    const client = new WorkerClient(assets);
-    // Aborted mid-load: the worker (its download, its memory, its helpers) ends at once and every
-    // pending call rejects with `aborted`; a Cache API entry is only written whole, so none is.
-    const abort = () => client.terminate(loadAborted(signal));
-    signal?.addEventListener('abort', abort, { once: true });
-    try {
-      const info = await client.call(REQUEST.load,
-        { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) }, onProgress);
-      return new Nucleus(client, info);
-    } catch (error) {
-      client.terminate();
-      throw error;
-    } finally {
-      signal?.removeEventListener('abort', abort);
-    }
+    const request = { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) };
+    const panicForTesting = crashNextLoad;
+    crashNextLoad = false;
+    const first = await loadInWorker(assets, { ...request, panicForTesting }, onProgress, signal);
+    if (first.info) return new Nucleus(first.client, first.info);
+    if (!first.crashed || signal?.aborted) throw first.error;
+    // The engine trapped while loading and its worker is gone: one new worker loads the model
+    // again (JavaScriptCore traps now and then inside safe code, "Out of bounds memory access":
+    // about one load in a hundred in WebKitGTK 2.50 here; ARCHITECTURE.md, "WebKit"). A crash of
+    // that one too is the load's error.
+    const { client, info, error } = await loadInWorker(assets, request, onProgress, signal);
+    if (error) throw error;
+    const reason = `${info.backend.reason} (loaded again in a new worker: the first crashed: ${first.error.message})`;
+    return new Nucleus(client, { ...info, backend: { ...info.backend, reason } });
+  }
+
+  /** Makes the next `Nucleus.load()`'s engine panic as it starts loading: for tests of a load that crashes. */
+  static crashNextLoadForTesting() {
+    crashNextLoad = true;
   }
 
   /**

@@ -9,11 +9,13 @@
 
 /**
  * @typedef {{ id: number, type: 'load', url?: string, file?: Blob, name?: string, sha256?: string,
- *   contextLength?: number, memoryBudget?: number, cache: boolean, backend: Backend }} LoadRequest
+ *   contextLength?: number, memoryBudget?: number, cache: boolean, backend: Backend,
+ *   panicForTesting?: boolean }} LoadRequest
  *   Loads the model at `url` (one per worker), or the GGUF `file` a person gave the page (`name`:
  *   its file name), kept under a key of LOCAL_MODELS, on the backend `backend` asks for
  *   (chooseBackend). Replies with the model's `info`, whose `url` is where it was loaded from
- *   (that key, for a file) and whose `backend` says where it runs and why.
+ *   (that key, for a file) and whose `backend` says where it runs and why. `panicForTesting`:
+ *   the engine panics once its module is in (`Nucleus.crashNextLoadForTesting`).
  * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
  *   Replies with the token ids (number[]).
  * @typedef {{ id: number, type: 'generate', options: string }} GenerateRequest

@@ -74,3 +74,19 @@ test('a plan that refuses ends the download with its error: the rest never read,
   assert.ok(file.length < FILE.length, `${file.length} bytes read`);
   assert.deepEqual(file.reserved, []);
 });
+
+test('the file failing while it fills ends the download with that failure, never taken for a broken connection', async (t) => {
+  const server = await startServer(FILE.length);
+  t.after(() => server.close());
+  const file = recordingFile();
+  // A WebAssembly trap inside `append` leaves the wasm file borrowed: resuming would fail in
+  // `clear()` with wasm-bindgen's "recursive use of an object", hiding the trap (WebKit, CI).
+  const trap = new WebAssembly.RuntimeError('Out of bounds memory access');
+  const append = file.append.bind(file);
+  file.append = (chunk) => {
+    if (file.length > 0) throw trap;
+    append(chunk);
+  };
+  await assert.rejects(downloadModel(server.url, file, () => {}), trap);
+  assert.equal(server.requests.length, 1, 'not resumed');
+});

@@ -155,10 +155,10 @@ for (const key of engines) {
       for (const sum of sums) assert.ok(Math.abs(sum - 1) < 1e-5, `a row sums to ${sum}`);
     });
 
-    test(`a worker that fails in ${engine.name} reaches every caller as worker-crashed, mid-generation too; a new load works`, async (t) => {
+    test(`a worker that fails in ${engine.name} reaches every caller as worker-crashed, mid-generation too; a new load works, and one that crashes is tried again`, async (t) => {
       const page = await browser.open(`${server.url}blank.html`);
       t.after(() => page.close());
-      const { errors, ids } = await within(LOAD_LIMIT_MS, 'a crash and a new load', page.run(async (prompt) => {
+      const { errors, ids, reason } = await within(LOAD_LIMIT_MS, 'a crash, a load that crashes and a new one', page.run(async (prompt) => {
         const { Nucleus } = await import('/nucleus.js');
         const lm = await Nucleus.load();
         const codeOf = (promise) => promise.then(() => null, (error) => ({ code: error.code, message: error.message }));
@@ -171,15 +171,19 @@ for (const key of engines) {
           while (!(await iterator.next()).done);
         })());
         const errors = [await crash, await rest, await codeOf(lm.tokenize('x'))];
+        // A load whose engine crashes is tried again once, in a new worker.
+        Nucleus.crashNextLoadForTesting();
         const fresh = await Nucleus.load();
         const ids = [];
         for await (const step of fresh.generate({ prompt, maxTokens: 2, temperature: 0 })) ids.push(step.id);
+        const { reason } = fresh.info.backend;
         fresh.dispose();
-        return { errors, ids };
+        return { errors, ids, reason };
       }, capital.text));
       assert.deepEqual(errors.map((e) => e?.code), ['worker-crashed', 'worker-crashed', 'worker-crashed']);
       assert.match(errors[0].message, /^the Nucleus worker \(.*nucleus-worker\.js\) failed: .*a crash for testing \(crashWorkerForTesting\); load the model again$/);
       assert.deepEqual(ids, capital.greedy32.slice(0, 2));
+      assert.match(reason, /\(loaded again in a new worker: the first crashed: the engine crashed: .*a panic for testing \(panicForTesting\)/s);
     });
 
     test(`the package from another origin in ${engine.name}, under the page's policy: the element generates the greedy reference; missing assets are worker-crashed`, async (t) => {
