@@ -374,9 +374,20 @@ cmd_test() {
 # it is the longest file's time with room: api.test.mjs takes 8.5 to 10 minutes on this 2-core
 # machine (its 20th test ended at 593 s in one run, which a 10-minute bound failed), its longest
 # test about 150 s.
+# A suite that fails ends with what failed, its stack frames left out, so the end of a long log
+# (all CI keeps of it) says why.
 BROWSER_TEST_LIMIT_MS=1200000
 browser_suite() {
-  node --test --test-timeout="$BROWSER_TEST_LIMIT_MS" --test-force-exit "$1"
+  local out
+  out="$(mktemp)"
+  if node --test --test-reporter=spec --test-timeout="$BROWSER_TEST_LIMIT_MS" --test-force-exit "$1" 2>&1 | tee "$out"; then
+    rm -f "$out"
+    return 0
+  fi
+  log "$1 failed:"
+  sed -n '/failing tests:/,$p' "$out" | grep -v '^ *at \|^ *\.\.\. [0-9]* lines matching' | head -60 >&2
+  rm -f "$out"
+  return 1
 }
 
 # The Firefox and WebKit suite alone (tests/browser/engines.test.mjs), after the wasm build.

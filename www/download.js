@@ -271,7 +271,8 @@ export const STORE_SLICE_BYTES = 4 << 20;
  * Keeps a downloaded model in `cache` under `url`, read out of `file` a slice at a time (never a
  * whole copy in JS). Resolves to null when it was stored, else to the `storage-quota` error (not
  * thrown: the model then runs from the download, and the next load downloads it again), saying
- * how much was needed and how much the browser had left.
+ * how much was needed and how much the browser had left. A failure of `file.read` itself (the
+ * engine's) rejects with that failure.
  * @param {Cache} cache
  * @param {string} url
  * @param {Pick<ModelFile, 'length' | 'read'>} file
@@ -280,13 +281,22 @@ export const STORE_SLICE_BYTES = 4 << 20;
 export async function storeModel(cache, url, file) {
   const { length } = file;
   let offset = 0;
+  // The file's own failure (a trap in the engine) is thrown as it is, never taken for the
+  // storage's: the Cache API reports a failed body as an error of its own.
+  let readFailure = null;
   const body = new ReadableStream({
     pull(controller) {
       if (offset >= length) {
         controller.close();
         return;
       }
-      const slice = file.read(offset, STORE_SLICE_BYTES);
+      let slice;
+      try {
+        slice = file.read(offset, STORE_SLICE_BYTES);
+      } catch (error) {
+        readFailure = error;
+        throw error;
+      }
       offset += slice.byteLength;
       controller.enqueue(slice);
     },
@@ -297,6 +307,7 @@ export async function storeModel(cache, url, file) {
     await cache.put(url, stored);
     return null;
   } catch (error) {
+    if (readFailure) throw readFailure;
     return notStored(error, length);
   }
 }

@@ -5,7 +5,7 @@
 
 import {
   ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
-  codedError, emulatedAdapter, threadsProblem,
+  codedError, emulatedAdapter, threadsProblem, wireError,
 } from './protocol.js';
 import { downloadModel, planWhole, readFile, readStored, storeAsRead, storeBlob, storeModel } from './download.js';
 
@@ -49,21 +49,6 @@ function queueCallsBetween(earlier, later) {
 }
 
 const fail = codedError;
-
-/**
- * A thrown value as the error of an ErrorReply (protocol.js): the engine's own code, or
- * `internal`.
- * @returns {import('./protocol.js').WireError}
- */
-function describe(error) {
-  if (error instanceof WebAssembly.RuntimeError) {
-    const panic = wasm?.lastPanic();
-    return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again`, crashed: true };
-  }
-  const { code = 'internal', message = String(error), option, status } = codedError(error?.code ?? 'internal',
-    error?.message ?? String(error), { option: error?.option, status: error?.status });
-  return { code, message, ...(option && { option }), ...(status && { status }) };
-}
 
 async function adapterFacts() {
   if (!navigator.gpu) {
@@ -575,7 +560,7 @@ self.onmessage = async ({ data }) => {
     // A step's logits row moves to the page instead of being copied.
     self.postMessage({ id, type: REPLY.ok, value }, value?.logits ? [value.logits.buffer] : []);
   } catch (error) {
-    const wire = describe(error);
+    const wire = wireError(error, () => wasm?.lastPanic());
     if (wire.code === 'device-lost') {
       const advice = ERROR_CODES['device-lost'];
       deviceLost ??= fail('device-lost', wire.message.includes(advice) ? wire.message : `${wire.message} (${advice})`);

@@ -72,7 +72,8 @@
  * @typedef {{ id: number, type: 'ok', value: unknown }} OkReply
  * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number, crashed?: boolean }} WireError
  *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status;
- *   `crashed`: the engine trapped (a panic) and this worker can do nothing more: the page ends it.
+ *   `crashed`: the engine trapped (a panic, or a fault of the browser's WebAssembly) and this
+ *   worker can do nothing more: the page ends it (wireError).
  * @typedef {{ id: number, type: 'error', error: WireError }} ErrorReply
  * @typedef {ProgressReply | HelpersReply | OkReply | ErrorReply} Reply
  *
@@ -180,6 +181,37 @@ export function codedError(code, message, extra = {}) {
     return Object.assign(new Error(`${message} (unknown error code ${JSON.stringify(code)})`), { code: 'internal' });
   }
   return Object.assign(new Error(message), { code }, extra);
+}
+
+/**
+ * wasm-bindgen's words for a Rust object still borrowed by a call into the engine that never
+ * returned. The worker never calls into the engine while another call is running, so only a trap
+ * (which unwinds past the borrow's release) leaves an object so: the engine has crashed.
+ */
+const LEFT_BORROWED = /recursive use of an object detected|attempted to take ownership of Rust value while it was borrowed/;
+
+/**
+ * A value the worker caught, as the error of an ErrorReply: the engine's own code, or `internal`.
+ * A WebAssembly trap (a panic, named by the message the engine recorded; or a fault with no panic
+ * behind it, such as JavaScriptCore's "Out of bounds memory access") is `crashed`, and so is an
+ * object an earlier trap left borrowed.
+ * @param {unknown} error
+ * @param {() => string | null | undefined} lastPanic  the engine's last panic message, asked only
+ *   after a trap (wasm.lastPanic())
+ * @returns {WireError}
+ */
+export function wireError(error, lastPanic) {
+  if (error instanceof WebAssembly.RuntimeError) {
+    const panic = lastPanic();
+    return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again`, crashed: true };
+  }
+  if (LEFT_BORROWED.test(error?.message)) {
+    return { code: 'internal', message: `the engine crashed earlier (a call into it never returned): ${error.message}; `
+      + 'load the model again', crashed: true };
+  }
+  const { code = 'internal', message = String(error), option, status } = codedError(error?.code ?? 'internal',
+    error?.message ?? String(error), { option: error?.option, status: error?.status });
+  return { code, message, ...(option && { option }), ...(status && { status }) };
 }
 
 /**

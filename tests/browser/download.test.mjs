@@ -7,7 +7,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 
-import { HEADER_FIRST_BYTES, downloadModel } from '../../www/download.js';
+import { HEADER_FIRST_BYTES, STORE_SLICE_BYTES, downloadModel, storeModel } from '../../www/download.js';
 import { codedError } from '../../www/protocol.js';
 
 const FILE = Uint8Array.from({ length: 3 * HEADER_FIRST_BYTES }, (_, i) => (i < 4 ? 'GGUF'.charCodeAt(i) : (i * 13) % 256));
@@ -89,4 +89,26 @@ test('the file failing while it fills ends the download with that failure, never
   };
   await assert.rejects(downloadModel(server.url, file, () => {}), trap);
   assert.equal(server.requests.length, 1, 'not resumed');
+});
+
+test("the stored copy's read failing is that failure, never taken for a full storage quota", async () => {
+  /** A Cache that keeps a response's whole body, as the Cache API does, or rejects with its own error. */
+  const cache = {
+    kept: new Map(),
+    async put(url, response) {
+      try {
+        this.kept.set(url, new Uint8Array(await response.arrayBuffer()));
+      } catch {
+        throw new TypeError('the response body failed');
+      }
+    },
+  };
+  const file = { length: 2 * STORE_SLICE_BYTES + 5, read: (offset, n) => new Uint8Array(Math.min(n, file.length - offset)) };
+  assert.equal(await storeModel(cache, 'whole', file), null);
+  assert.equal(cache.kept.get('whole').length, file.length);
+  // A WebAssembly trap in `read` (the file is in the engine's memory) ends the store with the trap.
+  const trap = new WebAssembly.RuntimeError('Out of bounds memory access');
+  const failing = { ...file, read: (offset, n) => (offset > 0 ? (() => { throw trap; })() : file.read(offset, n)) };
+  await assert.rejects(storeModel(cache, 'broken', failing), trap);
+  assert.equal(cache.kept.has('broken'), false);
 });

@@ -5,7 +5,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { ERROR_CODES, codedError, threadsProblem } from '../../www/protocol.js';
+import { ERROR_CODES, codedError, threadsProblem, wireError } from '../../www/protocol.js';
 
 const root = new URL('../../', import.meta.url);
 const read = (path) => readFileSync(new URL(path, root), 'utf8');
@@ -35,6 +35,25 @@ test('an unknown code becomes internal, naming it', () => {
   assert.match(error.message, /no-such-code/);
   const known = codedError('bad-options', 'topP must be in (0, 1]', { option: 'topP' });
   assert.deepEqual([known.code, known.option], ['bad-options', 'topP']);
+});
+
+test("an error crosses to the page with its code; a trap, or an object a trap left borrowed, is the engine's crash", () => {
+  const noPanic = () => null;
+  assert.deepEqual(wireError(codedError('bad-options', 'topP must be in (0, 1]', { option: 'topP' }), noPanic),
+    { code: 'bad-options', message: 'topP must be in (0, 1]', option: 'topP' });
+  assert.deepEqual(wireError(new Error('plain'), noPanic), { code: 'internal', message: 'plain' });
+  const trap = wireError(new WebAssembly.RuntimeError('Out of bounds memory access'), noPanic);
+  assert.deepEqual([trap.code, trap.crashed], ['internal', true]);
+  assert.match(trap.message, /the engine crashed: Out of bounds memory access/);
+  const panic = wireError(new WebAssembly.RuntimeError('unreachable'), () => 'index out of bounds at model.rs:10');
+  assert.match(panic.message, /the engine crashed: index out of bounds at model\.rs:10/);
+  // After a trap, wasm-bindgen's borrow checks fail on the object the trapped call held.
+  for (const words of ['recursive use of an object detected which would lead to unsafe aliasing in rust',
+    'attempted to take ownership of Rust value while it was borrowed']) {
+    const left = wireError(new Error(words), () => assert.fail('no panic is asked for a borrow'));
+    assert.deepEqual([left.code, left.crashed], ['internal', true], words);
+    assert.match(left.message, /the engine crashed earlier/);
+  }
 });
 
 test('threads start only where the page can share memory with its workers, and the reason says what is missing', () => {
