@@ -343,7 +343,7 @@ fn delta_net(gpu: &Gpu) {
     let (taps, conv_state, state) =
         (values(channels * kernel, 0.2), values(3 * channels, 0.0), values(heads * hd * hd, 0.0));
     let out = gpu.storage("out", (PREFILL_ROWS * heads * hd * 4) as u64);
-    let step = gpu.buffer("step", 256, U::UNIFORM | U::COPY_DST);
+    let step = gpu.buffer("step", 256, U::UNIFORM | U::STORAGE | U::COPY_DST);
     let step_view = step.range(0, 32);
     let conv = layer::delta_conv(
         gpu,

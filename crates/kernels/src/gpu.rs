@@ -17,31 +17,61 @@ use crate::KernelError;
 /// is 32), on the path that still runs Burn operations (ARCHITECTURE.md has the measurement).
 pub const WGPU_TASKS_PER_SUBMISSION: usize = 256;
 
-/// How the matrix kernels spread their work on this adapter (the shader constants `WG`, `TPR`).
+/// How the layer kernels are compiled for this adapter: how the matrix kernels spread their work
+/// (the shader constants `WG`, `TPR`) and where their parameters are bound.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Tuning {
     /// Lanes per workgroup.
     pub workgroup: u32,
     /// Lanes that share one output row (they split its columns and add their sums).
     pub lanes_per_row: u32,
+    /// Where the parameter structs (`step`, `params`) are bound.
+    pub params: ParamSpace,
+}
+
+/// The address space of the layer kernels' parameter structs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ParamSpace {
+    /// `var<uniform>`: WebGPU's place for small constants, and within every adapter's limit on
+    /// storage bindings (attn_qkv.wgsl has 8 besides its two parameter structs).
+    Uniform,
+    /// `var<storage, read>`, on lavapipe. lavapipe inlines the values of uniforms that steer a
+    /// loop into the shader and compiles a variant per set of values when it dispatches (Mesa's
+    /// inline uniforms), so blocks whose parameters differ compiled their kernels again at every
+    /// step: the tiny Gemma 3 (`tests/fixtures/tiny`) decoded at 1,119 ms a token with uniforms
+    /// and 9.1 ms with storage, the tiny Qwen3.5 at 378 and 49 ms, SmolLM2 at 380 and 312 ms
+    /// (`nucleus bench --kernel-times`, lavapipe on Mesa 22.3, a 2-core Xeon).
+    Storage,
 }
 
 impl Tuning {
     /// On adapters that run on the CPU (lavapipe, SwiftShader, WARP): one lane per output row and
     /// no workgroup barrier in the inner loop, where barriers are emulated at great cost.
-    pub const CPU_ADAPTER: Tuning = Tuning { workgroup: 64, lanes_per_row: 1 };
+    pub const CPU_ADAPTER: Tuning = Tuning { workgroup: 64, lanes_per_row: 1, params: ParamSpace::Uniform };
+
+    /// On lavapipe (Mesa's Vulkan on the CPU, where the native tests run): as
+    /// [`Tuning::CPU_ADAPTER`], the parameters in storage ([`ParamSpace::Storage`]).
+    pub const LAVAPIPE: Tuning = Tuning { params: ParamSpace::Storage, ..Tuning::CPU_ADAPTER };
 
     /// On GPUs: 16 lanes per row, so that even a 576-row projection keeps thousands of lanes
     /// busy. On an H200 (`nucleus bench --kernel-times`, Qwen3.5-0.8B's shape, ARCHITECTURE.md)
     /// 16 prefilled 512 tokens 20 % faster than 32 and decoded 1.6 % faster; 8 prefilled faster
     /// still but decoded 5 % slower, 64 was slower at both.
-    pub const GPU: Tuning = Tuning { workgroup: 256, lanes_per_row: 16 };
+    pub const GPU: Tuning = Tuning { workgroup: 256, lanes_per_row: 16, params: ParamSpace::Uniform };
 
-    /// [`Tuning::CPU_ADAPTER`] on adapters that run on the CPU, else [`Tuning::GPU`].
+    /// [`Tuning::LAVAPIPE`] on lavapipe, [`Tuning::CPU_ADAPTER`] on other adapters that run on
+    /// the CPU, else [`Tuning::GPU`].
     ///
-    /// Natively `NUCLEUS_GPU_TUNING=WGxTPR` (`256x16`) sets another, to measure it; one that
-    /// does not divide (or a workgroup over 256 lanes) is ignored with a warning.
+    /// Natively `NUCLEUS_GPU_TUNING=WGxTPR` (`256x16`) sets other lanes, to measure them; one
+    /// that does not divide (or a workgroup over 256 lanes) is ignored with a warning.
     pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        let chosen = if info.device_type != wgpu::DeviceType::Cpu {
+            Self::GPU
+        } else if info.driver == "llvmpipe" || info.name.starts_with("llvmpipe") {
+            Self::LAVAPIPE
+        } else {
+            Self::CPU_ADAPTER
+        };
         #[cfg(not(target_family = "wasm"))]
         if let Ok(value) = std::env::var("NUCLEUS_GPU_TUNING") {
             let parsed = value.split_once('x').and_then(|(wg, tpr)| Some((wg.parse().ok()?, tpr.parse().ok()?)));
@@ -49,12 +79,12 @@ impl Tuning {
                 Some((workgroup, lanes_per_row))
                     if (1..=256).contains(&workgroup) && lanes_per_row >= 1 && workgroup % lanes_per_row == 0 =>
                 {
-                    return Self { workgroup, lanes_per_row };
+                    return Self { workgroup, lanes_per_row, ..chosen };
                 }
                 _ => eprintln!("NUCLEUS_GPU_TUNING={value} ignored: not WGxTPR with TPR dividing WG <= 256"),
             }
         }
-        if info.device_type == wgpu::DeviceType::Cpu { Self::CPU_ADAPTER } else { Self::GPU }
+        chosen
     }
 
     /// Output rows per workgroup.

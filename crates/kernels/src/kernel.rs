@@ -9,7 +9,7 @@
 use burn::backend::wgpu::wgpu;
 
 use crate::format::WeightFormat;
-use crate::gpu::{BufferView, Gpu, Tuning};
+use crate::gpu::{BufferView, Gpu, ParamSpace, Tuning};
 use crate::profile::Passes;
 use crate::{KernelError, wgsl};
 
@@ -34,9 +34,11 @@ impl Slot {
         }
     }
 
-    fn declaration(&self, index: usize) -> String {
+    /// The binding's WGSL declaration; `params`: where [`Slot::Uniform`]s go.
+    fn declaration(&self, index: usize, params: ParamSpace) -> String {
         let (space, name, ty) = match self {
-            Slot::Uniform(name, ty) => ("uniform", name, *ty),
+            Slot::Uniform(name, ty) if params == ParamSpace::Uniform => ("uniform", name, *ty),
+            Slot::Uniform(name, ty) => ("storage, read", name, *ty),
             Slot::Read(name, ty) => ("storage, read", name, *ty),
             Slot::ReadWrite(name, ty) => ("storage, read_write", name, *ty),
             Slot::Weights(name, _) => ("storage, read", name, "array<u32>"),
@@ -44,10 +46,12 @@ impl Slot {
         format!("@group(0) @binding({index}) var<{space}> {name}: {ty};\n")
     }
 
-    fn layout_entry(&self, index: usize) -> wgpu::BindGroupLayoutEntry {
+    fn layout_entry(&self, index: usize, params: ParamSpace) -> wgpu::BindGroupLayoutEntry {
         let ty = match self {
-            Slot::Uniform(..) => wgpu::BufferBindingType::Uniform,
-            Slot::Read(..) | Slot::Weights(..) => wgpu::BufferBindingType::Storage { read_only: true },
+            Slot::Uniform(..) if params == ParamSpace::Uniform => wgpu::BufferBindingType::Uniform,
+            Slot::Uniform(..) | Slot::Read(..) | Slot::Weights(..) => {
+                wgpu::BufferBindingType::Storage { read_only: true }
+            }
             Slot::ReadWrite(..) => wgpu::BufferBindingType::Storage { read_only: false },
         };
         wgpu::BindGroupLayoutEntry {
@@ -117,7 +121,7 @@ impl KernelSpec {
         }
         text.push('\n');
         for (index, slot) in self.slots.iter().enumerate() {
-            text.push_str(&slot.declaration(index));
+            text.push_str(&slot.declaration(index, tuning.params));
         }
         text.push('\n');
         let weights: Vec<_> =
@@ -153,7 +157,9 @@ impl Kernel {
             .layouts()
             .entry(spec.name)
             .or_insert_with(|| {
-                let entries: Vec<_> = spec.slots.iter().enumerate().map(|(i, slot)| slot.layout_entry(i)).collect();
+                let params = gpu.tuning().params;
+                let entries: Vec<_> =
+                    spec.slots.iter().enumerate().map(|(i, slot)| slot.layout_entry(i, params)).collect();
                 gpu.device().create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
                     label: Some(spec.name),
                     entries: &entries,
@@ -215,7 +221,7 @@ impl Kernel {
         let limits = self.gpu.limits();
         for (slot, view) in spec.slots.iter().zip(buffers) {
             let (max, alignment) = match slot {
-                Slot::Uniform(..) => {
+                Slot::Uniform(..) if self.gpu.tuning().params == ParamSpace::Uniform => {
                     (limits.max_uniform_buffer_binding_size, limits.min_uniform_buffer_offset_alignment)
                 }
                 _ => (limits.max_storage_buffer_binding_size, limits.min_storage_buffer_offset_alignment),

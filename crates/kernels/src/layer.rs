@@ -181,8 +181,8 @@ fn bind<P: WgslStruct>(
     input_cols: u32,
 ) -> Result<Bound, KernelError> {
     let kernel = Kernel::new(gpu, spec, formats)?;
-    let uniform =
-        gpu.buffer(P::NAME, params.bytes().len() as u64, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST);
+    let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST;
+    let uniform = gpu.buffer(P::NAME, params.bytes().len() as u64, usage);
     gpu.write(uniform.buffer(), 0, params.bytes());
     let params_view = uniform.view();
     let mut views = Vec::with_capacity(spec.slots.len());
@@ -1136,8 +1136,8 @@ pub fn module_variants(tuning: crate::Tuning) -> Vec<(String, String)> {
             for rows in [1, PREFILL_ROWS_PER_GROUP] {
                 for stage_cols4 in if spec.rms { vec![0, 144] } else { vec![0] } {
                     let label = format!(
-                        "{}-{:?}-r{rows}-s{stage_cols4}-{}x{}",
-                        spec.name, formats, tuning.workgroup, tuning.lanes_per_row
+                        "{}-{:?}-r{rows}-s{stage_cols4}-{}x{}-{:?}",
+                        spec.name, formats, tuning.workgroup, tuning.lanes_per_row, tuning.params
                     );
                     modules.push((label, spec.module_source(tuning, rows, stage_cols4, formats)));
                 }

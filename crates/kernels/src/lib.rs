@@ -48,7 +48,9 @@
 //! The matrix kernels give each output row to a group of `TPR` lanes ([`Tuning`]): 1 on CPU
 //! adapters (no barrier in the inner loop: CPU drivers emulate barriers at great cost), 16 on
 //! GPUs (even a 576-row projection then keeps thousands of lanes busy; the group's partial sums
-//! are added in workgroup memory). RMSNorm is fused into the product after it:
+//! are added in workgroup memory). The kernels' parameter structs are uniforms, but on lavapipe
+//! read-only storage ([`ParamSpace`]): lavapipe compiles a variant per set of uniform values.
+//! RMSNorm is fused into the product after it:
 //! `RMSNorm(x)·γ·W = inv_rms(x)·((x∘γ)·W)`, `inv_rms` computed once per workgroup.
 //!
 //! ## Semantics
@@ -96,7 +98,7 @@ mod wgsl;
 
 pub use format::WeightFormat;
 #[cfg(feature = "gpu")]
-pub use gpu::{BufferView, Gpu, GpuBuffer, GpuCounters, Tuning, WGPU_TASKS_PER_SUBMISSION};
+pub use gpu::{BufferView, Gpu, GpuBuffer, GpuCounters, ParamSpace, Tuning, WGPU_TASKS_PER_SUBMISSION};
 #[cfg(feature = "gpu")]
 pub use kernel::Recorder;
 #[cfg(feature = "burn-ops")]

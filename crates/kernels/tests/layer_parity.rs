@@ -24,9 +24,10 @@ fn gpu() -> &'static Gpu {
     GPU.get_or_init(|| nucleus_kernels::gpu::init().expect("wgpu (lavapipe: apt-get install mesa-vulkan-drivers)").1)
 }
 
-/// Both tunings on the same adapter.
-fn tunings() -> [Gpu; 2] {
-    [gpu().retuned(Tuning::CPU_ADAPTER), gpu().retuned(Tuning::GPU)]
+/// Every tuning on the same adapter: the parameters in uniforms with one lane per row and with
+/// 16, and in storage (lavapipe's own).
+fn tunings() -> [Gpu; 3] {
+    [gpu().retuned(Tuning::CPU_ADAPTER), gpu().retuned(Tuning::GPU), gpu().retuned(Tuning::LAVAPIPE)]
 }
 
 fn storage(gpu: &Gpu, data: &[u8]) -> GpuBuffer {
@@ -920,7 +921,7 @@ fn a_binding_beyond_the_device_limit_is_an_error_naming_it() {
 fn every_module_variant_compiles() {
     let gpu = gpu();
     let mut count = 0;
-    for tuning in [Tuning::CPU_ADAPTER, Tuning::GPU] {
+    for tuning in [Tuning::CPU_ADAPTER, Tuning::GPU, Tuning::LAVAPIPE] {
         for (label, source) in layer::module_variants(tuning) {
             let module = gpu.device().create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some(&label),
