@@ -59,15 +59,17 @@ impl Tuning {
     /// still but decoded 5 % slower, 64 was slower at both.
     pub const GPU: Tuning = Tuning { workgroup: 256, lanes_per_row: 16, params: ParamSpace::Uniform };
 
-    /// [`Tuning::LAVAPIPE`] on lavapipe, [`Tuning::CPU_ADAPTER`] on other adapters that run on
-    /// the CPU, else [`Tuning::GPU`].
+    /// [`Tuning::LAVAPIPE`] on lavapipe natively (a browser keeps WebGPU's uniforms, whatever its
+    /// adapter), [`Tuning::CPU_ADAPTER`] on other adapters that run on the CPU, else
+    /// [`Tuning::GPU`].
     ///
     /// Natively `NUCLEUS_GPU_TUNING=WGxTPR` (`256x16`) sets other lanes, to measure them; one
     /// that does not divide (or a workgroup over 256 lanes) is ignored with a warning.
     pub fn for_adapter(info: &wgpu::AdapterInfo) -> Self {
+        let lavapipe = info.driver == "llvmpipe" || info.name.starts_with("llvmpipe");
         let chosen = if info.device_type != wgpu::DeviceType::Cpu {
             Self::GPU
-        } else if info.driver == "llvmpipe" || info.name.starts_with("llvmpipe") {
+        } else if lavapipe && cfg!(not(target_family = "wasm")) {
             Self::LAVAPIPE
         } else {
             Self::CPU_ADAPTER
