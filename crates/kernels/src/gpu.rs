@@ -38,9 +38,7 @@ pub enum ParamSpace {
     /// `var<storage, read>`, on lavapipe. lavapipe inlines the values of uniforms that steer a
     /// loop into the shader and compiles a variant per set of values when it dispatches (Mesa's
     /// inline uniforms), so blocks whose parameters differ compiled their kernels again at every
-    /// step: the tiny Gemma 3 (`tests/fixtures/tiny`) decoded at 1,119 ms a token with uniforms
-    /// and 9.1 ms with storage, the tiny Qwen3.5 at 378 and 49 ms, SmolLM2 at 380 and 312 ms
-    /// (`nucleus bench --kernel-times`, lavapipe on Mesa 22.3, a 2-core Xeon).
+    /// step (ARCHITECTURE.md has the measurements, by `Tuning::for_adapter`).
     Storage,
 }
 
