@@ -180,6 +180,39 @@ function measuredThreads(available) {
   return { threads, timings };
 }
 
+/** Untimed and timed rounds of each way to sum byte products (`measuredByteDot`). */
+const [WARM_ROUNDS, TIMED_ROUNDS] = [5, 5];
+
+/**
+ * How the CPU engine sums its byte products on this CPU (`byteDotChoices`: two in the relaxed SIMD
+ * module, none in the others): each timed on `byteDotProbe` (decode-shaped products on this
+ * thread), the best of TIMED_ROUNDS after WARM_ROUNDS, alternating, and the faster kept. Which is
+ * faster depends on the CPU, which a page cannot ask: ARM's `sdot` and x86's AVX-VNNI add bytes'
+ * products in one instruction (`accumulating`), where other x86 CPUs sum them faster in pairs
+ * (`paired`: Qwen3.5-0.8B's shape decoded 1.4x as fast on an Intel Xeon without AVX-VNNI).
+ * Resolves to `{ byteDot, byteDotTimings }` (ms by name), or `{}` where the module has one way.
+ */
+function measuredByteDot() {
+  const choices = wasm.byteDotChoices();
+  if (choices.length < 2) return {};
+  const timings = Object.fromEntries(choices.map((name) => [name, Infinity]));
+  // V8 compiles a function with its optimising tier only once it has run hot: untimed rounds
+  // first, or a way is timed in the baseline tier (`paired`, timed after the load's decode steps
+  // had made `accumulating` hot, measured 2x slower where it decodes 1.4x faster).
+  for (let round = 0; round < WARM_ROUNDS + TIMED_ROUNDS; round += 1) {
+    for (const name of choices) {
+      wasm.setByteDot(name);
+      const started = performance.now();
+      wasm.byteDotProbe();
+      if (round >= WARM_ROUNDS) timings[name] = Math.min(timings[name], performance.now() - started);
+    }
+  }
+  const byteDot = choices.reduce((best, name) => (timings[name] < timings[best] ? name : best));
+  wasm.setByteDot(byteDot);
+  const byteDotTimings = Object.fromEntries(choices.map((name) => [name, Math.round(timings[name] * 1000) / 1000]));
+  return { byteDot, byteDotTimings };
+}
+
 /**
  * Where the model runs, for what the page asked (protocol.js, Backend): `{ backend: { kind:
  * 'webgpu' | 'cpu', reason }, adapter, f16 }`, `adapter` the WebGPU adapter's facts whether it runs
@@ -383,6 +416,8 @@ const handlers = {
         drop();
         throw error;
       }
+      // The byte products' summing first, on this thread alone: the threads are then timed with it.
+      if (facts.backend.kind === 'cpu') Object.assign(facts.backend, measuredByteDot());
       if (loaded.helpers > 0) {
         const { threads: running, note } = await startHelpers(loaded.helpers, loaded.script, id);
         if (note) facts.backend.reason += ` (${note})`;

@@ -88,9 +88,11 @@ export interface ModelInfo {
   /**
    * Where the model runs and why; the CPU engine's threads, and on the threaded engine the
    * milliseconds of one decode step by thread count, from which the most threads within twice
-   * the fastest's time were kept.
+   * the fastest's time were kept; in the relaxed SIMD module, how its byte products are summed
+   * (`byteDot`, the faster of the two on a timed product, `byteDotTimings` in ms).
    */
-  backend: { kind: 'webgpu' | 'cpu'; reason: string; threads: number; threadTimings?: Record<number, number> };
+  backend: { kind: 'webgpu' | 'cpu'; reason: string; threads: number; threadTimings?: Record<number, number>;
+    byteDot?: 'accumulating' | 'paired'; byteDotTimings?: Record<string, number> };
   device: string;
   path: 'fused' | 'cpu';
   weightBytes: number;

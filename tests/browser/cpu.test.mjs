@@ -84,6 +84,11 @@ test('Nucleus.load() picks the CPU engine where the only WebGPU adapter emulates
   assert.equal(info.path, 'cpu');
   // Chromium validates relaxed SIMD: the threaded build with fused multiply-adds.
   assert.equal(info.device, `the CPU (${threads} thread${threads === 1 ? '' : 's'}, WebAssembly relaxed SIMD)`);
+  // Its byte products were timed both ways, and the faster kept.
+  const { byteDot, byteDotTimings } = info.backend;
+  assert.deepEqual(Object.keys(byteDotTimings).sort(), ['accumulating', 'paired'], JSON.stringify(info.backend));
+  assert.ok(Object.values(byteDotTimings).every((ms) => ms > 0), JSON.stringify(byteDotTimings));
+  assert.equal(byteDotTimings[byteDot], Math.min(...Object.values(byteDotTimings)), JSON.stringify(info.backend));
   // The adapter it did not take is still described, so the page can say what a GPU would give.
   assert.match(info.adapter.vendor + info.adapter.architecture + info.adapter.description, /swiftshader/i);
   // The weights stay in their GGUF blocks: no larger than the file.
@@ -305,6 +310,8 @@ test('a page that is not cross-origin isolated runs the CPU engine on one thread
     assert.equal(info.backend.threads, 1);
     assert.match(info.backend.reason, /\(one thread: the page is not cross-origin isolated \(COOP and COEP headers\), which threads need\)$/);
     assert.equal(info.device, 'the CPU (1 thread, WebAssembly SIMD)');
+    // One way of summing byte products in plain SIMD: nothing timed.
+    assert.equal(info.backend.byteDot, undefined);
     assert.deepEqual(ids, capital.greedy32.slice(0, 4));
     await plainPage.close();
   } finally {

@@ -83,6 +83,24 @@ pub fn widths(ggml_type: GgmlType) -> Vec<usize> {
 /// Every output of `matmul` further from the reference than `1e-5` of the product's largest
 /// magnitude, described.
 pub fn mismatches() -> Vec<String> {
+    // Under each way this build sums its byte products (wasm's relaxed SIMD build has two).
+    let before = nucleus_cpu::byte_dot();
+    let found = match nucleus_cpu::byte_dot_choices() {
+        [] => product_mismatches(""),
+        choices => choices
+            .iter()
+            .flat_map(|&(choice, name)| {
+                nucleus_cpu::set_byte_dot(choice);
+                product_mismatches(&format!("byte products {name}: "))
+            })
+            .collect(),
+    };
+    nucleus_cpu::set_byte_dot(before);
+    found
+}
+
+/// [`mismatches`] under the byte products' current summing, each prefixed with `label`.
+fn product_mismatches(label: &str) -> Vec<String> {
     let mut found = Vec::new();
     let mut rng = Rng(7);
     for ggml_type in TYPES {
@@ -102,7 +120,7 @@ pub fn mismatches() -> Vec<String> {
                         let want = want + if accumulate { f64::from(start[i]) } else { 0.0 };
                         if (f64::from(got) - want).abs() > 1e-5 * scale.max(want.abs()) {
                             found.push(format!(
-                                "{ggml_type} [{n}, {cols}] x [{rows}, {cols}]ᵀ, accumulate {accumulate}: y[{i}] = {got}, reference {want}"
+                                "{label}{ggml_type} [{n}, {cols}] x [{rows}, {cols}]ᵀ, accumulate {accumulate}: y[{i}] = {got}, reference {want}"
                             ));
                         }
                     }

@@ -29,10 +29,12 @@
 //!   quants, the negative ones' magnitudes), the second's products taken off the first's:
 //!   llama.cpp's way, the quants' magnitudes against the digits carrying the quants' signs, is
 //!   wrong here, since a digit may be −128, whose negation is not a byte;
-//! - WebAssembly relaxed SIMD as the same three digits, `i32x4.relaxed_dot_i8x16_i7x16_add_s`
-//!   multiplying 16 quants (7-bit) by 16 digits into four i32 lanes, the sub-block's scale an
-//!   `i32x4.mul`. Not Q8_0: its quants and the digits are both signed bytes, where the second
-//!   operand is 7-bit; its quants go in widened to 16 bits against the halves, as below;
+//! - WebAssembly relaxed SIMD as the same three digits, its byte dot product multiplying 16
+//!   quants (7-bit) by 16 digits, summed one of two ways ([`ByteDot`], timed at load: into i32
+//!   with the sub-block's scale an `i32x4.mul`, or in i16 pairs scaled and widened by
+//!   `i32x4.dot_i16x8_s`, as `vpmaddwd` does above). Not Q8_0: its quants and the digits are both
+//!   signed bytes, where the second operand is 7-bit; its quants go in widened to 16 bits against
+//!   the halves, as below;
 //! - WebAssembly SIMD (no byte products without relaxed SIMD) and the portable build (the tests'
 //!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
 //!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
@@ -45,6 +47,8 @@
 // The generic bodies over the 16-bit halves (`Widened`) serve wasm without relaxed SIMD and the
 // tests alone.
 #![cfg_attr(not(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))), allow(dead_code))]
+
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
 
@@ -1226,8 +1230,95 @@ mod avx512 {
     }
 }
 
-/// WebAssembly relaxed SIMD: the quants (7-bit) against the three digits by
-/// `i32x4.relaxed_dot_i8x16_i7x16_add_s`, 16 at a time.
+/// Decode-shaped products to time each [`ByteDot`] by (the engine's worker, at load): one row
+/// against a Q4_K and a Q6_K matrix of 512 × 1,024 (the formats of a Q4_K_M file's bulk; 0.5 MB
+/// of arbitrary blocks, made once and kept), four times, on the calling thread alone (the pool's
+/// wake-ups moved a timing by more than the choice did): 4.2 M multiply-adds, a few milliseconds.
+/// Returns a sum of the outputs, so nothing is skipped; 0 in a build with one way of summing.
+pub fn byte_dot_probe() -> f32 {
+    #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
+    {
+        const ROWS: usize = 512;
+        const COLS: usize = 1024;
+        const REPEATS: usize = 4;
+        static PROBE: std::sync::OnceLock<[(GgmlType, Vec<u8>); 2]> = std::sync::OnceLock::new();
+        let matrices = PROBE.get_or_init(|| {
+            [GgmlType::Q4K, GgmlType::Q6K].map(|ggml_type| {
+                let (values, bytes) = ggml_type.block_layout();
+                let mut blocks: Vec<u8> = (0..ROWS * COLS / values as usize * bytes as usize)
+                    .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                    .collect();
+                // Finite scales (f16 2⁻⁶) where each format keeps them; the quants as they fall.
+                let scale_at = if ggml_type == GgmlType::Q6K { 208 } else { 0 };
+                for block in blocks.chunks_exact_mut(bytes as usize) {
+                    block[scale_at..scale_at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
+                }
+                (ggml_type, blocks)
+            })
+        });
+        let x: Vec<f32> = (0..COLS).map(|i| (i % 17) as f32 / 8.0 - 1.0).collect();
+        let x = IntegerRow::new(&x, SUPER_BLOCK);
+        let mut sum = 0.0;
+        for _ in 0..REPEATS {
+            for (ggml_type, blocks) in matrices {
+                let row_bytes = blocks.len() / ROWS;
+                sum += blocks.chunks_exact(row_bytes).map(|row| Relaxed::row_dot(*ggml_type, row, &x)).sum::<f32>();
+            }
+        }
+        sum
+    }
+    #[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+    0.0
+}
+
+/// How relaxed SIMD's byte products are summed: the fastest depends on the CPU under the browser,
+/// which a module cannot ask, so the engine's worker times both at load ([`byte_dot_probe`]) and
+/// keeps the faster ([`set_byte_dot`]). The sums are the same, exactly, either way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ByteDot {
+    /// `i32x4.relaxed_dot_i8x16_i7x16_add_s` per 16 quants, the sub-block's scale an `i32x4.mul`:
+    /// one instruction where the CPU has a byte dot product that adds (ARM's `sdot`, x86's
+    /// AVX-VNNI), three on other x86 CPUs (`pmaddubsw`, `pmaddwd` by ones, `paddd`) and the
+    /// multiply two more.
+    Accumulating,
+    /// `i16x8.relaxed_dot_i8x16_i7x16_s` (`pmaddubsw`: the products summed in pairs, in i16), a
+    /// sub-block's pairs added in i16, its scale and the widening to i32 one `i32x4.dot_i16x8_s`
+    /// (`pmaddwd`): about half the instructions of `Accumulating` on x86 without AVX-VNNI; on ARM
+    /// with `sdot`, about twice as many.
+    Paired,
+}
+
+impl ByteDot {
+    /// Each choice with its name (the worker's, and `info.backend.byteDot`).
+    pub const ALL: [(ByteDot, &'static str); 2] =
+        [(ByteDot::Accumulating, "accumulating"), (ByteDot::Paired, "paired")];
+
+    pub fn from_name(name: &str) -> Option<ByteDot> {
+        ByteDot::ALL.iter().find(|(_, n)| *n == name).map(|&(choice, _)| choice)
+    }
+}
+
+/// The choice the relaxed build's products read (`Paired` as 1).
+static BYTE_DOT: AtomicU8 = AtomicU8::new(0);
+
+/// The choices this build has: both in wasm's relaxed SIMD build, none elsewhere (every other
+/// build has one way of summing).
+pub fn byte_dot_choices() -> &'static [(ByteDot, &'static str)] {
+    if cfg!(all(target_arch = "wasm32", target_feature = "relaxed-simd")) { &ByteDot::ALL } else { &[] }
+}
+
+/// Sets how the relaxed build sums its byte products from here on (every thread reads it).
+pub fn set_byte_dot(choice: ByteDot) {
+    BYTE_DOT.store(u8::from(choice == ByteDot::Paired), Ordering::Relaxed);
+}
+
+/// How the relaxed build sums its byte products now (`Accumulating` until set).
+pub fn byte_dot() -> ByteDot {
+    if BYTE_DOT.load(Ordering::Relaxed) == 1 { ByteDot::Paired } else { ByteDot::Accumulating }
+}
+
+/// WebAssembly relaxed SIMD: the quants (7-bit) against the three digits by its byte dot product,
+/// 16 at a time, summed as [`byte_dot`] says.
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
 pub(crate) struct Relaxed;
 
@@ -1235,7 +1326,10 @@ pub(crate) struct Relaxed;
 impl RowDot for Relaxed {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        relaxed::row_dot(ggml_type, row, x)
+        match byte_dot() {
+            ByteDot::Accumulating => relaxed::row_dot::<relaxed::Accumulating>(ggml_type, row, x),
+            ByteDot::Paired => relaxed::row_dot::<relaxed::Paired>(ggml_type, row, x),
+        }
     }
 }
 
@@ -1246,16 +1340,75 @@ mod relaxed {
     use super::simd128::fifth_bits;
     use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, k_scale_min, load, sum_lanes};
 
+    /// The byte products' sums, one way per [`ByteDot`](super::ByteDot): 16 quants (< 64, so
+    /// 7-bit) times 16 digits (signed bytes). Exact either way: a pair of products is at most
+    /// 2·63·128 = 16,128, so x86's `pmaddubsw` does not saturate, and two pairs of quants below 32
+    /// (Q4_K's, Q5_K's, the 32-value formats') add in i16 to at most 15,872.
+    pub(super) trait Sums {
+        /// A sub-block of 32 quants (two registers) times its `scale`, into four i32 lanes.
+        fn scaled32(quants: [v128; 2], digits: [v128; 2], scale: i16) -> v128;
+        /// A sub-block of 16 quants (one register) times its `scale`, into four i32 lanes.
+        fn scaled16(quants: v128, digits: v128, scale: i16) -> v128;
+        /// 32 quants' products, into four i32 lanes.
+        fn sum32(quants: [v128; 2], digits: [v128; 2]) -> v128;
+    }
+
+    pub(super) struct Accumulating;
+
+    impl Sums for Accumulating {
+        #[inline(always)]
+        fn scaled32(quants: [v128; 2], digits: [v128; 2], scale: i16) -> v128 {
+            i32x4_mul(Self::sum32(quants, digits), i32x4_splat(scale.into()))
+        }
+
+        #[inline(always)]
+        fn scaled16(quants: v128, digits: v128, scale: i16) -> v128 {
+            i32x4_mul(i32x4_relaxed_dot_i8x16_i7x16_add(digits, quants, i32x4_splat(0)), i32x4_splat(scale.into()))
+        }
+
+        #[inline(always)]
+        fn sum32([q0, q1]: [v128; 2], [d0, d1]: [v128; 2]) -> v128 {
+            i32x4_relaxed_dot_i8x16_i7x16_add(d1, q1, i32x4_relaxed_dot_i8x16_i7x16_add(d0, q0, i32x4_splat(0)))
+        }
+    }
+
+    pub(super) struct Paired;
+
+    impl Paired {
+        /// Two registers' pairs added in i16.
+        #[inline(always)]
+        fn pairs32([q0, q1]: [v128; 2], [d0, d1]: [v128; 2]) -> v128 {
+            i16x8_add(i16x8_relaxed_dot_i8x16_i7x16(d0, q0), i16x8_relaxed_dot_i8x16_i7x16(d1, q1))
+        }
+    }
+
+    impl Sums for Paired {
+        #[inline(always)]
+        fn scaled32(quants: [v128; 2], digits: [v128; 2], scale: i16) -> v128 {
+            i32x4_dot_i16x8(Self::pairs32(quants, digits), i16x8_splat(scale))
+        }
+
+        #[inline(always)]
+        fn scaled16(quants: v128, digits: v128, scale: i16) -> v128 {
+            i32x4_dot_i16x8(i16x8_relaxed_dot_i8x16_i7x16(digits, quants), i16x8_splat(scale))
+        }
+
+        #[inline(always)]
+        fn sum32(quants: [v128; 2], digits: [v128; 2]) -> v128 {
+            i32x4_extadd_pairwise_i16x8(Self::pairs32(quants, digits))
+        }
+    }
+
     /// Per row: the blocks' products in four f32 lanes, what their minimums or offsets take off in
     /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
     #[inline(never)]
-    pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+    pub(super) fn row_dot<S: Sums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         match ggml_type {
             // The 32-value formats: each its own copy of the loop, its layout a constant there.
-            GgmlType::Q4_0 => return apart(|| unsigned32(Unsigned32::Q4_0, row, x)),
-            GgmlType::Q4_1 => return apart(|| unsigned32(Unsigned32::Q4_1, row, x)),
-            GgmlType::Q5_0 => return apart(|| unsigned32(Unsigned32::Q5_0, row, x)),
-            GgmlType::Q5_1 => return apart(|| unsigned32(Unsigned32::Q5_1, row, x)),
+            GgmlType::Q4_0 => return apart(|| unsigned32::<S>(Unsigned32::Q4_0, row, x)),
+            GgmlType::Q4_1 => return apart(|| unsigned32::<S>(Unsigned32::Q4_1, row, x)),
+            GgmlType::Q5_0 => return apart(|| unsigned32::<S>(Unsigned32::Q5_0, row, x)),
+            GgmlType::Q5_1 => return apart(|| unsigned32::<S>(Unsigned32::Q5_1, row, x)),
             // Q8_0's signed quants and digits both take 8 bits, where the byte dot product's
             // second operand takes 7: the quants widened to 16 bits against the halves, as in
             // plain SIMD (one 1,536 × 576 row in Node: 10.9 GMAC/s there; the quants split in
@@ -1267,22 +1420,15 @@ mod relaxed {
         let (mut lanes, mut offsets) = (f32x4_splat(0.0), 0f32);
         for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
             let (products, offset) = match ggml_type {
-                GgmlType::Q4K => q4_k(block, x, b),
-                GgmlType::Q5K => q5_k(block, x, b),
-                GgmlType::Q6K => q6_k(block, x, b),
+                GgmlType::Q4K => q4_k::<S>(block, x, b),
+                GgmlType::Q5K => q5_k::<S>(block, x, b),
+                GgmlType::Q6K => q6_k::<S>(block, x, b),
                 other => unreachable!("{other} does not go through integers"),
             };
             lanes = f32x4_add(lanes, products);
             offsets += offset;
         }
         sum_lanes(lanes) - offsets
-    }
-
-    /// `sum + Σ q·d` of 16 quants (< 64, so 7-bit) and 16 digits, four to a lane: exact, whether
-    /// the engine pairs the products in 16 bits first (x86's `pmaddubsw`: at most 2·63·128) or not.
-    #[inline(always)]
-    fn dot(quants: v128, digits: v128, sum: v128) -> v128 {
-        i32x4_relaxed_dot_i8x16_i7x16_add(digits, quants, sum)
     }
 
     /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
@@ -1292,20 +1438,20 @@ mod relaxed {
         f32x4_relaxed_madd(d0, f32x4_splat(65536.0), f32x4_relaxed_madd(d1, f32x4_splat(256.0), d2))
     }
 
-    fn q4_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+    fn q4_k<S: Sums>(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
         let nibbles = u8x16_splat(0x0F);
-        k_block(block, x, b, |group| {
+        k_block::<S>(block, x, b, |group| {
             let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
             [v128_and(first, nibbles), v128_and(second, nibbles), u8x16_shr(first, 4), u8x16_shr(second, 4)]
         })
     }
 
-    fn q5_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+    fn q5_k<S: Sums>(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
         let nibbles = u8x16_splat(0x0F);
         let qh = [load(block, 16), load(block, 32)];
         // 16 where bit `shift` of the quant's `qh` byte is set.
         let fifth = |half: usize, shift: u32| u8x16_shl(v128_and(u8x16_shr(qh[half], shift), u8x16_splat(1)), 4);
-        k_block(block, x, b, |group| {
+        k_block::<S>(block, x, b, |group| {
             let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
             let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
             [
@@ -1320,11 +1466,11 @@ mod relaxed {
     /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the low sub-block's
     /// 32 then the high one's, 16 to a register; the block's products and `dmin · Σ min · Σx`.
     #[inline(always)]
-    fn k_block(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize) -> [v128; 4]) -> (v128, f32) {
+    fn k_block<S: Sums>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize) -> [v128; 4]) -> (v128, f32) {
         let (d, dmin) = (half(block, 0), half(block, 2));
         let scales = &block[4..16];
         let xs = x.block_digits(b);
-        let (mut sums, zero) = ([i32x4_splat(0); 3], i32x4_splat(0));
+        let mut sums = [i32x4_splat(0); 3];
         let mut minimums = 0f32;
         for group in 0..4 {
             let q = quants(group);
@@ -1332,13 +1478,14 @@ mod relaxed {
                 (k_scale_min(2 * group, scales), k_scale_min(2 * group + 1, scales));
             minimums += f32::from(low_min) * x.sums32[b * 8 + 2 * group]
                 + f32::from(high_min) * x.sums32[b * 8 + 2 * group + 1];
-            let (low_scale, high_scale) = (i32x4_splat(low_scale.into()), i32x4_splat(high_scale.into()));
+            let (low_scale, high_scale) = (i16::from(low_scale), i16::from(high_scale));
             let at = 64 * group;
             for (digits, sum) in xs.iter().zip(&mut sums) {
                 // At most 8 · 32·31·128·63 per lane: within i32.
-                let low = dot(q[1], load(*digits, at + 16), dot(q[0], load(*digits, at), zero));
-                let high = dot(q[3], load(*digits, at + 48), dot(q[2], load(*digits, at + 32), zero));
-                *sum = i32x4_add(*sum, i32x4_add(i32x4_mul(low, low_scale), i32x4_mul(high, high_scale)));
+                let d = |from: usize| [load(*digits, from), load(*digits, from + 16)];
+                let low = S::scaled32([q[0], q[1]], d(at), low_scale);
+                let high = S::scaled32([q[2], q[3]], d(at + 32), high_scale);
+                *sum = i32x4_add(*sum, i32x4_add(low, high));
             }
         }
         (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), dmin * minimums)
@@ -1347,8 +1494,8 @@ mod relaxed {
     /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32): each block's digits'
     /// sums joined in i32 (at most 8·31·0x7F7F7F per lane, below 2³¹), `m · Σx` added apart.
     #[inline(always)]
-    fn unsigned32(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
-        let (mut lanes, mut minimums, zero) = (f32x4_splat(0.0), 0f32, i32x4_splat(0));
+    fn unsigned32<S: Sums>(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
+        let (mut lanes, mut minimums) = (f32x4_splat(0.0), 0f32);
         for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, format.bytes) {
             let (d, m) = format.scale_and_min((half(block, 0), half(block, 2)));
             let qs = load(block, format.nibbles);
@@ -1357,7 +1504,7 @@ mod relaxed {
                 let [first, second] = fifth_bits(format.fifth_word(block));
                 (low, high) = (v128_or(low, first), v128_or(high, second));
             }
-            let place = |digits: &[i8]| dot(high, load(digits, 16), dot(low, load(digits, 0), zero));
+            let place = |digits: &[i8]| S::sum32([low, high], [load(digits, 0), load(digits, 16)]);
             let sum32 = i32x4_add(i32x4_shl(i32x4_add(i32x4_shl(place(d0), 8), place(d1)), 8), place(d2));
             lanes = f32x4_add(lanes, f32x4_mul(f32x4_convert_i32x4(sum32), f32x4_splat(d * scale)));
             minimums += m * sum;
@@ -1367,11 +1514,11 @@ mod relaxed {
 
     /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as `32 ·
     /// scale · Σx` of each sub-block of 16.
-    fn q6_k(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+    fn q6_k<S: Sums>(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
         let d = half(block, 208);
         let xs = x.block_digits(b);
         let (nibbles, two_bits) = (u8x16_splat(0x0F), u8x16_splat(0x30));
-        let (mut sums, zero) = ([i32x4_splat(0); 3], i32x4_splat(0));
+        let mut sums = [i32x4_splat(0); 3];
         for half_block in 0..2 {
             let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
             for sixteen in 0..2 {
@@ -1387,11 +1534,11 @@ mod relaxed {
                 for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
                     let quants = v128_or(four_bits, v128_and(upper, two_bits));
                     let sub = 8 * half_block + 2 * run + sixteen;
-                    let scale = i32x4_splat(i32::from(block[192 + sub] as i8));
+                    let scale = i16::from(block[192 + sub] as i8);
                     let at = 128 * half_block + 32 * run + 16 * sixteen;
                     for (digits, sum) in xs.iter().zip(&mut sums) {
                         // At most 16 · 16·63·128·128 per lane: within i32.
-                        *sum = i32x4_add(*sum, i32x4_mul(dot(quants, load(*digits, at), zero), scale));
+                        *sum = i32x4_add(*sum, S::scaled16(quants, load(*digits, at), scale));
                     }
                 }
             }

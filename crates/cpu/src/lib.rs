@@ -7,9 +7,10 @@
 //! format), and the tile serves every activation row before the next is read, so a prefill of
 //! `n` tokens reads the weights once. For one activation row (a decode step) the K-quant blocks
 //! (Q4_K, Q5_K, Q6_K) and the 32-value formats' (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0) go into integer
-//! products against the row rounded to 24 bits per 256 values (the K-quants) or per 32 (`integer`: three signed bytes against the quants
-//! by `vpmaddubsw`, with AVX-VNNI and AVX-512 builds; relaxed SIMD's byte dot product in wasm;
-//! two 16-bit halves in plain wasm SIMD); where a build has none (x86 without AVX2, other CPUs)
+//! products against the row rounded to 24 bits per 256 values (the K-quants) or per 32
+//! (`integer`: three signed bytes against the quants by `vpmaddubsw`, with AVX-VNNI and AVX-512
+//! builds; relaxed SIMD's byte dot product in wasm, summed the way timed faster at load,
+//! `ByteDot`; two 16-bit halves in plain wasm SIMD); where a build has none (x86 without AVX2, other CPUs)
 //! Q4_1 blocks go straight into the f32 dot product (`Dot::add_q4_1`: the same sums as the
 //! tile's, without its store and load). Activations are never rounded
 //! to 8 bits (llama.cpp's CPU kernels do, which moves logits by up to ~0.6; the references here
@@ -51,6 +52,7 @@ mod threads;
 
 #[cfg(not(target_family = "wasm"))]
 pub use bandwidth::{Bandwidth, memory_bandwidth};
+pub use integer::{ByteDot, byte_dot, byte_dot_choices, byte_dot_probe, set_byte_dot};
 pub use matmul::{Matrix, TILE, matmul, matmuls, simd};
 #[cfg(all(target_family = "wasm", target_feature = "atomics"))]
 pub use threads::{expect_helpers, help, helpers_running};

@@ -263,6 +263,30 @@ pub(crate) fn wasm_memory() -> HostLimit<'static> {
     HostLimit { bytes: WASM32_MEMORY_BYTES, name: "this browser's WebAssembly memory" }
 }
 
+/// The ways this build can sum its byte products (`nucleus_cpu::ByteDot`) by name: two in the
+/// relaxed SIMD build (the threaded one the worker picks in Chromium and Firefox), none in the
+/// others. The worker times each with [`byte_dot_probe`] at load.
+#[wasm_bindgen(js_name = byteDotChoices)]
+pub fn byte_dot_choices() -> Vec<String> {
+    nucleus_cpu::byte_dot_choices().iter().map(|(_, name)| name.to_string()).collect()
+}
+
+/// Sums the byte products as `name` (one of [`byte_dot_choices`]) from here on, on every thread.
+#[wasm_bindgen(js_name = setByteDot)]
+pub fn set_byte_dot(name: &str) -> Result<(), JsValue> {
+    let choice = nucleus_cpu::ByteDot::from_name(name)
+        .filter(|choice| nucleus_cpu::byte_dot_choices().iter().any(|(c, _)| c == choice))
+        .ok_or_else(|| JsValue::from_str(&format!("'{name}' is not one of this module's byte products")))?;
+    nucleus_cpu::set_byte_dot(choice);
+    Ok(())
+}
+
+/// One decode-shaped product for the worker to time (`nucleus_cpu::byte_dot_probe`).
+#[wasm_bindgen(js_name = byteDotProbe)]
+pub fn byte_dot_probe() -> f32 {
+    nucleus_cpu::byte_dot_probe()
+}
+
 /// The most bytes a WebAssembly memory holds (4 GiB): what the CPU engine holds, the file's copy
 /// among it (on WebGPU the header and the tensor being received).
 #[wasm_bindgen(js_name = wasmMemoryLimit)]
