@@ -1262,7 +1262,11 @@ pub fn byte_dot_probe() -> f32 {
         for _ in 0..REPEATS {
             for (ggml_type, blocks) in matrices {
                 let row_bytes = blocks.len() / ROWS;
-                sum += blocks.chunks_exact(row_bytes).map(|row| Relaxed::row_dot(*ggml_type, row, &x)).sum::<f32>();
+                let row_dot = match byte_dot() {
+                    ByteDot::Accumulating => relaxed::row_dot::<relaxed::Accumulating>,
+                    ByteDot::Paired => relaxed::row_dot::<relaxed::Paired>,
+                };
+                sum += blocks.chunks_exact(row_bytes).map(|row| row_dot(*ggml_type, row, &x)).sum::<f32>();
             }
         }
         sum
@@ -1318,23 +1322,21 @@ pub fn byte_dot() -> ByteDot {
 }
 
 /// WebAssembly relaxed SIMD: the quants (7-bit) against the three digits by its byte dot product,
-/// 16 at a time, summed as [`byte_dot`] says.
+/// 16 at a time, summed the way `S` is ([`relaxed::Accumulating`] or [`relaxed::Paired`]). A product
+/// reads [`byte_dot`] once and runs all its rows on the one it names.
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-pub(crate) struct Relaxed;
+pub(crate) struct Relaxed<S>(std::marker::PhantomData<S>);
 
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-impl RowDot for Relaxed {
+impl<S: relaxed::Sums> RowDot for Relaxed<S> {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        match byte_dot() {
-            ByteDot::Accumulating => relaxed::row_dot::<relaxed::Accumulating>(ggml_type, row, x),
-            ByteDot::Paired => relaxed::row_dot::<relaxed::Paired>(ggml_type, row, x),
-        }
+        relaxed::row_dot::<S>(ggml_type, row, x)
     }
 }
 
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
-mod relaxed {
+pub(crate) mod relaxed {
     use std::arch::wasm32::*;
 
     use super::simd128::fifth_bits;
@@ -1344,7 +1346,7 @@ mod relaxed {
     /// 7-bit) times 16 digits (signed bytes). Exact either way: a pair of products is at most
     /// 2·63·128 = 16,128, so x86's `pmaddubsw` does not saturate, and two pairs of quants below 32
     /// (Q4_K's, Q5_K's, the 32-value formats') add in i16 to at most 15,872.
-    pub(super) trait Sums {
+    pub(crate) trait Sums {
         /// A sub-block of 32 quants (two registers) times its `scale`, into four i32 lanes.
         fn scaled32(quants: [v128; 2], digits: [v128; 2], scale: i16) -> v128;
         /// A sub-block of 16 quants (one register) times its `scale`, into four i32 lanes.
@@ -1353,7 +1355,7 @@ mod relaxed {
         fn sum32(quants: [v128; 2], digits: [v128; 2]) -> v128;
     }
 
-    pub(super) struct Accumulating;
+    pub(crate) struct Accumulating;
 
     impl Sums for Accumulating {
         #[inline(always)]
@@ -1372,7 +1374,7 @@ mod relaxed {
         }
     }
 
-    pub(super) struct Paired;
+    pub(crate) struct Paired;
 
     impl Paired {
         /// Two registers' pairs added in i16.

@@ -422,7 +422,14 @@ unsafe fn integer_rows_avx512(w: &Matrix, x: &IntegerRow, first: usize, out: &mu
 #[target_feature(enable = "simd128")]
 unsafe fn integer_rows_simd128(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [f32], accumulate: bool) {
     #[cfg(target_feature = "relaxed-simd")]
-    integer_rows::<integer::Relaxed>(w, x, first, out, accumulate);
+    match integer::byte_dot() {
+        integer::ByteDot::Accumulating => {
+            integer_rows::<integer::Relaxed<integer::relaxed::Accumulating>>(w, x, first, out, accumulate)
+        }
+        integer::ByteDot::Paired => {
+            integer_rows::<integer::Relaxed<integer::relaxed::Paired>>(w, x, first, out, accumulate)
+        }
+    }
     #[cfg(not(target_feature = "relaxed-simd"))]
     integer_rows::<integer::Simd128>(w, x, first, out, accumulate);
 }
