@@ -47,20 +47,7 @@ static PREPARED: Mutex<Option<Prepared>> = Mutex::new(None);
 pub extern "C" fn prepare(format: u32, rows: u32, cols: u32, n: u32) {
     let ggml_type = FORMATS[format as usize];
     let (rows, cols, n) = (rows as usize, cols as usize, n as usize);
-    let (values, bytes) = ggml_type.block_layout();
-    let mut blocks: Vec<u8> = (0..rows * cols / values as usize * bytes as usize)
-        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-        .collect();
-    let scale_at = match ggml_type {
-        GgmlType::F16 => None,
-        GgmlType::Q6K => Some(208),
-        _ => Some(0),
-    };
-    if let Some(at) = scale_at {
-        for block in blocks.chunks_exact_mut(bytes as usize) {
-            block[at..at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
-        }
-    }
+    let blocks = nucleus_cpu::integer::timing_blocks(ggml_type, rows * cols);
     let x = (0..n * cols).map(|i| (i * 37 % 101) as f32 / 50.0 - 1.0).collect();
     let prepared = Prepared { ggml_type, blocks, rows, cols, x, y: vec![0.0; n * rows] };
     *PREPARED.lock().expect("one thread") = Some(prepared);

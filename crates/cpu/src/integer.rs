@@ -1243,18 +1243,7 @@ pub fn byte_dot_probe() -> f32 {
         const REPEATS: usize = 4;
         static PROBE: std::sync::OnceLock<[(GgmlType, Vec<u8>); 2]> = std::sync::OnceLock::new();
         let matrices = PROBE.get_or_init(|| {
-            [GgmlType::Q4K, GgmlType::Q6K].map(|ggml_type| {
-                let (values, bytes) = ggml_type.block_layout();
-                let mut blocks: Vec<u8> = (0..ROWS * COLS / values as usize * bytes as usize)
-                    .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
-                    .collect();
-                // Finite scales (f16 2⁻⁶) where each format keeps them; the quants as they fall.
-                let scale_at = if ggml_type == GgmlType::Q6K { 208 } else { 0 };
-                for block in blocks.chunks_exact_mut(bytes as usize) {
-                    block[scale_at..scale_at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
-                }
-                (ggml_type, blocks)
-            })
+            [GgmlType::Q4K, GgmlType::Q6K].map(|ggml_type| (ggml_type, timing_blocks(ggml_type, ROWS * COLS)))
         });
         let x: Vec<f32> = (0..COLS).map(|i| (i % 17) as f32 / 8.0 - 1.0).collect();
         let x = IntegerRow::new(&x, SUPER_BLOCK);
@@ -1273,6 +1262,29 @@ pub fn byte_dot_probe() -> f32 {
     }
     #[cfg(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     0.0
+}
+
+/// `values` weights (whole blocks) of `ggml_type` to time products on: arbitrary quants, and
+/// f16 2⁻⁶ for the block's scale and minimum where the format keeps them (the float formats'
+/// values as they fall). The engine's formats only (`kernel_parity::TYPES`).
+pub fn timing_blocks(ggml_type: GgmlType, values: usize) -> Vec<u8> {
+    let (block_values, bytes) = ggml_type.block_layout();
+    let mut blocks: Vec<u8> = (0..values / block_values as usize * bytes as usize)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let halves: &[usize] = match ggml_type {
+        GgmlType::F32 | GgmlType::F16 | GgmlType::Bf16 => &[],
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => &[0, 2],
+        GgmlType::Q6K => &[208],
+        other => unreachable!("{other} is not a format the engine takes"),
+    };
+    for block in blocks.chunks_exact_mut(bytes as usize) {
+        for &at in halves {
+            block[at..at + 2].copy_from_slice(&0x2400u16.to_le_bytes());
+        }
+    }
+    blocks
 }
 
 /// How relaxed SIMD's byte products are summed: the fastest depends on the CPU under the browser,
