@@ -24,7 +24,8 @@
 //!   quants are unsigned bytes (0..64; Q5_0's and Q5_1's fifth bits spread to bytes by a shuffle
 //!   and a compare), so `vpmaddubsw` multiplies 32 quants by 32 digits an
 //!   instruction, `vpmaddwd` applies the sub-block's integer scale and widens to i32 (AVX-VNNI's
-//!   `vpdpwssd` also adds; AVX-512 takes 64 quants an instruction), and the three digits' sums
+//!   `vpdpwssd` also adds; AVX-512 takes 64 quants an instruction, the 32-value formats two
+//!   blocks a register by `vpdpbusd`), and the three digits' sums
 //!   meet in f32 once per block. Q8_0's signed quants go in as two unsigned parts (the positive
 //!   quants, the negative ones' magnitudes), the second's products taken off the first's:
 //!   llama.cpp's way, the quants' magnitudes against the digits carrying the quants' signs, is
@@ -208,6 +209,36 @@ impl IntegerRow {
             .zip(digits)
             .zip(self.scales.iter().zip(&self.sums32))
             .map(|((block, ((d0, d1), d2)), (&scale, &sum))| (block, [d0, d1, d2], scale, sum))
+    }
+
+    /// [`blocks32`](Self::blocks32) two blocks at a time, for AVX-512: each pair's blocks, each
+    /// place's 64 digits, both scales and both `Σx`; then the last block, alone, where their
+    /// number is odd.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    #[allow(clippy::type_complexity)]
+    fn pairs32<'a>(
+        &'a self,
+        row: &'a [u8],
+        bytes: usize,
+    ) -> (
+        impl Iterator<Item = ([&'a [u8]; 2], [&'a [i8]; 3], [f32; 2], [f32; 2])>,
+        Option<(&'a [u8], [&'a [i8]; 3], f32, f32)>,
+    ) {
+        debug_assert_eq!(self.block, BLOCK);
+        let blocks = (row.len() / bytes).min(self.scales.len());
+        let [d0, d1, d2] = &self.digits;
+        let digits = d0.chunks_exact(2 * BLOCK).zip(d1.chunks_exact(2 * BLOCK)).zip(d2.chunks_exact(2 * BLOCK));
+        let pairs = row[..blocks / 2 * 2 * bytes]
+            .chunks_exact(2 * bytes)
+            .zip(digits)
+            .zip(self.scales.chunks_exact(2).zip(self.sums32.chunks_exact(2)))
+            .map(move |((pair, ((d0, d1), d2)), (scales, sums))| {
+                let (a, b) = pair.split_at(bytes);
+                ([a, b], [d0, d1, d2], [scales[0], scales[1]], [sums[0], sums[1]])
+            });
+        let last = if blocks % 2 == 1 { self.blocks32(row, bytes).nth(blocks - 1) } else { None };
+        (pairs, last)
     }
 
     /// The 256 digits of each place of K-quant block `b`, for the byte builds.
@@ -781,22 +812,15 @@ mod avx2 {
     /// digits, `scale` and `Σx`: `d·Σq·x` added to `lanes`, and `m`, which the caller multiplies
     /// by `Σx` (Q4_0's and Q5_0's `m = −offset·d` is in `lanes`, and `m` zero).
     #[inline(always)]
-    unsafe fn unsigned32<P: PairSums>(
+    pub(super) unsafe fn unsigned32<P: PairSums>(
         format: Unsigned32,
         block: &[u8],
         [d0, d1, d2]: [__m256i; 3],
-        (scale, sum_x): (f32, f32),
+        scale_and_sum: (f32, f32),
         lanes: __m256,
     ) -> (__m256, f32) {
         unsafe {
-            let nibbles = _mm_set1_epi8(0x0F);
-            let qs = _mm_loadu_si128(block[format.nibbles..format.nibbles + 16].as_ptr().cast());
-            // Values 0..16 in the low half, 16..32 in the high.
-            let mut quants =
-                _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibbles), _mm_and_si128(qs, nibbles));
-            if format.fifth_bits.is_some() {
-                quants = _mm256_or_si256(quants, fifth_bits(format.fifth_word(block)));
-            }
+            let quants = unsigned32_quants(format, block);
             let (zero, ones) = (_mm256_setzero_si256(), _mm256_set1_epi16(1));
             // The digits joined in i32: at most 4·31·0x7F7F7F per lane, within i32.
             let high = P::add(
@@ -804,7 +828,38 @@ mod avx2 {
                 _mm256_maddubs_epi16(quants, d1),
                 ones,
             );
-            let sum = _mm256_cvtepi32_ps(P::add(_mm256_slli_epi32(high, 8), _mm256_maddubs_epi16(quants, d2), ones));
+            let sum = P::add(_mm256_slli_epi32(high, 8), _mm256_maddubs_epi16(quants, d2), ones);
+            unsigned32_scaled(format, block, sum, scale_and_sum, lanes)
+        }
+    }
+
+    /// A block's 32 quants of `format`, a byte each: values 0..16 in the low half, 16..32 in the
+    /// high.
+    #[inline(always)]
+    pub(super) unsafe fn unsigned32_quants(format: Unsigned32, block: &[u8]) -> __m256i {
+        unsafe {
+            let nibbles = _mm_set1_epi8(0x0F);
+            let qs = _mm_loadu_si128(block[format.nibbles..format.nibbles + 16].as_ptr().cast());
+            let quants = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(qs, 4), nibbles), _mm_and_si128(qs, nibbles));
+            match format.fifth_bits {
+                Some(_) => _mm256_or_si256(quants, fifth_bits(format.fifth_word(block))),
+                None => quants,
+            }
+        }
+    }
+
+    /// A block of `format` once its quants' products with the joined digits are summed in eight
+    /// i32 lanes (`sum`): as [`unsigned32`] returns.
+    #[inline(always)]
+    pub(super) unsafe fn unsigned32_scaled(
+        format: Unsigned32,
+        block: &[u8],
+        sum: __m256i,
+        (scale, sum_x): (f32, f32),
+        lanes: __m256,
+    ) -> (__m256, f32) {
+        unsafe {
+            let sum = _mm256_cvtepi32_ps(sum);
             match format.offset {
                 None => {
                     let (d, m) = f16_pair(block, 0);
@@ -843,14 +898,15 @@ mod avx2 {
     /// `scale`, added to `lanes`: the positive quants' products less the negative ones'
     /// magnitudes'.
     #[inline(always)]
-    unsafe fn q8_0<P: PairSums>(block: &[u8], [d0, d1, d2]: [__m256i; 3], scale: f32, lanes: __m256) -> __m256 {
+    pub(super) unsafe fn q8_0<P: PairSums>(
+        block: &[u8],
+        [d0, d1, d2]: [__m256i; 3],
+        scale: f32,
+        lanes: __m256,
+    ) -> __m256 {
         unsafe {
-            let d = f16_pair(block, 0).0;
-            let q = load(block, 2);
+            let (positive, negative) = q8_0_parts(block);
             let zero = _mm256_setzero_si256();
-            let positive = _mm256_max_epi8(q, zero);
-            // −q where q < 0 (−128 as the byte 128), 0 elsewhere.
-            let negative = _mm256_sub_epi8(positive, q);
             // Σ scale·q·d of one digit place (the pairs at most 2·128·128 in magnitude: each part
             // is summed to i32 before the other is taken off).
             let place = |sum: __m256i, digits: __m256i, scale: __m256i| {
@@ -862,6 +918,27 @@ mod avx2 {
             // d₀·2⁸ + d₁ in i32 (at most 4·128·(128·2⁸ + 128)); times 2⁸ it might not be.
             let high = place(place(zero, d0, _mm256_set1_epi16(256)), d1, ones);
             let low = place(zero, d2, ones);
+            q8_0_scaled(block, [high, low], scale, lanes)
+        }
+    }
+
+    /// A Q8_0 block's quants in two unsigned parts: the positive ones, and the negative ones'
+    /// magnitudes (−128 as the byte 128), each 0 where the other is not.
+    #[inline(always)]
+    pub(super) unsafe fn q8_0_parts(block: &[u8]) -> (__m256i, __m256i) {
+        unsafe {
+            let q = load(block, 2);
+            let positive = _mm256_max_epi8(q, _mm256_setzero_si256());
+            (positive, _mm256_sub_epi8(positive, q))
+        }
+    }
+
+    /// A Q8_0 block once its products are summed in eight i32 lanes, `high` (`Σq·d₀·2⁸ + Σq·d₁`)
+    /// and `low` (`Σq·d₂`): `d·scale·(high·2⁸ + low)` added to `lanes`.
+    #[inline(always)]
+    pub(super) unsafe fn q8_0_scaled(block: &[u8], [high, low]: [__m256i; 2], scale: f32, lanes: __m256) -> __m256 {
+        unsafe {
+            let d = f16_pair(block, 0).0;
             let value = _mm256_fmadd_ps(_mm256_cvtepi32_ps(high), _mm256_set1_ps(256.0), _mm256_cvtepi32_ps(low));
             _mm256_fmadd_ps(value, _mm256_set1_ps(d * scale), lanes)
         }
@@ -1053,7 +1130,7 @@ mod avx2 {
 }
 
 /// The AVX-512 build (with VNNI and BW: Intel since Ice Lake, AMD since Zen 4; chosen at run
-/// time): as [`Vnni`]'s, 64 quants an instruction.
+/// time): as [`Vnni`]'s, 64 quants an instruction; the 32-value formats two blocks a register.
 #[cfg(target_arch = "x86_64")]
 pub(crate) struct Avx512;
 
@@ -1062,10 +1139,10 @@ impl RowDot for Avx512 {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: only called after the CPU was found to have AVX2, FMA, F16C and AVX-512 F, BW
-        // and VNNI. A 32-value block fills one AVX2 register: those formats run the AVX2 build.
+        // and VNNI.
         unsafe {
             match IntegerRow::scale_block(ggml_type) {
-                Some(BLOCK) => avx2::row_dot_avx2(ggml_type, row, x),
+                Some(BLOCK) => avx512::row_dot32(ggml_type, row, x),
                 _ => avx512::row_dot(ggml_type, row, x),
             }
         }
@@ -1076,8 +1153,104 @@ impl RowDot for Avx512 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::avx2::{k_scales_and_mins, load, load_f32, load8, total};
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, half};
+    use super::avx2::{self, Madd, k_scales_and_mins, load, load_f32, load8, total};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half};
+
+    /// The 32-value formats, two blocks a register: `vpdpbusd` adds four byte products into
+    /// each i32 lane, where AVX2 takes three instructions (`vpmaddubsw`, `vpmaddwd`, `vpaddd`)
+    /// for half as many. Each half holds the AVX2 build's exact sums of its block, scaled and
+    /// added in the same order, so the result is the AVX2 build's to the bit; a row of an odd
+    /// number of blocks ends with one the AVX2 way.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    pub(super) fn row_dot32(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: (every `unsafe` block here) the helpers need no more than this function's
+        // target features. Each format its own copy of the loop, its layout a constant there.
+        unsafe {
+            match ggml_type {
+                GgmlType::Q4_0 => unsigned32_row(Unsigned32::Q4_0, row, x),
+                GgmlType::Q4_1 => unsigned32_row(Unsigned32::Q4_1, row, x),
+                GgmlType::Q5_0 => unsigned32_row(Unsigned32::Q5_0, row, x),
+                GgmlType::Q5_1 => unsigned32_row(Unsigned32::Q5_1, row, x),
+                GgmlType::Q8_0 => q8_0_row(row, x),
+                other => unreachable!("{other} is not a 32-value format"),
+            }
+        }
+    }
+
+    /// Two blocks' 32 bytes as one register's 64, `a`'s first.
+    #[inline(always)]
+    unsafe fn pair(a: __m256i, b: __m256i) -> __m512i {
+        unsafe { _mm512_inserti64x4(_mm512_castsi256_si512(a), b, 1) }
+    }
+
+    /// A register's halves, the first block's first.
+    #[inline(always)]
+    unsafe fn halves(v: __m512i) -> [__m256i; 2] {
+        unsafe { [_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1)] }
+    }
+
+    /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32).
+    #[inline(always)]
+    unsafe fn unsigned32_row(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
+        let (mut lanes, mut minimums) = (unsafe { _mm256_setzero_ps() }, 0f32);
+        let (pairs, last) = x.pairs32(row, format.bytes);
+        for ([a, b], [d0, d1, d2], [scale_a, scale_b], [sum_a, sum_b]) in pairs {
+            unsafe {
+                let quants = pair(avx2::unsigned32_quants(format, a), avx2::unsigned32_quants(format, b));
+                // The digits joined in each i32 lane, `(Σq·d₀·2⁸ + Σq·d₁)·2⁸ + Σq·d₂`: at most
+                // 4·31·0x7F7F7F, within i32.
+                let mut sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, load64(d0, 0));
+                sum = _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d1, 0));
+                sum = _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d2, 0));
+                let [sum_of_a, sum_of_b] = halves(sum);
+                let (m_a, m_b);
+                (lanes, m_a) = avx2::unsigned32_scaled(format, a, sum_of_a, (scale_a, sum_a), lanes);
+                (lanes, m_b) = avx2::unsigned32_scaled(format, b, sum_of_b, (scale_b, sum_b), lanes);
+                minimums += m_a * sum_a;
+                minimums += m_b * sum_b;
+            }
+        }
+        if let Some((block, [d0, d1, d2], scale, sum)) = last {
+            let digits = unsafe { [load(d0, 0), load(d1, 0), load(d2, 0)] };
+            let m;
+            (lanes, m) = unsafe { avx2::unsigned32::<Madd>(format, block, digits, (scale, sum), lanes) };
+            minimums += m * sum;
+        }
+        unsafe { total(lanes) + minimums }
+    }
+
+    /// A row of Q8_0 blocks against `x` (rounded per 32).
+    #[inline(always)]
+    unsafe fn q8_0_row(row: &[u8], x: &IntegerRow) -> f32 {
+        let mut lanes = unsafe { _mm256_setzero_ps() };
+        let (pairs, last) = x.pairs32(row, 34);
+        for ([a, b], digits, [scale_a, scale_b], _) in pairs {
+            unsafe {
+                let ((positive_a, negative_a), (positive_b, negative_b)) = (avx2::q8_0_parts(a), avx2::q8_0_parts(b));
+                let (positive, negative) = (pair(positive_a, positive_b), pair(negative_a, negative_b));
+                let [d0, d1, d2] = [load64(digits[0], 0), load64(digits[1], 0), load64(digits[2], 0)];
+                let zero = _mm512_setzero_si512();
+                // Each part's products summed to i32 before the other's are taken off: `high` is
+                // `Σq·d₀·2⁸ + Σq·d₁` (at most 4·128·127·257 in magnitude), `low` `Σq·d₂`.
+                let high =
+                    _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, positive, d0), _mm512_dpbusd_epi32(zero, negative, d0));
+                let high = _mm512_sub_epi32(
+                    _mm512_dpbusd_epi32(_mm512_slli_epi32(high, 8), positive, d1),
+                    _mm512_dpbusd_epi32(zero, negative, d1),
+                );
+                let low =
+                    _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, positive, d2), _mm512_dpbusd_epi32(zero, negative, d2));
+                let ([high_a, high_b], [low_a, low_b]) = (halves(high), halves(low));
+                lanes = avx2::q8_0_scaled(a, [high_a, low_a], scale_a, lanes);
+                lanes = avx2::q8_0_scaled(b, [high_b, low_b], scale_b, lanes);
+            }
+        }
+        if let Some((block, [d0, d1, d2], scale, _)) = last {
+            let digits = unsafe { [load(d0, 0), load(d1, 0), load(d2, 0)] };
+            lanes = unsafe { avx2::q8_0::<Madd>(block, digits, scale, lanes) };
+        }
+        unsafe { total(lanes) }
+    }
 
     /// Per row: the blocks' products in 16 lanes, their minimums or offsets in 8.
     #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
@@ -1655,7 +1828,8 @@ mod tests {
     /// The x86 builds (AVX2, with AVX-VNNI, AVX-512: those this CPU has) against the portable
     /// one, on every format, every quant value (the blocks' bytes run through all 251 residues:
     /// Q8_0's −128 among them) and the digits' extremes (−127 in each place, −128 in the lower
-    /// two).
+    /// two); the 32-value formats on an even and an odd number of blocks (AVX-512 takes them in
+    /// pairs), where AVX-512 equals AVX2 to the bit.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_x86_builds_equal_the_portable_one() {
@@ -1666,22 +1840,28 @@ mod tests {
             ("AVX-VNNI", X86::AvxVnni.runs_here(), Vnni::row_dot),
             ("AVX-512", X86::Avx512.runs_here(), Avx512::row_dot),
         ];
-        let (rows, cols) = (4, 1024);
-        let mut x = activations(cols);
-        x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let rows = 4;
         for (name, _, build) in builds.into_iter().filter(|(_, present, _)| *present) {
             for (ggml_type, block) in FORMATS {
-                let q = IntegerRow::new(&x, block);
-                assert!(q.digits[1..].iter().all(|place| place.contains(&-128)), "the lower digits reach −128");
-                let bytes = blocks(ggml_type, rows, cols);
-                let row_bytes = bytes.len() / rows;
-                for (r, (_, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
-                    let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
-                    let (got, want) = (build(ggml_type, row, &q), Portable::row_dot(ggml_type, row, &q));
-                    assert!(
-                        f64::from((got - want).abs()) <= 1e-6 * magnitude,
-                        "{ggml_type} row {r}: {name} {got}, portable {want}"
-                    );
+                let widths: &[usize] = if block == BLOCK { &[1024, 1024 + 3 * BLOCK] } else { &[1024] };
+                for &cols in widths {
+                    let mut x = activations(cols);
+                    x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
+                    let q = IntegerRow::new(&x, block);
+                    assert!(q.digits[1..].iter().all(|place| place.contains(&-128)), "the lower digits reach −128");
+                    let bytes = blocks(ggml_type, rows, cols);
+                    let row_bytes = bytes.len() / rows;
+                    for (r, (_, magnitude)) in exact(ggml_type, &bytes, rows, &x).into_iter().enumerate() {
+                        let row = &bytes[r * row_bytes..(r + 1) * row_bytes];
+                        let (got, want) = (build(ggml_type, row, &q), Portable::row_dot(ggml_type, row, &q));
+                        assert!(
+                            f64::from((got - want).abs()) <= 1e-6 * magnitude,
+                            "{ggml_type} {cols} wide, row {r}: {name} {got}, portable {want}"
+                        );
+                        if block == BLOCK && name == "AVX-512" {
+                            assert_eq!(got, Avx2::row_dot(ggml_type, row, &q), "{ggml_type} {cols} wide, row {r}");
+                        }
+                    }
                 }
             }
         }
