@@ -1231,7 +1231,8 @@ mod avx512 {
                 let [d0, d1, d2] = [load64(digits[0], 0), load64(digits[1], 0), load64(digits[2], 0)];
                 let zero = _mm512_setzero_si512();
                 // Each part's products summed to i32 before the other's are taken off: `high` is
-                // `Σq·d₀·2⁸ + Σq·d₁` (at most 4·128·127·257 in magnitude), `low` `Σq·d₂`.
+                // `Σq·d₀·2⁸ + Σq·d₁` (at most 4·128·128·257 in magnitude: a lower digit may be
+                // −128), `low` `Σq·d₂`.
                 let high =
                     _mm512_sub_epi32(_mm512_dpbusd_epi32(zero, positive, d0), _mm512_dpbusd_epi32(zero, negative, d0));
                 let high = _mm512_sub_epi32(
