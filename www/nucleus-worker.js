@@ -4,7 +4,7 @@
 // model per worker, one generation at a time (a second one is `busy`).
 
 import {
-  ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
+  ALIVE_MS, ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
   codedError, emulatedAdapter, threadsProblem, wireError,
 } from './protocol.js';
 import { downloadModel, planWhole, readFile, readStored, storeAsRead, storeBlob, storeModel } from './download.js';
@@ -384,13 +384,15 @@ function modelFiles(backend, contextLength, memoryBudget) {
 
 /** One handler per request type of protocol.js, each returning the reply's value. */
 const handlers = {
-  async [REQUEST.load]({ id, url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked, panicForTesting }, progress) {
+  async [REQUEST.load]({ id, url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked, panicForTesting, hangForTesting }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
     const started = performance.now();
     const facts = await chooseBackend(asked);
     const loaded = await engineModule(facts.backend.kind);
     ({ module: wasm, memory: wasmMemory } = loaded);
     if (panicForTesting) wasm.panicForTesting();
+    // Blocks this thread as a `new Worker` that never returns did: nothing more comes from here.
+    if (hangForTesting) for (;;);
     facts.backend.threads = 1;
     if (loaded.note) facts.backend.reason += ` (${loaded.note})`;
     // The WebGPU device first: the load is planned on it, between the download's chunks.
@@ -587,6 +589,10 @@ self.onmessage = async ({ data }) => {
   const { id, type } = data;
   const progress = (phase, loaded, total, cached, plan) =>
     self.postMessage({ id, type: REPLY.progress, phase, loaded, total, cached, ...(plan && { plan }) });
+  // A load says it is alive as it starts and while it runs (AliveReply): the page ends a worker
+  // that stops answering, and tries again only one that started.
+  const beat = () => self.postMessage({ id, type: REPLY.alive });
+  const alive = type === REQUEST.load ? (beat(), setInterval(beat, ALIVE_MS)) : null;
   try {
     const handler = Object.hasOwn(handlers, type) ? handlers[type] : null;
     if (!handler) throw fail('internal', `unknown request ${type}`);
@@ -601,5 +607,7 @@ self.onmessage = async ({ data }) => {
       deviceLost ??= fail('device-lost', wire.message.includes(advice) ? wire.message : `${wire.message} (${advice})`);
     }
     self.postMessage({ id, type: REPLY.error, error: wire });
+  } finally {
+    clearInterval(alive);
   }
 };

@@ -566,8 +566,17 @@ export class Nucleus {
   static load(options?: LoadOptions): Promise<Nucleus>;
   /** The models this browser keeps, largest first, and the site's storage use and quota. */
   static storedModels(): Promise<StoredModels>;
-  /** Makes the next load's engine panic as it starts: that load is tried again once in a new worker (tests of a crashed load). */
-  static crashNextLoadForTesting(): void;
+  /**
+   * Makes the next load's first `tries` tries (1 to 3, default 1) panic as their engine starts:
+   * each crashed try is tried again in a new worker, three workers in all (tests of a crashed load).
+   */
+  static crashNextLoadForTesting(tries?: number): void;
+  /**
+   * Makes the next load's first `tries` tries (1 to 3, default 1) block their worker for good as
+   * their engine starts, each ended after `silenceMs` (default 60,000; at least 4,000) without a
+   * word from it and tried again in a new worker (tests of a worker that stops answering).
+   */
+  static hangNextLoadForTesting(tries?: number, silenceMs?: number): void;
   /** Drops the kept copy of the model at `url`; resolves to whether one was kept. */
   static removeStoredModel(url: string | URL): Promise<boolean>;
 

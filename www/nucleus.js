@@ -12,7 +12,9 @@
 // a same-origin blob that imports the real one. README.md documents the whole API; nucleus.d.ts
 // types it.
 
-import { BACKENDS, ERROR_CODES, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST } from './protocol.js';
+import {
+  ALIVE_MS, BACKENDS, ERROR_CODES, LOAD_SILENCE_MS, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
+} from './protocol.js';
 import { VERSION } from './pkg/version.js';
 
 export { ERROR_CODES, VERSION };
@@ -111,6 +113,9 @@ class WorkerClient {
   #helpers = [];
   #script;
   #crashed = false;
+  /** When the worker last sent anything (`performance.now()`; its start before the first). */
+  #heard = performance.now();
+  #answered = false;
 
   constructor(assets) {
     this.#assets = assets;
@@ -118,6 +123,9 @@ class WorkerClient {
     const worker = this.#start('nucleus-worker.js', 'nucleus');
     this.#worker = worker;
     worker.onmessage = ({ data }) => {
+      this.#heard = performance.now();
+      this.#answered = true;
+      if (data.type === REPLY.alive) return;
       if (data.type === REPLY.helpers) {
         this.#startHelpers(data);
         return;
@@ -196,6 +204,22 @@ class WorkerClient {
   /** Whether the worker ended because its engine trapped or it failed outside any request. */
   get crashed() {
     return this.#crashed;
+  }
+
+  /** Whether the worker has sent anything: it started, and took a request. */
+  get answered() {
+    return this.#answered;
+  }
+
+  /** Milliseconds since the worker last sent anything. */
+  get silentMs() {
+    return performance.now() - this.#heard;
+  }
+
+  /** Ends a worker that sent nothing for `ms` (its thread blocked): `worker-crashed`, as a crash. */
+  stoppedAnswering(ms) {
+    this.#crash(new NucleusError('worker-crashed', `the Nucleus worker (${this.#script}) stopped answering while `
+      + `loading: nothing from it for ${ms / 1000} s; load the model again`));
   }
 
   #crash(error) {
@@ -570,27 +594,63 @@ export async function registerOffline(script, { assets } = {}) {
   }
 }
 
-/** Set by `Nucleus.crashNextLoadForTesting()`, taken by the next load. */
-let crashNextLoad = false;
+/**
+ * The workers one `Nucleus.load()` may take in all: a load whose engine crashes (a trap), or whose
+ * worker stops answering (LOAD_SILENCE_MS), is tried again in a new worker until this many have
+ * failed so. JavaScriptCore traps now and then inside
+ * safe code as a fresh worker loads ("Out of bounds memory access": about one load in a hundred
+ * in WebKitGTK 2.50 on one machine here, none in 160 on another; ARCHITECTURE.md, "WebKit"), and
+ * CI once failed on one after a second try. A fault of ours would crash every try: the third
+ * try's error names all three crashes.
+ */
+const LOAD_TRIES = 3;
+
+/** What a load's failed tries said, in turn; one that each said alike, once. */
+function saidOnce(messages) {
+  return messages.every((message) => message === messages[0]) && messages.length > 1
+    ? `${messages[0]} (each of the ${messages.length})`
+    : messages.join('; then ');
+}
+
+/** Set by `Nucleus.crashNextLoadForTesting(tries)`: how many of the next load's tries panic. */
+let crashNextLoad = 0;
+/** Set by `Nucleus.hangNextLoadForTesting`: how many of the next load's tries hang, and their bound. */
+let hangNextLoad = { tries: 0, silenceMs: LOAD_SILENCE_MS };
 
 /**
- * One load in a new worker: resolves to `{ client, info }`, or to `{ error, crashed }` (`crashed`:
- * the worker crashed, its engine trapped) once the worker has ended. Aborted by `signal`, the
- * worker ends at once (its download, its memory, its helpers; every pending call rejects with
- * `aborted`; a Cache API entry is only written whole, so none is).
+ * One load in a new worker: resolves to `{ client, info }`, or to `{ error, again }` once the
+ * worker has ended (`again`: a new worker may well load it: this one's engine trapped after it
+ * started, or it stopped answering for `silenceMs`; not a worker that could not start, nor an
+ * error the engine gave). Aborted by `signal`, the worker ends at once (its download, its memory,
+ * its helpers; every pending call rejects with `aborted`; a Cache API entry is only written whole,
+ * so none is).
  */
-async function loadInWorker(assets, request, onProgress, signal) {
-  if (signal?.aborted) return { error: loadAborted(signal), crashed: false };
+async function loadInWorker(assets, request, onProgress, signal, silenceMs = LOAD_SILENCE_MS) {
+  if (signal?.aborted) return { error: loadAborted(signal), again: false };
   const client = new WorkerClient(assets);
   const abort = () => client.terminate(loadAborted(signal));
   signal?.addEventListener('abort', abort, { once: true });
+  // A worker that sends nothing for `silenceMs` (not even AliveReply) has a blocked thread. A
+  // tick that comes late says the page's own thread was busy (or paused in a debugger, or its tab
+  // throttled), with the worker's messages perhaps still queued behind it: that tick judges nothing.
+  const period = Math.min(ALIVE_MS, silenceMs / 4);
+  let tick = performance.now();
+  let hung = false;
+  const watch = setInterval(() => {
+    const late = performance.now() - tick > 2 * period;
+    tick = performance.now();
+    if (late || client.silentMs <= silenceMs) return;
+    hung = true;
+    client.stoppedAnswering(silenceMs);
+  }, period);
   try {
     return { client, info: await client.call(REQUEST.load, request, onProgress) };
   } catch (error) {
-    const crashed = client.crashed;
+    const again = hung || (client.crashed && client.answered && !signal?.aborted);
     client.terminate();
-    return { error, crashed };
+    return { error, again };
   } finally {
+    clearInterval(watch);
     signal?.removeEventListener('abort', abort);
   }
 }
@@ -613,7 +673,8 @@ export class Nucleus {
    * AbortSignal: aborted before the load finishes, it rejects with `aborted` and ends the load's
    * worker, the memory it took with it, nothing of the file kept). Whatever model the page already
    * loaded is untouched: load the next one, then dispose of the old one. A load whose engine
-   * crashes (a trap) is tried once more in a new worker, `info.backend.reason` saying so.
+   * crashes (a trap), or whose worker stops answering (nothing from it for LOAD_SILENCE_MS), is
+   * tried again in a new worker, up to LOAD_TRIES workers in all, `info.backend.reason` saying so.
    */
   static async load(options = {}) {
     checkOptionsObject(options, 'Nucleus.load');
@@ -647,24 +708,56 @@ export class Nucleus {
       ? { file, name: file.name || 'model.gguf' }
       : { url: new URL(model, globalThis.document?.baseURI ?? import.meta.url).href };
     const request = { ...source, backend, sha256, contextLength, memoryBudget, cache: Boolean(cache) };
-    const panicForTesting = crashNextLoad;
-    crashNextLoad = false;
-    const first = await loadInWorker(assets, { ...request, panicForTesting }, onProgress, signal);
-    if (first.info) return new Nucleus(first.client, first.info);
-    if (!first.crashed || signal?.aborted) throw first.error;
-    // The engine trapped while loading and its worker is gone: one new worker loads the model
-    // again (JavaScriptCore traps now and then inside safe code, "Out of bounds memory access":
-    // about one load in a hundred in WebKitGTK 2.50 here; ARCHITECTURE.md, "WebKit"). A crash of
-    // that one too is the load's error.
-    const { client, info, error } = await loadInWorker(assets, request, onProgress, signal);
-    if (error) throw error;
-    const reason = `${info.backend.reason} (loaded again in a new worker: the first crashed: ${first.error.message})`;
-    return new Nucleus(client, { ...info, backend: { ...info.backend, reason } });
+    const [panics, hangs] = [crashNextLoad, hangNextLoad];
+    crashNextLoad = 0;
+    hangNextLoad = { tries: 0, silenceMs: LOAD_SILENCE_MS };
+    // A try whose engine trapped, or whose worker stopped answering, has ended its worker: a new
+    // one loads the model again (LOAD_TRIES).
+    const crashes = [];
+    for (;;) {
+      const panicForTesting = crashes.length < panics;
+      const hangForTesting = crashes.length < hangs.tries;
+      const { client, info, error, again } = await loadInWorker(assets, { ...request, panicForTesting, hangForTesting },
+        onProgress, signal, hangForTesting ? hangs.silenceMs : LOAD_SILENCE_MS);
+      if (info && !crashes.length) return new Nucleus(client, info);
+      if (info) {
+        const before = crashes.length === 1 ? 'the first crashed' : `the first ${crashes.length} crashed`;
+        const reason = `${info.backend.reason} (loaded again in a new worker: ${before}: ${saidOnce(crashes)})`;
+        return new Nucleus(client, { ...info, backend: { ...info.backend, reason } });
+      }
+      if (!again) throw error;
+      crashes.push(error.message);
+      if (crashes.length === LOAD_TRIES) {
+        throw new NucleusError(error.code, `the load crashed in ${LOAD_TRIES} workers in turn: ${saidOnce(crashes)}`);
+      }
+    }
   }
 
-  /** Makes the next `Nucleus.load()`'s engine panic as it starts loading: for tests of a load that crashes. */
-  static crashNextLoadForTesting() {
-    crashNextLoad = true;
+  /**
+   * Makes the next `Nucleus.load()`'s first `tries` tries (1 to LOAD_TRIES, default 1) panic as
+   * their engine starts loading: for tests of a load that crashes.
+   */
+  static crashNextLoadForTesting(tries = 1) {
+    if (!(Number.isInteger(tries) && tries >= 1 && tries <= LOAD_TRIES)) {
+      throw badOption('tries', `tries must be a whole number from 1 to ${LOAD_TRIES}, got ${tries}`);
+    }
+    crashNextLoad = tries;
+  }
+
+  /**
+   * Makes the next `Nucleus.load()`'s first `tries` tries (1 to LOAD_TRIES, default 1) block
+   * their worker's thread for good as their engine starts loading, and ends each after
+   * `silenceMs` of silence (default LOAD_SILENCE_MS; the other tries keep that): for tests of a
+   * load whose worker stops answering.
+   */
+  static hangNextLoadForTesting(tries = 1, silenceMs = LOAD_SILENCE_MS) {
+    if (!(Number.isInteger(tries) && tries >= 1 && tries <= LOAD_TRIES)) {
+      throw badOption('tries', `tries must be a whole number from 1 to ${LOAD_TRIES}, got ${tries}`);
+    }
+    if (!(Number.isInteger(silenceMs) && silenceMs >= 4 * ALIVE_MS)) {
+      throw badOption('silenceMs', `silenceMs must be a whole number of milliseconds >= ${4 * ALIVE_MS}, got ${silenceMs}`);
+    }
+    hangNextLoad = { tries, silenceMs };
   }
 
   /**

@@ -10,12 +10,13 @@
 /**
  * @typedef {{ id: number, type: 'load', url?: string, file?: Blob, name?: string, sha256?: string,
  *   contextLength?: number, memoryBudget?: number, cache: boolean, backend: Backend,
- *   panicForTesting?: boolean }} LoadRequest
+ *   panicForTesting?: boolean, hangForTesting?: boolean }} LoadRequest
  *   Loads the model at `url` (one per worker), or the GGUF `file` a person gave the page (`name`:
  *   its file name), kept under a key of LOCAL_MODELS, on the backend `backend` asks for
  *   (chooseBackend). Replies with the model's `info`, whose `url` is where it was loaded from
  *   (that key, for a file) and whose `backend` says where it runs and why. `panicForTesting`:
- *   the engine panics once its module is in (`Nucleus.crashNextLoadForTesting`).
+ *   the engine panics once its module is in (`Nucleus.crashNextLoadForTesting`);
+ *   `hangForTesting`: the worker's thread then blocks for good (`Nucleus.hangNextLoadForTesting`).
  * @typedef {{ id: number, type: 'tokenize', text: string }} TokenizeRequest
  *   Replies with the token ids (number[]).
  * @typedef {{ id: number, type: 'generate', options: string }} GenerateRequest
@@ -69,13 +70,18 @@
  *   on the shared `memory`, and ends them with this worker. The page starts them, not this
  *   worker: Firefox's `new Worker` inside a worker blocked that worker for good about once in a
  *   hundred starts. The load waits for them a bounded time (HELPER_START_MS) and says how many run.
+ * @typedef {{ id: number, type: 'alive' }} AliveReply
+ *   As a 'load' starts and every ALIVE_MS while it runs: the worker started and its thread is
+ *   not blocked. A load that hears nothing from its worker for LOAD_SILENCE_MS ends it
+ *   (`worker-crashed`) and tries again; one whose worker crashed before it said anything (it
+ *   could not start) does not.
  * @typedef {{ id: number, type: 'ok', value: unknown }} OkReply
  * @typedef {{ code: ErrorCode, message: string, option?: string, status?: number, crashed?: boolean }} WireError
  *   An error as it crosses to the page: `option` names a bad option, `status` an HTTP status;
  *   `crashed`: the engine trapped (a panic, or a fault of the browser's WebAssembly) and this
  *   worker can do nothing more: the page ends it (wireError).
  * @typedef {{ id: number, type: 'error', error: WireError }} ErrorReply
- * @typedef {ProgressReply | HelpersReply | OkReply | ErrorReply} Reply
+ * @typedef {ProgressReply | HelpersReply | AliveReply | OkReply | ErrorReply} Reply
  *
  * @typedef {keyof typeof ERROR_CODES} ErrorCode
  */
@@ -136,7 +142,23 @@ export const REQUEST = Object.freeze({
 });
 
 /** The reply types, by name. */
-export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progress', helpers: 'helpers' });
+export const REPLY = Object.freeze({ ok: 'ok', error: 'error', progress: 'progress', helpers: 'helpers', alive: 'alive' });
+
+/**
+ * While it loads, the worker says it is alive this often (AliveReply), whatever else it sends: its
+ * thread is not blocked.
+ */
+export const ALIVE_MS = 1_000;
+
+/**
+ * A load whose worker sends nothing for this long has stopped answering (its thread blocked: a
+ * `new Worker` that never returned in Firefox, once; ARCHITECTURE.md, "Who starts the helpers"):
+ * the page ends that worker, `worker-crashed`, and tries the load again in a new one. Measured
+ * here, the longest a load's worker was silent: 0.13–0.69 s for SmolLM2 and 0.21–1.46 s for
+ * Gemma 3 270M in Chromium, Firefox and WebKit (what fills those gaps was not measured); a 4B
+ * file's largest tensors are four times Gemma 270M's, and a slow phone a few times slower.
+ */
+export const LOAD_SILENCE_MS = 60_000;
 
 /**
  * How long a load waits for its helper workers to start (each instantiates the threaded module on
@@ -160,7 +182,7 @@ export const ERROR_CODES = Object.freeze({
   device: 'another GPU error',
   internal: 'a bug in the engine (its panic message); the worker is ended and the next `Nucleus.load()` starts a new one',
   aborted: 'a load\'s `signal` aborted it before it finished: its worker is ended, the memory it took with it, and nothing of the file is kept (`cause` is the signal\'s reason)',
-  'worker-crashed': 'the engine\'s worker failed outside any request (an error in a callback, or the worker could not start: its message); the worker is ended, every call on the model gets this error, and the next `Nucleus.load()` starts a new one',
+  'worker-crashed': 'the engine\'s worker failed outside any request (an error in a callback, or the worker could not start: its message), or stopped answering while loading (nothing from it for 60 s); the worker is ended, every call on the model gets this error, and the next `Nucleus.load()` starts a new one',
 });
 
 /** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */

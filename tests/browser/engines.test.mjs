@@ -113,7 +113,12 @@ for (const key of engines) {
     test(`the API in ${engine.name}: 20 load, generate, dispose cycles in one page, the reference ids, nothing warned`, async (t) => {
       const page = await browser.open(`${server.url}blank.html`);
       t.after(() => page.close());
-      for (let i = 0; i < 20; i += 1) assertCycle(await cycle(page), `cycle ${i + 1}`);
+      for (let i = 0; i < 20; i += 1) {
+        const outcome = await cycle(page);
+        assertCycle(outcome, `cycle ${i + 1}`);
+        // A load that crashed and was tried again passes; the log keeps why (ARCHITECTURE.md, "WebKit").
+        if (/loaded again in a new worker/.test(outcome.backend.reason)) t.diagnostic(`cycle ${i + 1}: ${outcome.backend.reason}`);
+      }
       if (page.warnings) assert.deepEqual(page.warnings, []);
     });
 
@@ -155,10 +160,11 @@ for (const key of engines) {
       for (const sum of sums) assert.ok(Math.abs(sum - 1) < 1e-5, `a row sums to ${sum}`);
     });
 
-    test(`a worker that fails in ${engine.name} reaches every caller as worker-crashed, mid-generation too; a new load works, and one that crashes is tried again`, async (t) => {
+    test(`a worker that fails in ${engine.name} reaches every caller as worker-crashed, mid-generation too; a new load works, one that crashes or stops answering is tried again, in three workers at most`, async (t) => {
       const page = await browser.open(`${server.url}blank.html`);
       t.after(() => page.close());
-      const { errors, ids, reason } = await within(LOAD_LIMIT_MS, 'a crash, a load that crashes and a new one', page.run(async (prompt) => {
+      // Nine workers start here (each load's tries): 14 s in WebKit alone, 43 s after the suite's others.
+      const { errors, ids, reason, third, hung } = await within(2 * LOAD_LIMIT_MS, 'a crash, loads that crash or hang and a new one', page.run(async (prompt) => {
         const { Nucleus } = await import('/nucleus.js');
         const lm = await Nucleus.load();
         const codeOf = (promise) => promise.then(() => null, (error) => ({ code: error.code, message: error.message }));
@@ -171,19 +177,33 @@ for (const key of engines) {
           while (!(await iterator.next()).done);
         })());
         const errors = [await crash, await rest, await codeOf(lm.tokenize('x'))];
-        // A load whose engine crashes is tried again once, in a new worker.
-        Nucleus.crashNextLoadForTesting();
+        // A load whose engine crashes is tried again in a new worker: here two crash, the third loads.
+        Nucleus.crashNextLoadForTesting(2);
         const fresh = await Nucleus.load();
         const ids = [];
         for await (const step of fresh.generate({ prompt, maxTokens: 2, temperature: 0 })) ids.push(step.id);
         const { reason } = fresh.info.backend;
         fresh.dispose();
-        return { errors, ids, reason };
+        // Three that crash are the load's error.
+        Nucleus.crashNextLoadForTesting(3);
+        const third = await codeOf(Nucleus.load());
+        // A worker whose thread blocks as it loads says nothing more: ended after the bound, tried again.
+        Nucleus.hangNextLoadForTesting(1, 4000);
+        const started = performance.now();
+        const unblocked = await Nucleus.load();
+        const hung = { reason: unblocked.info.backend.reason, ms: performance.now() - started };
+        unblocked.dispose();
+        return { errors, ids, reason, third, hung };
       }, capital.text));
       assert.deepEqual(errors.map((e) => e?.code), ['worker-crashed', 'worker-crashed', 'worker-crashed']);
       assert.match(errors[0].message, /^the Nucleus worker \(.*nucleus-worker\.js\) failed: .*a crash for testing \(crashWorkerForTesting\); load the model again$/);
       assert.deepEqual(ids, capital.greedy32.slice(0, 2));
-      assert.match(reason, /\(loaded again in a new worker: the first crashed: the engine crashed: .*a panic for testing \(panicForTesting\)/s);
+      const panic = 'the engine crashed: [^;]*a panic for testing \\(panicForTesting\\)[^;]*; load the model again';
+      assert.match(reason, new RegExp(`\\(loaded again in a new worker: the first 2 crashed: ${panic} \\(each of the 2\\)\\)$`, 's'));
+      assert.equal(third.code, 'internal');
+      assert.match(third.message, new RegExp(`^the load crashed in 3 workers in turn: ${panic} \\(each of the 3\\)$`, 's'));
+      assert.match(hung.reason, /\(loaded again in a new worker: the first crashed: the Nucleus worker \(.*nucleus-worker\.js\) stopped answering while loading: nothing from it for 4 s; load the model again\)$/);
+      assert.ok(hung.ms >= 4000, `the hung worker was ended after ${hung.ms} ms, before its bound`);
     });
 
     test(`the package from another origin in ${engine.name}, under the page's policy: the element generates the greedy reference; missing assets are worker-crashed`, async (t) => {
