@@ -4,9 +4,9 @@
 // A model is a hundred megabytes fetched over whatever network the visitor has. When the
 // connection drops part-way, the download asks again from the byte it reached with an HTTP Range
 // request (`bytes=N-`, guarded by `If-Range` when the server gave an ETag or Last-Modified), up to
-// RESUMES times, and the progress goes on from there. A server that ignores Range (status 200)
-// sends the whole file again, and the download restarts from zero. The result is the whole file or
-// an error: never a part of one.
+// RESUMES times, and the progress goes on from there; a connection that goes quiet for STALL_MS
+// counts as dropped. A server that ignores Range (status 200) sends the whole file again, and the
+// download restarts from zero. The result is the whole file or an error: never a part of one.
 //
 // A load is planned from the file's first bytes as they arrive (its header: the model's shape,
 // what it will need): a model that cannot run here is refused then, and the rest of the file is
@@ -22,6 +22,12 @@ import { codedError } from './protocol.js';
 
 /** Resumes after a dropped connection before the download fails. */
 export const RESUMES = 3;
+/**
+ * A connection that stays open and sends nothing for this long (no answer to the request, or no
+ * byte of the body) is taken for a dropped one: the download resumes (or, before its first byte,
+ * fails), so a load ends within a bounded time even when the network goes quiet.
+ */
+export const STALL_MS = 30_000;
 /** The first bytes of a file a load is planned from; more (what the plan asks, or twice as many) while its header goes on. */
 export const HEADER_FIRST_BYTES = 1 << 20;
 /** The most bytes a plan waits for: a header longer than that is planned with the whole file. */
@@ -85,9 +91,10 @@ function headerPlanner(plan, total, file) {
  * @param {ModelFile} file  empty
  * @param {(loaded: number, total: number) => void} report
  * @param {Plan} [plan]
+ * @param {{ stallMs?: number }} [bounds]  STALL_MS, unless a test asks for less
  * @returns {Promise<void>}
  */
-export async function downloadModel(url, file, report, plan) {
+export async function downloadModel(url, file, report, plan, { stallMs = STALL_MS } = {}) {
   let total = 0;
   let validator = null;
   let lastError = null;
@@ -97,7 +104,9 @@ export async function downloadModel(url, file, report, plan) {
     let response;
     try {
       const headers = resuming ? { Range: `bytes=${file.length}-`, ...(validator && { 'If-Range': validator }) } : {};
-      response = await fetch(url, { headers });
+      const unanswered = new AbortController();
+      const timer = setTimeout(() => unanswered.abort(new Error(`no answer for ${stallMs / 1000} s`)), stallMs);
+      response = await fetch(url, { headers, signal: unanswered.signal }).finally(() => clearTimeout(timer));
     } catch (error) {
       // Nothing reached yet: the URL itself fails (offline, refused, CORS).
       if (!resuming) throw codedError('fetch-failed', `could not fetch ${url}: ${error.message}`);
@@ -118,7 +127,7 @@ export async function downloadModel(url, file, report, plan) {
         if (file.length - n < GGUF_MAGIC.length) checkMagic(url, file);
         report(file.length, total);
         planned(file.length);
-      });
+      }, stallMs);
     } catch (error) {
       // A broken connection resumes the download; anything else ends it (a typed refusal: not
       // GGUF, a model that cannot run here; or the engine's own failure, which a resume would
@@ -352,15 +361,20 @@ class BrokenBody extends Error {
 
 /**
  * Reads a body into `file`, calling `received(bytes)` after each chunk; a failure cancels the
- * rest, and one of the body itself is a `BrokenBody`.
+ * rest, and one of the body itself is a `BrokenBody`, as is no chunk for `stallMs` (when given).
  */
-async function readInto(response, file, received) {
+async function readInto(response, file, received, stallMs = null) {
   const reader = response.body.getReader();
   try {
     for (;;) {
-      const { done, value } = await reader.read().catch((error) => {
+      let timer;
+      const stalled = stallMs && new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new BrokenBody(new Error(`no bytes came for ${stallMs / 1000} s`))), stallMs);
+      });
+      const read = reader.read().catch((error) => {
         throw new BrokenBody(error);
       });
+      const { done, value } = await (stalled ? Promise.race([read, stalled]) : read).finally(() => clearTimeout(timer));
       if (done) return;
       file.append(value);
       received(value.byteLength);

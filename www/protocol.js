@@ -169,7 +169,7 @@ export const HELPER_START_MS = 10_000;
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({
   'no-webgpu': 'no `navigator.gpu`, or no adapter, where `backend: \'webgpu\'` asked for one (`auto` runs the CPU engine then)',
-  'fetch-failed': 'the model URL failed (`status` holds the HTTP status), or the download broke and three resumes did not finish it',
+  'fetch-failed': 'the model URL failed (`status` holds the HTTP status; or no answer for 30 s), or the download broke (or sent nothing for 30 s) and three resumes did not finish it',
   'bad-model': 'not a GGUF file (an HTML page: its first bytes are named), truncated, or inconsistent',
   'unsupported-model': 'an architecture or tensor type Nucleus does not run',
   'bad-options': 'an invalid option (`contextLength` beyond the model\'s trained length too); `option` names it in the API\'s spelling',

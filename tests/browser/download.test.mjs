@@ -12,15 +12,18 @@ import { codedError } from '../../www/protocol.js';
 
 const FILE = Uint8Array.from({ length: 3 * HEADER_FIRST_BYTES }, (_, i) => (i < 4 ? 'GGUF'.charCodeAt(i) : (i * 13) % 256));
 
-/** A server of FILE whose first response breaks after `dropAt` bytes; later ones honour Range. */
-async function startServer(dropAt) {
+/**
+ * A server of FILE whose first response breaks after `dropAt` bytes (or, `quiet`, sends nothing
+ * more and keeps the connection open); later ones honour Range.
+ */
+async function startServer(dropAt, { quiet = false } = {}) {
   const requests = [];
   const server = createServer((request, response) => {
     const range = /^bytes=(\d+)-$/.exec(request.headers.range ?? '');
     requests.push(request.headers.range ?? null);
     if (requests.length === 1) {
       response.writeHead(200, { 'content-length': FILE.length, etag: '"v1"' });
-      response.write(FILE.subarray(0, dropAt), () => response.destroy());
+      response.write(FILE.subarray(0, dropAt), () => quiet || response.destroy());
       return;
     }
     const from = range ? Number(range[1]) : 0;
@@ -29,7 +32,8 @@ async function startServer(dropAt) {
     response.end(FILE.subarray(from));
   });
   await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
-  return { url: `http://127.0.0.1:${server.address().port}/m.gguf`, requests, close: () => server.close() };
+  return { url: `http://127.0.0.1:${server.address().port}/m.gguf`, requests,
+    close: () => { server.closeAllConnections(); server.close(); } };
 }
 
 /** A model file as the worker's ModelFile behaves, recording when its room was reserved. */
@@ -63,6 +67,27 @@ test('a download resumed after a dropped connection fills the file whole; its ro
   assert.ok(plans[0].at >= HEADER_FIRST_BYTES && plans[0].total === FILE.length && plans[0].reserved === 0, JSON.stringify(plans));
   assert.deepEqual(file.reserved.map((r) => r.length), [FILE.length], 'the whole file, once');
   assert.equal(file.reserved[0].at, plans[0].at, 'right after the plan accepted it');
+});
+
+test('a connection that goes quiet mid-body is taken for a dropped one after the bound: the download resumes whole', { timeout: 10_000 }, async (t) => {
+  const dropAt = HEADER_FIRST_BYTES + 12_345;
+  const server = await startServer(dropAt, { quiet: true });
+  t.after(() => server.close());
+  const file = recordingFile();
+  const started = performance.now();
+  await downloadModel(server.url, file, () => {}, undefined, { stallMs: 400 });
+  assert.ok(performance.now() - started >= 400, 'not before the bound');
+  assert.deepEqual(file.bytes(), Buffer.from(FILE));
+  assert.deepEqual(server.requests, [null, `bytes=${dropAt}-`], 'resumed from the byte it reached');
+});
+
+test('a server that never answers fails the download after the bound, fetch-failed', { timeout: 10_000 }, async (t) => {
+  const server = createServer(() => {});
+  await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+  t.after(() => { server.closeAllConnections(); server.close(); });
+  const url = `http://127.0.0.1:${server.address().port}/m.gguf`;
+  await assert.rejects(downloadModel(url, recordingFile(), () => {}, undefined, { stallMs: 400 }),
+    (error) => error.code === 'fetch-failed' && /no answer for 0\.4 s/.test(error.message));
 });
 
 test('a plan that refuses ends the download with its error: the rest never read, the room never taken', async (t) => {
