@@ -599,7 +599,7 @@ export async function registerOffline(script, { assets } = {}) {
  * worker stops answering (LOAD_SILENCE_MS), is tried again in a new worker until this many have
  * failed so. JavaScriptCore traps now and then inside
  * safe code as a fresh worker loads ("Out of bounds memory access": about one load in a hundred
- * in WebKitGTK 2.50 on one machine here, none in 160 on another; ARCHITECTURE.md, "WebKit"), and
+ * in WebKitGTK 2.50 on one machine here, none in 360 on another; ARCHITECTURE.md, "WebKit"), and
  * CI once failed on one after a second try. A fault of ours would crash every try: the third
  * try's error names all three crashes.
  */
