@@ -617,6 +617,14 @@ let crashNextLoad = 0;
 /** Set by `Nucleus.hangNextLoadForTesting`: how many of the next load's tries hang, and their bound. */
 let hangNextLoad = { tries: 0, silenceMs: LOAD_SILENCE_MS };
 
+/** The testing hooks' `tries`, checked: a whole number from 1 to LOAD_TRIES. */
+function triesForTesting(tries) {
+  if (!(Number.isInteger(tries) && tries >= 1 && tries <= LOAD_TRIES)) {
+    throw badOption('tries', `tries must be a whole number from 1 to ${LOAD_TRIES}, got ${tries}`);
+  }
+  return tries;
+}
+
 /**
  * One load in a new worker: resolves to `{ client, info }`, or to `{ error, again }` once the
  * worker has ended (`again`: a new worker may well load it: this one's engine trapped after it
@@ -738,10 +746,7 @@ export class Nucleus {
    * their engine starts loading: for tests of a load that crashes.
    */
   static crashNextLoadForTesting(tries = 1) {
-    if (!(Number.isInteger(tries) && tries >= 1 && tries <= LOAD_TRIES)) {
-      throw badOption('tries', `tries must be a whole number from 1 to ${LOAD_TRIES}, got ${tries}`);
-    }
-    crashNextLoad = tries;
+    crashNextLoad = triesForTesting(tries);
   }
 
   /**
@@ -751,13 +756,10 @@ export class Nucleus {
    * load whose worker stops answering.
    */
   static hangNextLoadForTesting(tries = 1, silenceMs = LOAD_SILENCE_MS) {
-    if (!(Number.isInteger(tries) && tries >= 1 && tries <= LOAD_TRIES)) {
-      throw badOption('tries', `tries must be a whole number from 1 to ${LOAD_TRIES}, got ${tries}`);
-    }
     if (!(Number.isInteger(silenceMs) && silenceMs >= 4 * ALIVE_MS)) {
       throw badOption('silenceMs', `silenceMs must be a whole number of milliseconds >= ${4 * ALIVE_MS}, got ${silenceMs}`);
     }
-    hangNextLoad = { tries, silenceMs };
+    hangNextLoad = { tries: triesForTesting(tries), silenceMs };
   }
 
   /**
