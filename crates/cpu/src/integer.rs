@@ -123,8 +123,8 @@ pub struct IntegerRow {
     /// Per 32 values: `Σ x`, in f32 (the minimums of Q4_K, Q5_K, Q4_1 and Q5_1 and the offsets
     /// of Q4_0 and Q5_0 multiply it).
     sums32: Vec<f32>,
-    /// Per 64 values (a pair of 32-value blocks; none in a row rounded per 256), what AVX-512's
-    /// products of a pair read in 16 lanes ([`Pair`]).
+    /// Per 64 values (a pair of 32-value blocks), what AVX-512's products of a pair read in 16
+    /// lanes ([`Pair`]); none in a row rounded per 256, nor on a CPU without AVX-512.
     #[cfg(target_arch = "x86_64")]
     pairs: Vec<Pair>,
 }
@@ -172,7 +172,11 @@ impl IntegerRow {
         let digits = digits(&values);
         Self {
             #[cfg(target_arch = "x86_64")]
-            pairs: if block == BLOCK { pairs(&digits, &scales, &sums32) } else { Vec::new() },
+            pairs: if block == BLOCK && crate::matmul::X86::Avx512.runs_here() {
+                pairs(&digits, &scales, &sums32)
+            } else {
+                Vec::new()
+            },
             #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
             digits,
             #[cfg(any(test, target_arch = "wasm32"))]
@@ -256,6 +260,7 @@ impl IntegerRow {
     {
         debug_assert_eq!(self.block, BLOCK);
         let blocks = (row.len() / bytes).min(self.scales.len());
+        debug_assert!(self.pairs.len() >= blocks / 2, "a row rounded without its pairs, read by AVX-512");
         let [d0, d1, d2] = &self.digits;
         let digits = d0.chunks_exact(2 * BLOCK).zip(d1.chunks_exact(2 * BLOCK)).zip(d2.chunks_exact(2 * BLOCK));
         let pairs = row[..blocks / 2 * 2 * bytes].chunks_exact(2 * bytes).zip(digits).zip(&self.pairs).map(
