@@ -374,6 +374,9 @@ async function readInto(response, file, received, stallMs = null) {
       const read = reader.read().catch((error) => {
         throw new BrokenBody(error);
       });
+      // A read the stall outran is not awaited: whatever it ends in (the cancel below settles it)
+      // is not an unhandled rejection.
+      read.catch(() => {});
       const { done, value } = await (stalled ? Promise.race([read, stalled]) : read).finally(() => clearTimeout(timer));
       if (done) return;
       file.append(value);
