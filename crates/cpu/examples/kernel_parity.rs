@@ -108,7 +108,7 @@ fn product_mismatches(label: &str) -> Vec<String> {
             let rows = 133;
             let bytes = random_matrix(&mut rng, ggml_type, rows, cols);
             let w = Matrix::new(ggml_type, &bytes, rows, cols).expect("whole blocks");
-            for n in [1usize, 3, 5] {
+            for n in [1usize, 3, 7] {
                 let x: Vec<f32> = (0..n * cols).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
                 let expected = reference::matmul(&w, &x);
                 let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));

@@ -11,9 +11,19 @@ use crate::threads::{for_each_task, threads};
 /// Nucleus runs (576 to 2,048 wide) are one tile: one dot product, one sum of lanes, per row.
 pub const TILE: usize = 256;
 
-/// Weight rows one task of a prefill's product computes: enough work per task to hide the pool's
-/// hand-over (a few µs), few enough that two cores share even a 576-row projection.
+/// The fewest weight rows one task of a prefill's product computes: enough work per task to hide
+/// the pool's hand-over (a few µs), few enough that two cores share even a 576-row projection.
 const ROWS_PER_TASK: usize = 64;
+
+/// Rows of each task of a prefill product of `rows` weight rows: the same number of tasks for
+/// every thread, each at least [`ROWS_PER_TASK`] rows where there are that many (whole fours, the
+/// kernel's groups). In tasks of 64 rows a 576-row projection was nine, and one thread waited out
+/// the other's ninth: SmolLM2's 32-token prefill on two threads 393–421 -> 428–439 tok/s (72-row
+/// tasks, three pairs; ARCHITECTURE.md, "How a product is split").
+fn prefill_rows_per_task(rows: usize, threads: usize) -> usize {
+    let tasks = (rows / (ROWS_PER_TASK * threads)).max(1) * threads;
+    rows.div_ceil(tasks).next_multiple_of(4)
+}
 
 /// Tasks per thread of a decode step's products (one activation row): each thread streams long
 /// runs of consecutive weight rows from memory. With 64-row tasks the two threads took turns
@@ -145,13 +155,14 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
         .zip(&mut by_row)
         .flat_map(|((w, y), out)| {
             let columns = Columns::new(y, n, w.rows);
-            out.chunks_mut(ROWS_PER_TASK * n).enumerate().map(move |(index, out)| (&**w, index, out, columns))
+            let per_task = prefill_rows_per_task(w.rows, threads());
+            out.chunks_mut(per_task * n).enumerate().map(move |(index, out)| (&**w, index * per_task, out, columns))
         })
         .collect();
-    for_each_task(tasks, |(w, index, out, columns)| {
-        kernel(w, x, n, index * ROWS_PER_TASK, out, false);
+    for_each_task(tasks, |(w, first, out, columns)| {
+        kernel(w, x, n, first, out, false);
         // SAFETY: each task writes the columns of its own weight rows, and no other.
-        unsafe { columns.write(index * ROWS_PER_TASK, out, accumulate) };
+        unsafe { columns.write(first, out, accumulate) };
     });
 }
 
@@ -492,7 +503,8 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], 
 }
 
 /// [`rows`] for several x rows: four weight rows at a time, each tile of them dequantized once,
-/// met by the x rows two at a time in registers (`Dot::add8`: six loads for eight multiply-adds;
+/// met by the x rows four at a time in registers where a build has them (`Dot::add16`, AVX-512:
+/// eight loads for sixteen multiply-adds), then two at a time (`Dot::add8`: six loads for eight;
 /// an odd last row by `Dot::add4`), so x (a prefill's rows, beyond L1) is read an eighth as
 /// often: 1.5-1.7x the GMAC/s on 32 rows (`matmul_speed -- 3584 1024`; ARCHITECTURE.md). One x
 /// row (a decode step) stays a weight row at a time: grouped, it fell from 18 GMAC/s to 12 on
@@ -548,18 +560,25 @@ fn fours_in_block<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, outputs
             // Whole 32s in the lanes, the row's last few (a width not a multiple of 32) in order.
             let vector = whole.saturating_sub(start).min(len);
             let x_at = |r: usize| &x[r * cols + start..r * cols + start + len];
-            let pairs = if count == 4 { n / 2 * 2 } else { 0 };
-            for r in (0..pairs).step_by(2) {
-                let rows = [0, 1, 2, 3].map(|j| &tiles[j][..vector]);
+            // The whole 32s of the four weight rows and of x row `r` (arrays written out: built with
+            // `map`, a call each that the compiler kept out of line).
+            let rows = [&tiles[0][..vector], &tiles[1][..vector], &tiles[2][..vector], &tiles[3][..vector]];
+            let vectors = |r: usize| &x_at(r)[..vector];
+            let quads = if count == 4 { n / 4 * 4 } else { 0 };
+            for r in (0..quads).step_by(4) {
+                let lanes = (&mut lanes[4 * r..4 * r + 16]).try_into().expect("four x rows by four weight rows");
+                D::add16(lanes, [vectors(r), vectors(r + 1), vectors(r + 2), vectors(r + 3)], rows);
+            }
+            let pairs = if count == 4 { quads + (n - quads) / 2 * 2 } else { 0 };
+            for r in (quads..pairs).step_by(2) {
                 let lanes = (&mut lanes[4 * r..4 * r + 8]).try_into().expect("two x rows by four weight rows");
-                D::add8(lanes, [&x_at(r)[..vector], &x_at(r + 1)[..vector]], rows);
+                D::add8(lanes, [vectors(r), vectors(r + 1)], rows);
             }
             // The rows not done in pairs above.
             for r in pairs..n {
                 let x = x_at(r);
                 let lanes = &mut lanes[4 * r..4 * r + 4];
                 if count == 4 {
-                    let rows = [0, 1, 2, 3].map(|j| &tiles[j][..vector]);
                     D::add4(lanes.try_into().expect("four weight rows"), &x[..vector], rows);
                 } else {
                     for (j, lanes) in lanes.iter_mut().enumerate().take(count) {
@@ -586,10 +605,10 @@ fn fours_in_block<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, outputs
 }
 
 /// How many x rows of `cols` values [`rows_in_fours`] multiplies by its weight rows before the
-/// next ones (an even count, so the pairs fall as without blocks): as many as fill
+/// next ones (a multiple of four, so the fours and pairs fall as without blocks): as many as fill
 /// [`X_ROWS_BYTES`].
 fn x_rows_in_cache(cols: usize) -> usize {
-    (X_ROWS_BYTES / (4 * cols)).max(2) / 2 * 2
+    (X_ROWS_BYTES / (4 * cols)).max(4) / 4 * 4
 }
 
 /// The x rows [`rows_in_fours`] keeps in the cache while each group of four weight rows reads
@@ -615,6 +634,23 @@ mod tests {
             assert!(per_task.is_multiple_of(16) && per_task > 0, "{rows} rows: {per_task} a task");
             assert!(rows.div_ceil(per_task) <= threads() * DECODE_TASKS_PER_THREAD, "{rows} rows: {per_task} a task");
             assert!(per_task < rows + 16 * threads() * DECODE_TASKS_PER_THREAD, "{rows} rows: {per_task} a task");
+        }
+    }
+
+    /// A prefill product gives each thread as many rows as the others, within a tenth, in tasks
+    /// of at least `ROWS_PER_TASK` whole fours, on the models' shapes and 1 to 8 threads.
+    #[test]
+    fn a_prefill_product_is_shared_evenly() {
+        for threads in [1, 2, 3, 4, 8] {
+            for rows in [192, 256, 576, 640, 1024, 1152, 1536, 2048, 3584, 6912, 49_152, 262_144] {
+                let per_task = prefill_rows_per_task(rows, threads);
+                let tasks = rows.div_ceil(per_task);
+                let most = tasks.div_ceil(threads) * per_task;
+                let shown = format!("{rows} rows on {threads} threads: {tasks} tasks of {per_task}");
+                assert!(per_task.is_multiple_of(4), "{shown}");
+                assert!(per_task >= ROWS_PER_TASK.min(rows / threads), "{shown}");
+                assert!(most * 10 <= rows.div_ceil(threads) * 11, "{shown}: one thread takes {most}");
+            }
         }
     }
 
