@@ -142,66 +142,68 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
             .collect();
         for_each_task(tasks, |(w, index, out)| match rounded_for(w) {
             Some((integer, rounded)) => integer(w, rounded, index * per_task, out, accumulate),
-            None => kernel(w, x, 1, index * per_task, out, accumulate),
+            None => kernel(w, x, 1, index * per_task, Out::Row(out), accumulate),
         });
         return;
     }
-    // Many rows: each task computes its weight rows for every x row into `[row, n]` order, then
-    // writes them into its own columns of `y`'s `[n, row]` order (on the main thread, this
-    // reordering was 10 % of a 512-token prefill of Qwen3.5-0.8B's shape).
-    let mut by_row: Vec<Vec<f32>> = products.iter().map(|(w, _)| vec![0f32; w.rows * n]).collect();
+    // Many rows: each task writes its weight rows' columns of `y` (`[n, rows]`) in place.
     let tasks = products
         .iter_mut()
-        .zip(&mut by_row)
-        .flat_map(|((w, y), out)| {
-            let columns = Columns::new(y, n, w.rows);
+        .flat_map(|(w, y)| {
             let per_task = prefill_rows_per_task(w.rows, threads());
-            out.chunks_mut(per_task * n).enumerate().map(move |(index, out)| (&**w, index * per_task, out, columns))
+            Columns::of(y, n, w.rows, per_task).map(move |columns| (&**w, columns))
         })
         .collect();
-    for_each_task(tasks, |(w, first, out, columns)| {
-        kernel(w, x, n, first, out, false);
-        // SAFETY: each task writes the columns of its own weight rows, and no other.
-        unsafe { columns.write(first, out, accumulate) };
-    });
+    for_each_task(tasks, |(w, columns)| kernel(w, x, n, columns.first, Out::Columns(columns), accumulate));
 }
 
-/// An output `y` (`[n, rows]`) that the tasks of a product write, each its own columns.
-#[derive(Clone, Copy)]
-struct Columns {
+/// Where a kernel writes the outputs of its weight rows `first..`.
+enum Out<'a> {
+    /// One x row: the weight rows' outputs in order.
+    Row(&'a mut [f32]),
+    /// Several: the weight rows' columns of `y`.
+    Columns(Columns<'a>),
+}
+
+/// Columns `first..first + len` of an output `y` (`[n, rows]`): one task's share of a prefill's
+/// product, written in place (through a copy in `[row, n]` order and a reordering after, that copy
+/// and its zeroing were 7 % of SmolLM2's 32-token prefill).
+struct Columns<'a> {
     y: *mut f32,
     n: usize,
     rows: usize,
+    first: usize,
+    len: usize,
+    _y: std::marker::PhantomData<&'a mut [f32]>,
 }
 
-// SAFETY: tasks write disjoint columns (`Columns::write`'s contract) of an output that outlives
-// them (`for_each_task` returns once every task has).
-unsafe impl Send for Columns {}
-unsafe impl Sync for Columns {}
+// SAFETY: each `Columns` writes only its own columns (`put`), which no other one of the same `y`
+// holds (`Columns::of`), of a `y` borrowed for as long as it lives.
+unsafe impl Send for Columns<'_> {}
 
-impl Columns {
-    fn new(y: &mut [f32], n: usize, rows: usize) -> Self {
-        assert_eq!(y.len(), n * rows);
-        Self { y: y.as_mut_ptr(), n, rows }
+impl<'a> Columns<'a> {
+    /// `y` (`[n, rows]`) in runs of `per_task` columns.
+    fn of(y: &'a mut [f32], n: usize, rows: usize, per_task: usize) -> impl Iterator<Item = Columns<'a>> + 'a {
+        assert!(y.len() == n * rows && per_task > 0);
+        let y = y.as_mut_ptr();
+        (0..rows).step_by(per_task).map(move |first| Columns {
+            y,
+            n,
+            rows,
+            first,
+            len: per_task.min(rows - first),
+            _y: std::marker::PhantomData,
+        })
     }
 
-    /// Writes (or adds) `values`, `[len, n]`: weight row `first + i`'s output for every x row, into
-    /// columns `first..first + len`.
-    ///
-    /// # Safety
-    /// No other thread reads or writes those columns meanwhile, and `y` is alive.
-    unsafe fn write(self, first: usize, values: &[f32], accumulate: bool) {
-        let len = values.len() / self.n;
-        assert!(first + len <= self.rows && values.len() == len * self.n);
-        for r in 0..self.n {
-            // SAFETY: `r·rows + first + len <= n·rows`, `y`'s length; these columns are this
-            // caller's alone.
-            let row = unsafe { std::slice::from_raw_parts_mut(self.y.add(r * self.rows + first), len) };
-            for (i, target) in row.iter_mut().enumerate() {
-                let value = values[i * self.n + r];
-                *target = if accumulate { *target + value } else { value };
-            }
-        }
+    /// Writes (or adds) `value` as x row `r`'s output of weight row `first + i`.
+    #[inline(always)]
+    fn put(&mut self, r: usize, i: usize, value: f32, accumulate: bool) {
+        assert!(r < self.n && i < self.len);
+        // SAFETY: `r·rows + first + i < n·rows`, `y`'s length, in columns no other `Columns` of
+        // `y` writes (`of`), while `y` is borrowed.
+        let target = unsafe { &mut *self.y.add(r * self.rows + self.first + i) };
+        *target = if accumulate { *target + value } else { value };
     }
 }
 
@@ -243,9 +245,8 @@ fn half(block: &[u8], at: usize) -> f32 {
     nucleus_gguf::f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
 }
 
-/// The kernel computing weight rows `first..` (as many as `out` holds, `n` values each) for the
-/// `n` rows of `x`.
-type RowsKernel = fn(&Matrix, &[f32], usize, usize, &mut [f32], bool);
+/// The kernel computing weight rows `first..` (as many as `out` holds) for the `n` rows of `x`.
+type RowsKernel = fn(&Matrix, &[f32], usize, usize, Out, bool);
 
 /// The x86-64 builds of the kernels, narrowest first.
 #[cfg(target_arch = "x86_64")]
@@ -362,13 +363,13 @@ fn rows_kernel() -> RowsKernel {
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn rows_avx2(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+unsafe fn rows_avx2(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumulate: bool) {
     rows::<dot::Avx2>(w, x, n, first, out, accumulate);
 }
 
 #[cfg(target_arch = "wasm32")]
 #[target_feature(enable = "simd128")]
-unsafe fn rows_simd128(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+unsafe fn rows_simd128(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumulate: bool) {
     rows::<dot::Simd128>(w, x, n, first, out, accumulate);
 }
 
@@ -456,25 +457,21 @@ fn integer_rows<D: RowDot>(w: &Matrix, x: &IntegerRow, first: usize, out: &mut [
 
 /// The kernel's one body, compiled into each build above.
 #[inline(always)]
-fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumulate: bool) {
+    let out = match out {
+        Out::Row(out) => out,
+        Out::Columns(columns) => return rows_in_fours::<D>(w, x, n, first, columns, accumulate),
+    };
     // One activation row (a decode step) of Q4_1 (where a build has no integer products): the
-    // block straight into the dot product. Several (a prompt) read the tile: converted once, it
-    // serves every row.
-    match w.ggml_type {
-        _ if n > 1 => {}
-        GgmlType::Q4_1 => {
-            return rows_by_block::<D>(w, x, n, first, out, accumulate, |lanes, block, x| {
-                D::add_q4_1(lanes, half(block, 0), half(block, 2), block[4..20].try_into().expect("20-byte blocks"), x)
-            });
-        }
-        _ => {}
+    // block straight into the dot product; of the other formats, through the tile.
+    if w.ggml_type == GgmlType::Q4_1 {
+        return rows_by_block::<D>(w, x, n, first, out, accumulate, |lanes, block, x| {
+            D::add_q4_1(lanes, half(block, 0), half(block, 2), block[4..20].try_into().expect("20-byte blocks"), x)
+        });
     }
     let cols = w.cols;
     let (block, block_bytes) = w.ggml_type.block_layout();
     let tile_bytes = TILE / block as usize * block_bytes as usize;
-    if n > 1 {
-        return rows_in_fours::<D>(w, x, n, first, out, accumulate);
-    }
     let whole = cols / 32 * 32;
     let mut tile = [0f32; TILE];
     let mut lanes = vec![D::zero(); n];
@@ -511,32 +508,25 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], 
 /// Q8_0. The x rows go in blocks of [`x_rows_in_cache`], which stay in the cache while every
 /// group of four weight rows reads them (each group's tiles dequantized again per block).
 #[inline(always)]
-fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: &mut [f32], accumulate: bool) {
+fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, mut out: Columns, accumulate: bool) {
     let span = x_rows_in_cache(w.cols).min(n);
     for from in (0..n).step_by(span) {
         let m = span.min(n - from);
-        fours_in_block::<D>(
-            w,
-            &x[from * w.cols..(from + m) * w.cols],
-            m,
-            first,
-            Outputs { out: &mut *out, n, from },
-            accumulate,
-        );
+        fours_in_block::<D>(w, &x[from * w.cols..(from + m) * w.cols], m, first, (&mut out, from), accumulate);
     }
 }
 
-/// Where [`fours_in_block`] writes: x rows `from..` of `out`, `[weight row, n]`.
-struct Outputs<'a> {
-    out: &'a mut [f32],
-    n: usize,
-    from: usize,
-}
-
 /// [`rows_in_fours`] for one block of `n` x rows. `lanes[r · 4 + j]`: x row r against weight row j
-/// of the four.
+/// of the four; x row r's sums go to row `from + r` of `out`.
 #[inline(always)]
-fn fours_in_block<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, outputs: Outputs, accumulate: bool) {
+fn fours_in_block<D: Dot>(
+    w: &Matrix,
+    x: &[f32],
+    n: usize,
+    first: usize,
+    (out, from): (&mut Columns, usize),
+    accumulate: bool,
+) {
     let cols = w.cols;
     let (block, block_bytes) = w.ggml_type.block_layout();
     let tile_bytes = TILE / block as usize * block_bytes as usize;
@@ -544,9 +534,8 @@ fn fours_in_block<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, outputs
     let mut tiles = [[0f32; TILE]; 4];
     let mut lanes = vec![D::zero(); 4 * n];
     let mut tails = vec![0f32; 4 * n];
-    let Outputs { out, n: stride, from } = outputs;
-    for (i4, sums) in out.chunks_mut(4 * stride).enumerate() {
-        let count = sums.len() / stride;
+    for i4 in 0..out.len.div_ceil(4) {
+        let count = (out.len - 4 * i4).min(4);
         lanes.fill(D::zero());
         tails.fill(0.0);
         for t in 0..cols.div_ceil(TILE) {
@@ -595,10 +584,9 @@ fn fours_in_block<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, outputs
                 }
             }
         }
-        for (j, sums) in sums.chunks_exact_mut(stride).enumerate() {
-            for (r, sum) in sums[from..from + n].iter_mut().enumerate() {
-                let value = D::total(lanes[4 * r + j]) + tails[4 * r + j];
-                *sum = if accumulate { *sum + value } else { value };
+        for r in 0..n {
+            for j in 0..count {
+                out.put(from + r, 4 * i4 + j, D::total(lanes[4 * r + j]) + tails[4 * r + j], accumulate);
             }
         }
     }
@@ -677,11 +665,15 @@ mod tests {
             assert!(dequantize_into(ggml_type, &bytes, &mut dense));
             for n in [1, 3, 5] {
                 let x: Vec<f32> = (0..n * cols).map(|i| (i as f32 * 0.37).sin()).collect();
-                // `rows` writes `[weight row, n]`.
+                // `y` is `[n, weight row]`.
                 let mut y = vec![0.0; height * n];
-                rows::<dot::Portable>(&w, &x, n, 0, &mut y, false);
+                let out = match n {
+                    1 => Out::Row(&mut y),
+                    _ => Out::Columns(Columns::of(&mut y, n, height, height).next().expect("one task")),
+                };
+                rows::<dot::Portable>(&w, &x, n, 0, out, false);
                 for (at, &got) in y.iter().enumerate() {
-                    let (o, r) = (at / n, at % n);
+                    let (r, o) = (at / height, at % height);
                     let weights = &dense[o * cols..(o + 1) * cols];
                     let want: f64 =
                         weights.iter().zip(&x[r * cols..(r + 1) * cols]).map(|(&a, &b)| f64::from(a * b)).sum();
