@@ -22,7 +22,7 @@ const ROWS_PER_TASK: usize = 64;
 /// tasks, three pairs; ARCHITECTURE.md, "How a product is split").
 fn prefill_rows_per_task(rows: usize, threads: usize) -> usize {
     let tasks = (rows / (ROWS_PER_TASK * threads)).max(1) * threads;
-    rows.div_ceil(tasks).next_multiple_of(4)
+    rows.div_ceil(tasks).next_multiple_of(4).max(4)
 }
 
 /// Tasks per thread of a decode step's products (one activation row): each thread streams long
@@ -626,18 +626,21 @@ mod tests {
     }
 
     /// A prefill product gives each thread as many rows as the others, within a tenth, in tasks
-    /// of at least `ROWS_PER_TASK` whole fours, on the models' shapes and 1 to 8 threads.
+    /// of at least `ROWS_PER_TASK` whole fours, on the models' shapes and 1 to 8 threads; a matrix
+    /// of fewer rows than a four a thread (none, too) still in tasks of some rows.
     #[test]
     fn a_prefill_product_is_shared_evenly() {
         for threads in [1, 2, 3, 4, 8] {
-            for rows in [192, 256, 576, 640, 1024, 1152, 1536, 2048, 3584, 6912, 49_152, 262_144] {
+            for rows in [0, 3, 192, 256, 576, 640, 1024, 1152, 1536, 2048, 3584, 6912, 49_152, 262_144] {
                 let per_task = prefill_rows_per_task(rows, threads);
                 let tasks = rows.div_ceil(per_task);
                 let most = tasks.div_ceil(threads) * per_task;
                 let shown = format!("{rows} rows on {threads} threads: {tasks} tasks of {per_task}");
-                assert!(per_task.is_multiple_of(4), "{shown}");
+                assert!(per_task.is_multiple_of(4) && per_task > 0, "{shown}");
                 assert!(per_task >= ROWS_PER_TASK.min(rows / threads), "{shown}");
-                assert!(most * 10 <= rows.div_ceil(threads) * 11, "{shown}: one thread takes {most}");
+                if rows >= 4 * threads {
+                    assert!(most * 10 <= rows.div_ceil(threads) * 11, "{shown}: one thread takes {most}");
+                }
             }
         }
     }
