@@ -33,11 +33,27 @@ pub(crate) trait Dot {
             Self::add4(lanes.try_into().expect("four"), a, b);
         }
     }
-    /// [`Dot::add8`] for four rows `a`: `lanes[4i + j] += a[i]·b[j]`; two calls of `add8` where a
-    /// build has no registers for more.
+    /// `Σ a·b[j]` over the whole 32s of one row `a` and four rows `b` (as [`Dot::add4`] sums
+    /// them, then [`Dot::total`]).
     #[inline(always)]
-    fn add16(lanes: &mut [Self::Lanes; 16], a: [&[f32]; 4], b: [&[f32]; 4]) {
-        add16_in_pairs::<Self>(lanes, a, b);
+    fn dot4(a: &[f32], b: [&[f32]; 4]) -> [f32; 4] {
+        let mut lanes = [Self::zero(); 4];
+        Self::add4(&mut lanes, a, b);
+        lanes.map(Self::total)
+    }
+    /// `sums[4i + j] = Σ a[i]·b[j]` for two rows `a` and four `b` (as [`Dot::add8`] sums them).
+    #[inline(always)]
+    fn dot8(a: [&[f32]; 2], b: [&[f32]; 4]) -> [f32; 8] {
+        let mut lanes = [Self::zero(); 8];
+        Self::add8(&mut lanes, a, b);
+        lanes.map(Self::total)
+    }
+    /// [`Dot::dot8`] for four rows `a`: `sums[4i + j]`. Where a build has the registers for
+    /// sixteen sums (AVX-512's 32), each vector of the eight inputs is loaded once for four
+    /// multiply-adds; elsewhere two calls of `dot8`.
+    #[inline(always)]
+    fn dot16(a: [&[f32]; 4], b: [&[f32]; 4]) -> [f32; 16] {
+        dot16_in_pairs::<Self>(a, b)
     }
     /// The lanes added pairwise.
     fn total(lanes: Self::Lanes) -> f32;
@@ -47,12 +63,11 @@ pub(crate) trait Dot {
     fn add_q4_1(lanes: &mut Self::Lanes, d: f32, m: f32, qs: &[u8; 16], x: &[f32]);
 }
 
-/// [`Dot::add16`] as two calls of [`Dot::add8`].
+/// [`Dot::dot16`] as two calls of [`Dot::dot8`].
 #[inline(always)]
-fn add16_in_pairs<D: Dot + ?Sized>(lanes: &mut [D::Lanes; 16], a: [&[f32]; 4], b: [&[f32]; 4]) {
-    let (first, second) = lanes.split_at_mut(8);
-    D::add8(first.try_into().expect("eight"), [a[0], a[1]], b);
-    D::add8(second.try_into().expect("eight"), [a[2], a[3]], b);
+fn dot16_in_pairs<D: Dot + ?Sized>(a: [&[f32]; 4], b: [&[f32]; 4]) -> [f32; 16] {
+    let (first, second) = (D::dot8([a[0], a[1]], b), D::dot8([a[2], a[3]], b));
+    std::array::from_fn(|k| if k < 8 { first[k] } else { second[k - 8] })
 }
 
 /// Plain Rust: whatever the compiler makes of it for the baseline CPU.
@@ -127,14 +142,14 @@ impl Dot for Avx2 {
     }
 
     /// With AVX-512 (its 32 registers for AVX2's vectors), sixteen sums in registers; otherwise
-    /// two calls of `add8`.
+    /// two calls of `dot8`.
     #[inline(always)]
-    fn add16(lanes: &mut [Self::Lanes; 16], a: [&[f32]; 4], b: [&[f32]; 4]) {
+    fn dot16(a: [&[f32]; 4], b: [&[f32]; 4]) -> [f32; 16] {
         if crate::matmul::X86::chosen() == crate::matmul::X86::Avx512 {
             // SAFETY: the CPU has AVX-512 F and VL (`X86::chosen`).
-            unsafe { add16_avx512(lanes, a, b) }
+            unsafe { dot16_avx512(a, b) }
         } else {
-            add16_in_pairs::<Self>(lanes, a, b);
+            dot16_in_pairs::<Self>(a, b)
         }
     }
 
@@ -258,10 +273,11 @@ unsafe fn add8_avx2(lanes: &mut [[std::arch::x86_64::__m256; 4]; 8], a: [&[f32];
 
 /// Four rows against four: per 8 values four loads of `a`, four of `b` and sixteen FMAs into
 /// sixteen accumulators (24 of AVX-512's 32 registers, where AVX2's 16 held `add8`'s eight): twice
-/// the independent sums to hide the FMA's latency behind, half the loads a multiply-add.
+/// the independent sums to hide the FMA's latency behind, half the loads a multiply-add. Each sum
+/// added across its lanes once, at the end of the rows.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
-unsafe fn add16_avx512(lanes: &mut [[std::arch::x86_64::__m256; 4]; 16], a: [&[f32]; 4], b: [&[f32]; 4]) {
+unsafe fn dot16_avx512(a: [&[f32]; 4], b: [&[f32]; 4]) -> [f32; 16] {
     use std::arch::x86_64::*;
     let len = a.iter().chain(&b).fold(usize::MAX, |len, v| len.min(v.len())) / 32 * 32;
     let a = a.map(<[f32]>::as_ptr);
@@ -279,9 +295,14 @@ unsafe fn add16_avx512(lanes: &mut [[std::arch::x86_64::__m256; 4]; 16], a: [&[f
         }
         i += 8;
     }
-    for (lanes, sum) in lanes.iter_mut().zip(sums) {
-        lanes[0] = _mm256_add_ps(lanes[0], sum);
+    // A loop, not `map`: a closure does not take this function's target features, and its calls
+    // of `total_avx2` stayed out of line (a third of the time).
+    let (zero, mut totals) = (_mm256_setzero_ps(), [0f32; 16]);
+    for (total, sum) in totals.iter_mut().zip(sums) {
+        // SAFETY: AVX2 and FMA, which this function has.
+        *total = unsafe { total_avx2([sum, zero, zero, zero]) };
     }
+    totals
 }
 
 #[cfg(target_arch = "x86_64")]

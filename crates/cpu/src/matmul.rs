@@ -6,9 +6,10 @@ use crate::dot::{self, Dot};
 use crate::integer::{self, IntegerRow, RowDot};
 use crate::threads::{for_each_task, threads};
 
-/// Weights dequantized at a time: a multiple of every block size (32 and 256 values), 8 KB of
-/// stack, so a tile stays in L1 while every activation row reads it, and the rows of the models
-/// Nucleus runs (576 to 2,048 wide) are one tile: one dot product, one sum of lanes, per row.
+/// Weights dequantized at a time: a multiple of every block size (32 and 256 values), 1 KB, so a
+/// tile stays in L1 while the activation row reads it (a decode step's f32 products), and the
+/// loop that converts a tile compiles to whole vectors (a prefill's rows go a tile at a time into
+/// their buffer).
 pub const TILE: usize = 256;
 
 /// The fewest weight rows one task of a prefill's product computes: enough work per task to hide
@@ -499,14 +500,15 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumul
     }
 }
 
-/// [`rows`] for several x rows: four weight rows at a time, each tile of them dequantized once,
-/// met by the x rows four at a time in registers where a build has them (`Dot::add16`, AVX-512:
-/// eight loads for sixteen multiply-adds), then two at a time (`Dot::add8`: six loads for eight;
-/// an odd last row by `Dot::add4`), so x (a prefill's rows, beyond L1) is read an eighth as
-/// often: 1.5-1.7x the GMAC/s on 32 rows (`matmul_speed -- 3584 1024`; ARCHITECTURE.md). One x
-/// row (a decode step) stays a weight row at a time: grouped, it fell from 18 GMAC/s to 12 on
-/// Q8_0. The x rows go in blocks of [`x_rows_in_cache`], which stay in the cache while every
-/// group of four weight rows reads them (each group's tiles dequantized again per block).
+/// [`rows`] for several x rows: four weight rows at a time, dequantized whole once, met by the x
+/// rows four at a time in registers (`Dot::dot16`; with AVX-512 eight loads for sixteen
+/// multiply-adds), then two at a time (`Dot::dot8`: six loads for eight; an odd last row by
+/// `Dot::dot4`), so x (a prefill's rows, beyond L1) is read an eighth as often: 1.5-1.7x the
+/// GMAC/s on 32 rows (`matmul_speed -- 3584 1024`; ARCHITECTURE.md). Each sum is added across its
+/// lanes once, at the end of the rows. One x row (a decode step) stays a weight row at a time:
+/// grouped, it fell from 18 GMAC/s to 12 on Q8_0. The x rows go in blocks of [`x_rows_in_cache`],
+/// which stay in the cache while every group of four weight rows reads them (each group
+/// dequantized again per block).
 #[inline(always)]
 fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, mut out: Columns, accumulate: bool) {
     let span = x_rows_in_cache(w.cols).min(n);
@@ -516,8 +518,10 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, mut out:
     }
 }
 
-/// [`rows_in_fours`] for one block of `n` x rows. `lanes[r · 4 + j]`: x row r against weight row j
-/// of the four; x row r's sums go to row `from + r` of `out`.
+/// [`rows_in_fours`] for one block of `n` x rows. `sums[r · 4 + j]`: x row r against weight row j
+/// of the four; x row r's sums go to row `from + r` of `out`. The four rows dequantized whole (a
+/// tile at a time, each tile's sums added into lanes kept in memory, the lanes zeroed per group
+/// and added across per sum: 12-20 % slower on every format, `matmul_speed`).
 #[inline(always)]
 fn fours_in_block<D: Dot>(
     w: &Matrix,
@@ -530,63 +534,57 @@ fn fours_in_block<D: Dot>(
     let cols = w.cols;
     let (block, block_bytes) = w.ggml_type.block_layout();
     let tile_bytes = TILE / block as usize * block_bytes as usize;
+    // Whole 32s in the products, the row's last few (a width not a multiple of 32) in order.
     let whole = cols / 32 * 32;
-    let mut tiles = [[0f32; TILE]; 4];
-    let mut lanes = vec![D::zero(); 4 * n];
-    let mut tails = vec![0f32; 4 * n];
+    let mut weights = vec![0f32; 4 * cols];
+    let mut sums = vec![0f32; 4 * n];
     for i4 in 0..out.len.div_ceil(4) {
         let count = (out.len - 4 * i4).min(4);
-        lanes.fill(D::zero());
-        tails.fill(0.0);
-        for t in 0..cols.div_ceil(TILE) {
-            let start = t * TILE;
-            let len = (cols - start).min(TILE);
-            for (j, tile) in tiles.iter_mut().enumerate().take(count) {
-                let row = w.row(first + 4 * i4 + j);
-                let bytes = &row[t * tile_bytes..((t + 1) * tile_bytes).min(row.len())];
-                dequantize_into(w.ggml_type, bytes, &mut tile[..len]);
+        // Each row a tile at a time (whole rows at once, the compiler inserted Q4_1's bytes one
+        // by one).
+        for (j, row) in weights.chunks_exact_mut(cols).enumerate().take(count) {
+            for (bytes, values) in w.row(first + 4 * i4 + j).chunks(tile_bytes).zip(row.chunks_mut(TILE)) {
+                dequantize_into(w.ggml_type, bytes, values);
             }
-            // Whole 32s in the lanes, the row's last few (a width not a multiple of 32) in order.
-            let vector = whole.saturating_sub(start).min(len);
-            let x_at = |r: usize| &x[r * cols + start..r * cols + start + len];
-            // The whole 32s of the four weight rows and of x row `r` (arrays written out: built with
-            // `map`, a call each that the compiler kept out of line).
-            let rows = [&tiles[0][..vector], &tiles[1][..vector], &tiles[2][..vector], &tiles[3][..vector]];
-            let vectors = |r: usize| &x_at(r)[..vector];
-            let quads = if count == 4 { n / 4 * 4 } else { 0 };
-            for r in (0..quads).step_by(4) {
-                let lanes = (&mut lanes[4 * r..4 * r + 16]).try_into().expect("four x rows by four weight rows");
-                D::add16(lanes, [vectors(r), vectors(r + 1), vectors(r + 2), vectors(r + 3)], rows);
-            }
-            let pairs = if count == 4 { quads + (n - quads) / 2 * 2 } else { 0 };
-            for r in (quads..pairs).step_by(2) {
-                let lanes = (&mut lanes[4 * r..4 * r + 8]).try_into().expect("two x rows by four weight rows");
-                D::add8(lanes, [vectors(r), vectors(r + 1)], rows);
-            }
-            // The rows not done in pairs above.
-            for r in pairs..n {
-                let x = x_at(r);
-                let lanes = &mut lanes[4 * r..4 * r + 4];
-                if count == 4 {
-                    D::add4(lanes.try_into().expect("four weight rows"), &x[..vector], rows);
-                } else {
-                    for (j, lanes) in lanes.iter_mut().enumerate().take(count) {
-                        D::add(lanes, &tiles[j][..vector], &x[..vector]);
-                    }
+        }
+        // The four weight rows' whole 32s, and x row `r`'s (arrays written out: built with `map`,
+        // a call each that the compiler kept out of line).
+        let row = |j: usize| &weights[j * cols..j * cols + whole];
+        let rows = [row(0), row(1), row(2), row(3)];
+        let vectors = |r: usize| &x[r * cols..r * cols + whole];
+        let quads = if count == 4 { n / 4 * 4 } else { 0 };
+        for r in (0..quads).step_by(4) {
+            let four = D::dot16([vectors(r), vectors(r + 1), vectors(r + 2), vectors(r + 3)], rows);
+            sums[4 * r..4 * r + 16].copy_from_slice(&four);
+        }
+        let pairs = if count == 4 { quads + (n - quads) / 2 * 2 } else { 0 };
+        for r in (quads..pairs).step_by(2) {
+            sums[4 * r..4 * r + 8].copy_from_slice(&D::dot8([vectors(r), vectors(r + 1)], rows));
+        }
+        // The rows not done in pairs above.
+        for r in pairs..n {
+            if count == 4 {
+                sums[4 * r..4 * r + 4].copy_from_slice(&D::dot4(vectors(r), rows));
+            } else {
+                for (j, sum) in sums[4 * r..4 * r + count].iter_mut().enumerate() {
+                    let mut lanes = D::zero();
+                    D::add(&mut lanes, rows[j], vectors(r));
+                    *sum = D::total(lanes);
                 }
             }
-            if vector < len {
-                for r in 0..n {
-                    let x = x_at(r);
-                    for (j, tail) in tails[4 * r..4 * r + count].iter_mut().enumerate() {
-                        *tail += tiles[j][vector..len].iter().zip(&x[vector..]).fold(0.0, |sum, (a, b)| sum + a * b);
-                    }
+        }
+        if whole < cols {
+            for r in 0..n {
+                let x = &x[r * cols + whole..(r + 1) * cols];
+                for (j, sum) in sums[4 * r..4 * r + count].iter_mut().enumerate() {
+                    let weights = &weights[j * cols + whole..(j + 1) * cols];
+                    *sum += weights.iter().zip(x).fold(0.0, |sum, (a, b)| sum + a * b);
                 }
             }
         }
         for r in 0..n {
             for j in 0..count {
-                out.put(from + r, 4 * i4 + j, D::total(lanes[4 * r + j]) + tails[4 * r + j], accumulate);
+                out.put(from + r, 4 * i4 + j, sums[4 * r + j], accumulate);
             }
         }
     }
