@@ -519,9 +519,9 @@ fn rows_in_fours<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, mut out:
 }
 
 /// [`rows_in_fours`] for one block of `n` x rows. `sums[r · 4 + j]`: x row r against weight row j
-/// of the four; x row r's sums go to row `from + r` of `out`. The four rows dequantized whole (a
-/// tile at a time, each tile's sums added into lanes kept in memory, the lanes zeroed per group
-/// and added across per sum: 12-20 % slower on every format, `matmul_speed`).
+/// of the four; x row r's sums go to row `from + r` of `out`. The four rows are dequantized whole
+/// and each sum is added across once (a tile at a time, each tile's sums added into lanes kept in
+/// memory, zeroed per group, was 12-20 % slower on every format: `matmul_speed`).
 #[inline(always)]
 fn fours_in_block<D: Dot>(
     w: &Matrix,
