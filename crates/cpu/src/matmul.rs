@@ -217,26 +217,19 @@ impl<'a> Columns<'a> {
 fn rows_by_block<D: Dot>(
     w: &Matrix,
     x: &[f32],
-    n: usize,
     first: usize,
     out: &mut [f32],
     accumulate: bool,
     add: impl Fn(&mut D::Lanes, &[u8], &[f32]),
 ) {
-    let cols = w.cols;
     let block_bytes = w.ggml_type.block_layout().1 as usize;
-    let mut lanes = vec![D::zero(); n];
-    for (i, sums) in out.chunks_exact_mut(n).enumerate() {
-        lanes.fill(D::zero());
-        for (b, block) in w.row(first + i).chunks_exact(block_bytes).enumerate() {
-            for (r, lanes) in lanes.iter_mut().enumerate() {
-                add(lanes, block, &x[r * cols + 32 * b..r * cols + 32 * b + 32]);
-            }
+    for (i, sum) in out.iter_mut().enumerate() {
+        let mut lanes = D::zero();
+        for (block, x) in w.row(first + i).chunks_exact(block_bytes).zip(x.chunks_exact(32)) {
+            add(&mut lanes, block, x);
         }
-        for (sum, &lanes) in sums.iter_mut().zip(&lanes) {
-            let value = D::total(lanes);
-            *sum = if accumulate { *sum + value } else { value };
-        }
+        let value = D::total(lanes);
+        *sum = if accumulate { *sum + value } else { value };
     }
 }
 
@@ -463,10 +456,11 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumul
         Out::Row(out) => out,
         Out::Columns(columns) => return rows_in_fours::<D>(w, x, n, first, columns, accumulate),
     };
+    debug_assert_eq!((n, x.len()), (1, w.cols), "one x row");
     // One activation row (a decode step) of Q4_1 (where a build has no integer products): the
     // block straight into the dot product; of the other formats, through the tile.
     if w.ggml_type == GgmlType::Q4_1 {
-        return rows_by_block::<D>(w, x, n, first, out, accumulate, |lanes, block, x| {
+        return rows_by_block::<D>(w, x, first, out, accumulate, |lanes, block, x| {
             D::add_q4_1(lanes, half(block, 0), half(block, 2), block[4..20].try_into().expect("20-byte blocks"), x)
         });
     }
@@ -475,11 +469,8 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumul
     let tile_bytes = TILE / block as usize * block_bytes as usize;
     let whole = cols / 32 * 32;
     let mut tile = [0f32; TILE];
-    let mut lanes = vec![D::zero(); n];
-    let mut tails = vec![0f32; n];
-    for (i, sums) in out.chunks_exact_mut(n).enumerate() {
-        lanes.fill(D::zero());
-        tails.fill(0.0);
+    for (i, sum) in out.iter_mut().enumerate() {
+        let (mut lanes, mut tail) = (D::zero(), 0f32);
         for (t, bytes) in w.row(first + i).chunks(tile_bytes).enumerate() {
             let start = t * TILE;
             let len = (cols - start).min(TILE);
@@ -487,16 +478,12 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumul
             dequantize_into(w.ggml_type, bytes, values);
             // Whole 32s in the lanes, the row's last few (a width not a multiple of 32) in order.
             let vector = whole.saturating_sub(start).min(len);
-            for (r, (lanes, tail)) in lanes.iter_mut().zip(&mut tails).enumerate() {
-                let x = &x[r * cols + start..r * cols + start + len];
-                D::add(lanes, &values[..vector], &x[..vector]);
-                *tail += values[vector..].iter().zip(&x[vector..]).fold(0.0, |sum, (a, b)| sum + a * b);
-            }
+            let x = &x[start..start + len];
+            D::add(&mut lanes, &values[..vector], &x[..vector]);
+            tail += values[vector..].iter().zip(&x[vector..]).fold(0.0, |sum, (a, b)| sum + a * b);
         }
-        for ((sum, &lanes), tail) in sums.iter_mut().zip(&lanes).zip(&tails) {
-            let value = D::total(lanes) + tail;
-            *sum = if accumulate { *sum + value } else { value };
-        }
+        let value = D::total(lanes) + tail;
+        *sum = if accumulate { *sum + value } else { value };
     }
 }
 
