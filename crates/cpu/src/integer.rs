@@ -1271,9 +1271,10 @@ mod avx512 {
     unsafe fn unsigned32_quants(format: Unsigned32, a: &[u8], b: &[u8]) -> __m512i {
         unsafe {
             let nibbles = |block: &[u8]| _mm_loadu_si128(block[format.nibbles..format.nibbles + 16].as_ptr().cast());
-            let both = _mm512_castsi256_si512(_mm256_set_m128i(nibbles(b), nibbles(a)));
-            // 128-bit lanes a, a, b, b; the second of each shifted down by four.
-            let spread = _mm512_shuffle_i64x2::<0b01_01_00_00>(both, both);
+            // 128-bit lanes a, a, b, b (each block's bytes loaded twice by `vbroadcasti128`); the
+            // second of each shifted down by four.
+            let twice = |block: &[u8]| _mm256_broadcastsi128_si256(nibbles(block));
+            let spread = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(twice(a)), twice(b));
             let shifts = _mm512_set_epi64(
                 0x0004_0004_0004_0004,
                 0x0004_0004_0004_0004,
@@ -1284,13 +1285,16 @@ mod avx512 {
                 0,
                 0,
             );
-            let quants = _mm512_and_si512(_mm512_srlv_epi16(spread, shifts), _mm512_set1_epi8(0x0F));
+            let nibbles = _mm512_srlv_epi16(spread, shifts);
             match format.fifth_bits {
+                // `nibbles & 0x0F | fifths` in one `vpternlogd` (0xEA: `A & B | C`), the fifths 16
+                // where a bit is set.
                 Some(_) => {
                     let bits = u64::from(format.fifth_word(a)) | u64::from(format.fifth_word(b)) << 32;
-                    _mm512_mask_add_epi8(quants, bits, quants, _mm512_set1_epi8(16))
+                    let fifths = _mm512_maskz_mov_epi8(bits, _mm512_set1_epi8(16));
+                    _mm512_ternarylogic_epi32::<0xEA>(nibbles, _mm512_set1_epi8(0x0F), fifths)
                 }
-                None => quants,
+                None => _mm512_and_si512(nibbles, _mm512_set1_epi8(0x0F)),
             }
         }
     }
