@@ -2009,9 +2009,10 @@ mod tests {
 
     #[test]
     fn every_value_rounds_to_its_nearest_step() {
-        assert_eq!([2.5, -2.5, 3.5, -3.5, 0.49, -0.51, 8_355_711.2, -8_355_711.2].map(nearest), [
-            2, -2, 4, -4, 0, -1, 0x7F_7F7F, -0x7F_7F7F
-        ]);
+        assert_eq!(
+            [2.5, -2.5, 3.5, -3.5, 0.49, -0.51, 8_355_711.2, -8_355_711.2].map(nearest),
+            [2, -2, 4, -4, 0, -1, 0x7F_7F7F, -0x7F_7F7F]
+        );
         let x: Vec<f32> = (0..1024).map(|i| ((i * 7919 % 1013) as f32 - 506.0) * 3.7e-3 * (1 + i % 5) as f32).collect();
         for block in [BLOCK, SUPER_BLOCK] {
             let q = IntegerRow::new(&x, block);
