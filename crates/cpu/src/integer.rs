@@ -1211,7 +1211,8 @@ mod avx2 {
 }
 
 /// The AVX-512 build (with VNNI and BW: Intel since Ice Lake, AMD since Zen 4; chosen at run
-/// time): as [`Vnni`]'s, 64 quants an instruction; the 32-value formats two blocks a register.
+/// time): 64 quants an instruction, four products into each i32 lane by `vpdpbusd`; a K-quant's
+/// sub-block scales applied in f32, the 32-value formats two blocks a register.
 #[cfg(target_arch = "x86_64")]
 pub(crate) struct Avx512;
 
@@ -1423,21 +1424,24 @@ mod avx512 {
         unsafe { _mm512_loadu_si512(bytes.as_ptr().cast()) }
     }
 
-    /// 16-bit lane `i` of the result: lane `first + i / 16` (Q4_K) or `first + i / 8` (Q6_K) of
-    /// a register of scales, by `vpermw`.
+    /// f32 lane `i` of the result: lane `first + i / run` of `scales` (`vpermps`): a sub-block's
+    /// scale over the lanes that hold its sums (8 lanes for Q4_K's 32 values, 4 for Q6_K's 16).
     #[inline(always)]
-    unsafe fn spread(scales: __m512i, first: usize, run: usize) -> __m512i {
-        let index: [i16; 32] = std::array::from_fn(|i| (first + i / run) as i16);
+    unsafe fn spread(scales: __m512, first: usize, run: usize) -> __m512 {
+        let index: [i32; 16] = std::array::from_fn(|i| (first + i / run) as i32);
         // SAFETY: 64 bytes.
-        unsafe { _mm512_permutexvar_epi16(_mm512_loadu_si512(index.as_ptr().cast()), scales) }
+        unsafe { _mm512_permutexvar_ps(_mm512_loadu_si512(index.as_ptr().cast()), scales) }
     }
 
-    /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
+    /// `Σ q·X` of a K-quant block's 64 quants from value `at` (unsigned, at most 63) against the
+    /// activations' digits, four values to an i32 lane: `(Σq·d₀·2⁸ + Σq·d₁)·2⁸ + Σq·d₂`, exact
+    /// (at most 4·63·0x7F7F7F, within i32), one `vpdpbusd` a digit place.
     #[inline(always)]
-    unsafe fn joined(sums: [__m512i; 3]) -> __m512 {
+    unsafe fn products64(quants: __m512i, [d0, d1, d2]: [&[i8; SUPER_BLOCK]; 3], at: usize) -> __m512i {
         unsafe {
-            let [d0, d1, d2] = sums.map(|s| _mm512_cvtepi32_ps(s));
-            _mm512_fmadd_ps(d0, _mm512_set1_ps(65536.0), _mm512_fmadd_ps(d1, _mm512_set1_ps(256.0), d2))
+            let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, load64(d0, at));
+            let sum = _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d1, at));
+            _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d2, at))
         }
     }
 
@@ -1486,26 +1490,23 @@ mod avx512 {
         unsafe {
             let (d, dmin) = (half(block, 0), half(block, 2));
             let (scales, mins) = k_scales_and_mins(&block[4..16]);
-            let scales = _mm512_cvtepu8_epi16(_mm256_zextsi128_si256(_mm_cvtsi64_si128(scales as i64)));
+            // The eight sub-blocks' scales times `d` and the activations' scale, in lanes 0..8.
+            let scales = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_cvtsi64_si128(scales as i64)));
+            let scales = _mm512_mul_ps(scales, _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)));
             let xs = x.block_digits(b);
-            let mut sums = [_mm512_setzero_si512(); 3];
+            let mut lanes = lanes;
             for group in 0..4 {
-                let (quants, scale) = (quants(group), spread(scales, 2 * group, 16));
-                for (digits, sum) in xs.iter().zip(&mut sums) {
-                    *sum = _mm512_dpwssd_epi32(*sum, _mm512_maddubs_epi16(quants, load64(*digits, 64 * group)), scale);
-                }
+                let sums = products64(quants(group), xs, 64 * group);
+                lanes = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), spread(scales, 2 * group, 8), lanes);
             }
             let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
             let minimums = _mm256_mul_ps(mins, load_f32(&x.sums32, b * 8));
-            (
-                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)), lanes),
-                _mm256_fnmadd_ps(minimums, _mm256_set1_ps(dmin), offsets),
-            )
+            (lanes, _mm256_fnmadd_ps(minimums, _mm256_set1_ps(dmin), offsets))
         }
     }
 
     /// Q6_K: each half's four runs of 32 as two registers of 64 (runs 0 and 1, then 2 and 3,
-    /// as `dequant.rs` reads them), each run's two scales spread over its eight-lane quarters.
+    /// as `dequant.rs` reads them), each 16 values' scale spread over their four i32 lanes.
     #[inline(always)]
     unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
         unsafe {
@@ -1513,9 +1514,11 @@ mod avx512 {
             let xs = x.block_digits(b);
             let (nibbles, two_bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
             let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
-            let scales = _mm512_cvtepi8_epi16(_mm256_zextsi128_si256(_mm_unpacklo_epi64(low_scales, high_scales)));
+            // The 16 sub-blocks' scales times `d` and the activations' scale.
+            let scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(low_scales, high_scales)));
+            let scales = _mm512_mul_ps(scales, _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)));
             let halves = |low: i16, high: i16| _mm512_inserti64x4(_mm512_set1_epi16(low), _mm256_set1_epi16(high), 1);
-            let mut sums = [_mm512_setzero_si512(); 3];
+            let mut lanes = lanes;
             for half_block in 0..2 {
                 let ql = load64(block, 64 * half_block);
                 let qh = _mm512_broadcast_i64x4(load(block, 128 + 32 * half_block));
@@ -1525,11 +1528,9 @@ mod avx512 {
                 ];
                 for (pair, (four_bits, upper)) in pairs.into_iter().enumerate() {
                     let quants = _mm512_or_si512(four_bits, _mm512_and_si512(upper, two_bits));
-                    let scale = spread(scales, 8 * half_block + 4 * pair, 8);
-                    let at = 128 * half_block + 64 * pair;
-                    for (digits, sum) in xs.iter().zip(&mut sums) {
-                        *sum = _mm512_dpwssd_epi32(*sum, _mm512_maddubs_epi16(quants, load64(*digits, at)), scale);
-                    }
+                    let sums = products64(quants, xs, 128 * half_block + 64 * pair);
+                    let scale = spread(scales, 8 * half_block + 4 * pair, 4);
+                    lanes = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, lanes);
                 }
             }
             let float_scales = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
@@ -1538,10 +1539,7 @@ mod avx512 {
                 load_f32(&x.sums, b * 16),
                 _mm256_mul_ps(float_scales(high_scales), load_f32(&x.sums, b * 16 + 8)),
             );
-            (
-                _mm512_fmadd_ps(joined(sums), _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)), lanes),
-                _mm256_fnmadd_ps(scaled_sums, _mm256_set1_ps(32.0 * d), offsets),
-            )
+            (lanes, _mm256_fnmadd_ps(scaled_sums, _mm256_set1_ps(32.0 * d), offsets))
         }
     }
 }
