@@ -312,8 +312,8 @@ fn digits(values: &[i32]) -> [Vec<i8>; 3] {
     let [high, middle, low] = &mut digits;
     for (((&value, high), middle), low) in values.iter().zip(high.iter_mut()).zip(middle.iter_mut()).zip(low) {
         let digit = |rest: i32| ((rest + 128) & 0xFF) - 128;
-        let (d2, rest) = (digit(value), value);
-        let rest = (rest - d2) >> 8;
+        let d2 = digit(value);
+        let rest = (value - d2) >> 8;
         let d1 = digit(rest);
         let d0 = (rest - d1) >> 8;
         debug_assert!((-128..128).contains(&d0), "{value} has more than three digits");
