@@ -123,32 +123,42 @@ pub struct IntegerRow {
     /// Per 32 values: `Σ x`, in f32 (the minimums of Q4_K, Q5_K, Q4_1 and Q5_1 and the offsets
     /// of Q4_0 and Q5_0 multiply it).
     sums32: Vec<f32>,
-    /// Per 64 values (a pair of 32-value blocks), what AVX-512's products of a pair read in 16
-    /// lanes ([`Pair`]); none in a row rounded per 256, nor on a CPU without AVX-512.
+    /// Per 64 values (a pair of 32-value blocks), what AVX-512's products of a pair read besides
+    /// their digits ([`Pair`]); none in a row rounded per 256, nor on a CPU without AVX-512.
     #[cfg(target_arch = "x86_64")]
     pairs: Vec<Pair>,
+    /// Per 64 values, what AVX-512's Q8_0 products of a pair add to their i32 lanes
+    /// ([`Q8_0Offsets`]); apart from [`pairs`](Self::pairs), which the other formats read.
+    #[cfg(target_arch = "x86_64")]
+    q8_0_offsets: Vec<Q8_0Offsets>,
 }
 
 /// What AVX-512's products of a pair of 32-value blocks (64 values, the first block's in lanes
-/// 0..8 of f32, 0..8 of i32) read besides their digits, laid out as its 16 lanes take them: one
-/// aligned load each.
+/// 0..8 of f32, 0..8 of i32) read besides their digits: one 16-byte load each, against the
+/// pair's first two f16s each in f32 (`d, next, d', next'`, `next` being Q4_1's and Q5_1's `m`).
+/// The blocks' scales are multiplied there, in four lanes, and only then spread over 16: the
+/// scales and `Σx/8` loaded spread over 16 lanes each held Q5_0's products at 0.86x
+/// (ARCHITECTURE.md, "The pair's scales in four lanes").
+#[cfg(target_arch = "x86_64")]
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(32))]
+struct Pair {
+    /// `s, s, s', s'`: each block's activation scale twice, so that lanes 0 and 2 of the product
+    /// with `d, next, d', next'` are `d·s` and `d'·s'`.
+    scales: [f32; 4],
+    /// `0, Σx, 0, Σx'` of the two blocks: what `d, m, d', m'` (Q4_1, Q5_1) multiply into the
+    /// minimums' products, and `d, d, d', d'` (Q4_0, Q5_0) into `Σd·Σx`, which their offset
+    /// multiplies.
+    minimum_sums: [f32; 4],
+}
+
+/// What the Q8_0 product of a pair adds to its i32 lanes to take off the 128 it adds to each
+/// quant: 16 lanes of `−128·Σ(d₀·2⁸ + d₁)`, then 16 of `−128·Σd₂`, each lane's sum over the four
+/// values `vpdpbusd` puts in it.
 #[cfg(target_arch = "x86_64")]
 #[derive(Debug, Clone, Copy)]
 #[repr(C, align(64))]
-struct Pair {
-    /// Each block's activation scale, in its eight lanes.
-    scales: [f32; 16],
-    /// Each block's `Σx / 8`, in its eight lanes: summed over them, a block's `Σx` times the
-    /// minimum or offset each lane multiplies it by.
-    eighths: [f32; 16],
-    /// What the Q8_0 product adds to its i32 lanes to take off the 128 it adds to each quant:
-    /// 16 lanes of `−128·Σ(d₀·2⁸ + d₁)`, then 16 of `−128·Σd₂`, each lane's sum over the four
-    /// values `vpdpbusd` puts in it.
-    q8_0_offsets: [i32; 32],
-    /// `0, Σx, 0, Σx` of the two blocks: what `d, m, d, m` (a pair of Q4_1 or Q5_1 blocks' first
-    /// four bytes each, in f32) multiply.
-    minimum_sums: [f32; 4],
-}
+struct Q8_0Offsets([i32; 32]);
 
 impl IntegerRow {
     /// `x` (whole blocks of `block` values, [`SUPER_BLOCK`] or [`BLOCK`]) rounded to the nearest
@@ -171,13 +181,17 @@ impl IntegerRow {
         let sums32: Vec<f32> = sums.chunks_exact(2).map(|pair| pair[0] + pair[1]).collect();
         #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
         let digits = digits(&values);
+        #[cfg(target_arch = "x86_64")]
+        let (pairs, q8_0_offsets) = if block == BLOCK && crate::matmul::X86::Avx512.runs_here() {
+            (pairs(&scales, &sums32), q8_0_offsets(&digits))
+        } else {
+            (Vec::new(), Vec::new())
+        };
         Self {
             #[cfg(target_arch = "x86_64")]
-            pairs: if block == BLOCK && crate::matmul::X86::Avx512.runs_here() {
-                pairs(&digits, &scales, &sums32)
-            } else {
-                Vec::new()
-            },
+            pairs,
+            #[cfg(target_arch = "x86_64")]
+            q8_0_offsets,
             #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
             digits,
             #[cfg(any(test, target_arch = "wasm32"))]
@@ -322,30 +336,34 @@ fn digits(values: &[i32]) -> [Vec<i8>; 3] {
     digits
 }
 
-/// [`IntegerRow`]'s [`Pair`]s, one per 64 values: the scales and sums spread over the blocks'
-/// lanes, and the Q8_0 offsets. AVX-512 multiplies Q8_0's `q + 128` (each signed quant's sign bit
-/// flipped: an unsigned byte) by the digits, one `vpdpbusd` a place where the quants as two
-/// unsigned parts took two; the offsets take the `128·Σd` off, exactly, lane `i` of 16 summing
-/// the values `4i..4i + 4`, as `vpdpbusd` does.
+/// [`IntegerRow`]'s [`Pair`]s, one per 64 values.
 #[cfg(target_arch = "x86_64")]
-fn pairs([d0, d1, d2]: &[Vec<i8>; 3], scales: &[f32], sums32: &[f32]) -> Vec<Pair> {
+fn pairs(scales: &[f32], sums32: &[f32]) -> Vec<Pair> {
+    scales
+        .chunks_exact(2)
+        .zip(sums32.chunks_exact(2))
+        .map(|(s, sums)| Pair { scales: [s[0], s[0], s[1], s[1]], minimum_sums: [0.0, sums[0], 0.0, sums[1]] })
+        .collect()
+}
+
+/// [`IntegerRow`]'s [`Q8_0Offsets`], one per 64 values. AVX-512 multiplies Q8_0's `q + 128` (each
+/// signed quant's sign bit flipped: an unsigned byte) by the digits, one `vpdpbusd` a place where
+/// the quants as two unsigned parts took two; the offsets take the `128·Σd` off, exactly, lane `i`
+/// of 16 summing the values `4i..4i + 4`, as `vpdpbusd` does.
+#[cfg(target_arch = "x86_64")]
+fn q8_0_offsets([d0, d1, d2]: &[Vec<i8>; 3]) -> Vec<Q8_0Offsets> {
     let fours = |digits: &[i8]| -> Vec<i32> {
         digits.chunks_exact(4).map(|four| four.iter().map(|&d| i32::from(d)).sum()).collect()
     };
     let (d0, d1, d2) = (fours(d0), fours(d1), fours(d2));
-    let spread = |pair: &[f32], by: f32| -> [f32; 16] { std::array::from_fn(|i| pair[i / 8] * by) };
     d0.chunks_exact(16)
         .zip(d1.chunks_exact(16))
         .zip(d2.chunks_exact(16))
-        .zip(scales.chunks_exact(2).zip(sums32.chunks_exact(2)))
-        .map(|(((d0, d1), d2), (scales, sums))| Pair {
-            scales: spread(scales, 1.0),
-            eighths: spread(sums, 0.125),
-            q8_0_offsets: std::array::from_fn(|i| match i {
+        .map(|((d0, d1), d2)| {
+            Q8_0Offsets(std::array::from_fn(|i| match i {
                 0..16 => -128 * (d0[i] * 256 + d1[i]),
                 _ => -128 * d2[i - 16],
-            }),
-            minimum_sums: [0.0, sums[0], 0.0, sums[1]],
+            }))
         })
         .collect()
 }
@@ -1236,7 +1254,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::avx2::{self, Madd, k_scales_and_mins, load, load_f32, load8, total};
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half};
+    use super::{GgmlType, IntegerRow, Pair, SUPER_BLOCK, Unsigned32, half};
 
     /// The 32-value formats, two blocks a register: `vpdpbusd` adds four byte products into
     /// each i32 lane, where AVX2 takes three instructions (`vpmaddubsw`, `vpmaddwd`, `vpaddd`)
@@ -1260,16 +1278,18 @@ mod avx512 {
         }
     }
 
-    /// The first two f16s of two blocks in f32, `d, next, d, next` (`next` is Q4_1's and Q5_1's
-    /// `m`), and each block's `d` in its eight lanes: one conversion (each f16 broadcast and
-    /// converted in 16 lanes held Q4_1 at 0.9x the AVX2 build's speed).
+    /// The first two f16s of two blocks in f32, `d, next, d', next'` (`next` is Q4_1's and Q5_1's
+    /// `m`), and `d·s` (`s` the block's activation scale, from `lanes`) in each block's eight
+    /// lanes: one conversion and one product in four lanes (each f16 broadcast and converted in 16
+    /// lanes held Q4_1 at 0.9x the AVX2 build's speed).
     #[inline(always)]
-    unsafe fn scales_of(a: &[u8], b: &[u8]) -> (__m128, __m512) {
+    unsafe fn scales_of(a: &[u8], b: &[u8], lanes: &Pair) -> (__m128, __m512) {
         let word = |block: &[u8]| i32::from_le_bytes(block[..4].try_into().expect("4"));
         unsafe {
             let scales = _mm_cvtph_ps(_mm_set_epi32(0, 0, word(b), word(a)));
+            let products = _mm_mul_ps(scales, _mm_load_ps(lanes.scales.as_ptr()));
             let spread = _mm512_set_epi32(2, 2, 2, 2, 2, 2, 2, 2, 0, 0, 0, 0, 0, 0, 0, 0);
-            (scales, _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(scales)))
+            (scales, _mm512_permutexvar_ps(spread, _mm512_castps128_ps512(products)))
         }
     }
 
@@ -1324,8 +1344,8 @@ mod avx512 {
     /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32).
     #[inline(always)]
     unsafe fn unsigned32_row(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
-        // `d·Σq·x` (less `d·offset·Σx` for Q4_0 and Q5_0) in 16 lanes; Q4_1's and Q5_1's `m·Σx`
-        // in four.
+        // `d·s·ΣQ·X` in 16 lanes; Q4_1's and Q5_1's `m·Σx`, or Q4_0's and Q5_0's `d·Σx` (which
+        // their offset multiplies once, at the end), in four.
         let (mut wide, mut minimums4) = unsafe { (_mm512_setzero_ps(), _mm_setzero_ps()) };
         let (pairs, last) = x.pairs32(row, format.bytes);
         for ([a, b], [d0, d1, d2], lanes) in pairs {
@@ -1336,20 +1356,11 @@ mod avx512 {
                 let mut sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, load64(d0, 0));
                 sum = _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d1, 0));
                 sum = _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d2, 0));
-                let sum = _mm512_mul_ps(_mm512_cvtepi32_ps(sum), _mm512_castsi512_ps(lanes16(&lanes.scales)));
-                let (scales, d) = scales_of(a, b);
-                match format.offset {
-                    // `d·Σq·x`, and `m·Σx` from `d, m, d, m`.
-                    None => {
-                        wide = _mm512_fmadd_ps(sum, d, wide);
-                        minimums4 = _mm_fmadd_ps(scales, _mm_loadu_ps(lanes.minimum_sums.as_ptr()), minimums4);
-                    }
-                    // `d·(Σq·x − offset·Σx)`.
-                    Some(offset) => {
-                        let eighths = _mm512_castsi512_ps(lanes16(&lanes.eighths));
-                        wide = _mm512_fmadd_ps(_mm512_fnmadd_ps(eighths, _mm512_set1_ps(offset), sum), d, wide)
-                    }
-                }
+                let (scales, ds) = scales_of(a, b, lanes);
+                wide = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sum), ds, wide);
+                // `m·Σx` from `d, m, d', m'`, or `d·Σx` from `d, d, d', d'`.
+                let minimums = if format.offset.is_some() { _mm_moveldup_ps(scales) } else { scales };
+                minimums4 = _mm_fmadd_ps(minimums, _mm_load_ps(lanes.minimum_sums.as_ptr()), minimums4);
             }
         }
         let (mut lanes, mut minimums) = (unsafe { _mm256_setzero_ps() }, 0f32);
@@ -1361,7 +1372,9 @@ mod avx512 {
         }
         unsafe {
             let minimums4 = _mm_add_ps(minimums4, _mm_movehl_ps(minimums4, minimums4));
-            _mm512_reduce_add_ps(wide) + total(lanes) + (minimums + _mm_cvtss_f32(_mm_movehdup_ps(minimums4)))
+            let pairs_minimums =
+                _mm_cvtss_f32(_mm_movehdup_ps(minimums4)) * format.offset.map_or(1.0, |offset| -offset);
+            _mm512_reduce_add_ps(wide) + total(lanes) + (minimums + pairs_minimums)
         }
     }
 
@@ -1370,12 +1383,12 @@ mod avx512 {
     unsafe fn q8_0_row(row: &[u8], x: &IntegerRow) -> f32 {
         let mut wide = unsafe { _mm512_setzero_ps() };
         let (pairs, last) = x.pairs32(row, 34);
-        for ([a, b], [d0, d1, d2], lanes) in pairs {
+        for (([a, b], [d0, d1, d2], lanes), offsets) in pairs.zip(&x.q8_0_offsets) {
             unsafe {
                 // `q + 128`: each quant's sign bit flipped, an unsigned byte.
                 let quants = _mm512_xor_si512(pair(load(a, 2), load(b, 2)), _mm512_set1_epi8(-128));
                 let [offsets_high, offsets_low] =
-                    [0, 16].map(|at| lanes16::<i32>(lanes.q8_0_offsets[at..at + 16].try_into().expect("16")));
+                    [0, 16].map(|at| lanes16::<i32>(offsets.0[at..at + 16].try_into().expect("16")));
                 // `high` is `Σq·d₀·2⁸ + Σq·d₁`, `low` `Σq·d₂`: the products of `q + 128` (each
                 // place's at most 4·255·128 in magnitude a lane: a digit may be −128) and the
                 // offsets, `−128·Σd`, the same integers as the AVX2 build's.
@@ -1384,8 +1397,7 @@ mod avx512 {
                 let high = _mm512_add_epi32(high, offsets_high);
                 let low = _mm512_dpbusd_epi32(offsets_low, quants, load64(d2, 0));
                 let value = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(256.0), _mm512_cvtepi32_ps(low));
-                let scales = _mm512_mul_ps(scales_of(a, b).1, _mm512_castsi512_ps(lanes16(&lanes.scales)));
-                wide = _mm512_fmadd_ps(value, scales, wide);
+                wide = _mm512_fmadd_ps(value, scales_of(a, b, lanes).1, wide);
             }
         }
         let mut lanes = unsafe { _mm256_setzero_ps() };
