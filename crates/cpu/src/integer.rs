@@ -99,6 +99,34 @@ impl Unsigned32 {
     }
 }
 
+/// How far ahead of the block in use the K-quants' decode products prefetch a row of at least
+/// [`PREFETCHED_ROW`] values, in bytes (about 14 Q4_K blocks, 10 of Q6_K; 1,024 measured alike):
+/// ARCHITECTURE.md, "Wide K-quant rows prefetched".
+#[cfg(target_arch = "x86_64")]
+const PREFETCH_AHEAD: usize = 2048;
+
+/// The fewest values of a K-quant row whose decode products prefetch it: narrower rows' were
+/// slower with the prefetches (2,048 values: 0.9x), wider ones faster (4,096: 1.04-1.09x, 6,912:
+/// 1.3x), as the activations' digits take more of the L1 cache.
+#[cfg(target_arch = "x86_64")]
+const PREFETCHED_ROW: usize = 4096;
+
+/// The cache lines of a block's `bytes` from `at` in `row`, [`PREFETCH_AHEAD`] bytes on: a
+/// software prefetch (`prefetcht0`), which the hardware's own does not replace in K-quant
+/// rows (ARCHITECTURE.md, "Wide K-quant rows prefetched"). Past the row's end it reaches into the
+/// next row, or nothing: a prefetch does not fault.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_ahead(row: &[u8], at: usize, bytes: usize) {
+    let ahead = row.as_ptr().wrapping_add(at + PREFETCH_AHEAD);
+    for line in (0..bytes).step_by(64) {
+        // SAFETY: a prefetch reads nothing the program sees, wherever it points.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(ahead.wrapping_add(line).cast())
+        }
+    }
+}
+
 /// Steps of the largest activation of a block: `0x7F7F7F`, the largest integer whose three
 /// balanced 8-bit digits are all at most 127 (and its negation's at least −127).
 const STEPS: f64 = 0x7F_7F7F as f64;
@@ -219,6 +247,14 @@ impl IntegerRow {
     /// Values per scale: [`SUPER_BLOCK`] or [`BLOCK`].
     pub fn block(&self) -> usize {
         self.block
+    }
+
+    /// Whether the x86 builds' products of `ggml_type` against this row prefetch the weight row
+    /// as they go: K-quant rows of at least [`PREFETCHED_ROW`] values.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn prefetched(&self, ggml_type: GgmlType) -> bool {
+        Self::scale_block(ggml_type) == Some(SUPER_BLOCK) && self.scales.len() * self.block >= PREFETCHED_ROW
     }
 
     /// The scale of the `b`th block of `block` values, checked to be how this row was rounded.
@@ -774,7 +810,7 @@ impl RowDot for Avx2 {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: only called after the CPU was found to have AVX2, FMA and F16C.
-        unsafe { avx2::row_dot_avx2(ggml_type, row, x) }
+        unsafe { avx2::row_dot::<avx2::Madd>(ggml_type, row, x) }
     }
 }
 
@@ -788,7 +824,7 @@ impl RowDot for Vnni {
     #[inline(always)]
     fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: only called after the CPU was found to have AVX2, FMA, F16C and AVX-VNNI.
-        unsafe { avx2::row_dot_vnni(ggml_type, row, x) }
+        unsafe { avx2::row_dot::<avx2::Vnni>(ggml_type, row, x) }
     }
 }
 
@@ -796,15 +832,28 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
 
-    /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes.
+    /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes, and its functions with
+    /// its target features.
     pub(super) trait PairSums {
         /// `sum + Σ a·b` of each pair of 16-bit lanes.
         ///
         /// # Safety
         /// Only inlined into a function with the build's target features.
         unsafe fn add(sum: __m256i, a: __m256i, b: __m256i) -> __m256i;
+
+        /// A row of a 32-value format.
+        ///
+        /// # Safety
+        /// Only on a CPU with the build's target features.
+        unsafe fn row32(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32;
+
+        /// A row of K-quant `F`.
+        ///
+        /// # Safety
+        /// Only on a CPU with the build's target features.
+        unsafe fn k_row<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32;
     }
 
     /// AVX2: `vpmaddwd`, then `vpaddd`.
@@ -814,6 +863,16 @@ mod avx2 {
         #[inline(always)]
         unsafe fn add(sum: __m256i, a: __m256i, b: __m256i) -> __m256i {
             unsafe { _mm256_add_epi32(sum, _mm256_madd_epi16(a, b)) }
+        }
+
+        unsafe fn row32(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+            // SAFETY: as this function's.
+            unsafe { row32_avx2(ggml_type, row, x) }
+        }
+
+        unsafe fn k_row<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
+            // SAFETY: as this function's.
+            unsafe { k_row_avx2::<F, PREFETCH>(row, x) }
         }
     }
 
@@ -825,51 +884,140 @@ mod avx2 {
         unsafe fn add(sum: __m256i, a: __m256i, b: __m256i) -> __m256i {
             unsafe { _mm256_dpwssd_avx_epi32(sum, a, b) }
         }
+
+        unsafe fn row32(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+            // SAFETY: as this function's.
+            unsafe { row32_vnni(ggml_type, row, x) }
+        }
+
+        unsafe fn k_row<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
+            // SAFETY: as this function's.
+            unsafe { k_row_vnni::<F, PREFETCH>(row, x) }
+        }
     }
 
-    /// The AVX2 build.
+    /// A row of `ggml_type` against `x`: each 32-value format's loop, and each K-quant's, prefetched
+    /// or not ([`IntegerRow::prefetched`]), a function of its own (as in the AVX-512 build, whose
+    /// `row_dot` says why).
+    ///
+    /// # Safety
+    /// Only on a CPU with `P`'s target features.
+    pub(super) unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        let prefetched = x.prefetched(ggml_type);
+        // SAFETY: as this function's.
+        unsafe {
+            match (ggml_type, prefetched) {
+                (GgmlType::Q4K, false) => P::k_row::<Q4k, false>(row, x),
+                (GgmlType::Q4K, true) => P::k_row::<Q4k, true>(row, x),
+                (GgmlType::Q5K, false) => P::k_row::<Q5k, false>(row, x),
+                (GgmlType::Q5K, true) => P::k_row::<Q5k, true>(row, x),
+                (GgmlType::Q6K, false) => P::k_row::<Q6k, false>(row, x),
+                (GgmlType::Q6K, true) => P::k_row::<Q6k, true>(row, x),
+                _ => P::row32(ggml_type, row, x),
+            }
+        }
+    }
+
+    /// The AVX2 build's rows of the 32-value formats.
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) fn row_dot_avx2(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+    fn row32_avx2(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: inlined here, with AVX2 and FMA.
-        unsafe { row_dot::<Madd>(ggml_type, row, x) }
+        unsafe { row32::<Madd>(ggml_type, row, x) }
     }
 
-    /// The AVX-VNNI build.
+    /// The AVX-VNNI build's rows of the 32-value formats.
     #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
-    pub(super) fn row_dot_vnni(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+    fn row32_vnni(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         // SAFETY: inlined here, with AVX2, FMA and AVX-VNNI.
-        unsafe { row_dot::<Vnni>(ggml_type, row, x) }
+        unsafe { row32::<Vnni>(ggml_type, row, x) }
     }
 
-    // Every function below is inlined into one of the two above, which give it its target
+    /// The AVX2 build's rows of K-quant `F`.
+    #[target_feature(enable = "avx2,fma,f16c")]
+    fn k_row_avx2<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: inlined here, with AVX2 and FMA.
+        unsafe { k_row::<Madd, F, PREFETCH>(row, x) }
+    }
+
+    /// The AVX-VNNI build's rows of K-quant `F`.
+    #[target_feature(enable = "avx2,fma,f16c,avxvnni")]
+    fn k_row_vnni<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
+        // SAFETY: inlined here, with AVX2, FMA and AVX-VNNI.
+        unsafe { k_row::<Vnni, F, PREFETCH>(row, x) }
+    }
+
+    // Every function below is inlined into one of the four above, which give it its target
     // features (SAFETY, for each `unsafe` block: the intrinsics need no more than those).
 
     #[inline(always)]
-    unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        // The 32-value formats: each its own copy of the loop, its layout a constant there.
+    unsafe fn row32<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        // Each format its own copy of the loop, its layout a constant there.
         unsafe {
             match ggml_type {
-                GgmlType::Q4_0 => return unsigned32_row::<P>(Unsigned32::Q4_0, row, x),
-                GgmlType::Q4_1 => return unsigned32_row::<P>(Unsigned32::Q4_1, row, x),
-                GgmlType::Q5_0 => return unsigned32_row::<P>(Unsigned32::Q5_0, row, x),
-                GgmlType::Q5_1 => return unsigned32_row::<P>(Unsigned32::Q5_1, row, x),
-                GgmlType::Q8_0 => return q8_0_row::<P>(row, x),
-                _ => {}
+                GgmlType::Q4_0 => unsigned32_row::<P>(Unsigned32::Q4_0, row, x),
+                GgmlType::Q4_1 => unsigned32_row::<P>(Unsigned32::Q4_1, row, x),
+                GgmlType::Q5_0 => unsigned32_row::<P>(Unsigned32::Q5_0, row, x),
+                GgmlType::Q5_1 => unsigned32_row::<P>(Unsigned32::Q5_1, row, x),
+                GgmlType::Q8_0 => q8_0_row::<P>(row, x),
+                other => unreachable!("{other} does not go through integers"),
             }
         }
-        let bytes = ggml_type.block_layout().1 as usize;
+    }
+
+    /// A row of `F`'s blocks, prefetched as it goes with `PREFETCH`.
+    #[inline(always)]
+    unsafe fn k_row<P: PairSums, F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
+        let bytes = F::TYPE.block_layout().1 as usize;
         let mut lanes = unsafe { _mm256_setzero_ps() };
-        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
-            lanes = unsafe {
-                match ggml_type {
-                    GgmlType::Q4K => q4_k::<P>(block, x, b, lanes),
-                    GgmlType::Q5K => q5_k::<P>(block, x, b, lanes),
-                    GgmlType::Q6K => q6_k::<P>(block, x, b, lanes),
-                    other => unreachable!("{other} does not go through integers"),
-                }
-            };
+        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(F::TYPE)).enumerate() {
+            if PREFETCH {
+                prefetch_ahead(row, b * bytes, bytes);
+            }
+            lanes = unsafe { F::add::<P>(block, x, b, lanes) };
         }
         unsafe { total(lanes) }
+    }
+
+    /// A K-quant format's block products.
+    pub(super) trait KBlock {
+        const TYPE: GgmlType;
+
+        /// Block `b` of a row against `x`, added to `lanes`.
+        ///
+        /// # Safety
+        /// Only inlined into a function with `P`'s target features.
+        unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256;
+    }
+
+    pub(super) struct Q4k;
+    pub(super) struct Q5k;
+    pub(super) struct Q6k;
+
+    impl KBlock for Q4k {
+        const TYPE: GgmlType = GgmlType::Q4K;
+
+        #[inline(always)]
+        unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+            unsafe { q4_k::<P>(block, x, b, lanes) }
+        }
+    }
+
+    impl KBlock for Q5k {
+        const TYPE: GgmlType = GgmlType::Q5K;
+
+        #[inline(always)]
+        unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+            unsafe { q5_k::<P>(block, x, b, lanes) }
+        }
+    }
+
+    impl KBlock for Q6k {
+        const TYPE: GgmlType = GgmlType::Q6K;
+
+        #[inline(always)]
+        unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
+            unsafe { q6_k::<P>(block, x, b, lanes) }
+        }
     }
 
     /// The f16s at `at` and `at + 2` of a block (F16C).
@@ -1093,33 +1241,64 @@ mod avx2 {
     /// One Q4_K block against block `b` of `x`, added to `lanes`.
     #[inline(always)]
     unsafe fn q4_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
-        unsafe {
-            let nibbles = _mm256_set1_epi8(0x0F);
-            k_block::<P>(block, x, b, lanes, |group| {
-                let q = load(block, 16 + 32 * group);
-                (_mm256_and_si256(q, nibbles), _mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles))
-            })
-        }
+        unsafe { k_block::<P>(block, x, b, lanes, Q4kGroups(block)) }
     }
 
     /// One Q5_K block (Q4_K's with a fifth bit per quant in `qh`) against block `b` of `x`.
     #[inline(always)]
     unsafe fn q5_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
-        unsafe {
-            let (nibbles, sixteen) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(16));
-            let qh = load(block, 16);
-            // 16 where bit `shift` of the quant's `qh` byte is set.
-            let fifth = |shift: usize| {
-                let bit = _mm256_set1_epi8(1 << shift);
-                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, bit), bit), sixteen)
-            };
-            k_block::<P>(block, x, b, lanes, |group| {
-                let q = load(block, 48 + 32 * group);
+        unsafe { k_block::<P>(block, x, b, lanes, Q5kGroups { block, qh: load(block, 16) }) }
+    }
+
+    /// A Q4_K or Q5_K block's groups of 64 quants, the low and the high 32 as unsigned bytes: a
+    /// trait, not a closure (a closure was called out of line, without the build's target
+    /// features, once the K-quant loop had two copies).
+    trait Groups {
+        /// # Safety
+        /// Only inlined into a function with the build's target features.
+        unsafe fn group(&self, group: usize) -> (__m256i, __m256i);
+    }
+
+    /// Q4_K's block: the group's 32 bytes, low nibbles then high.
+    struct Q4kGroups<'a>(&'a [u8]);
+
+    impl Groups for Q4kGroups<'_> {
+        #[inline(always)]
+        unsafe fn group(&self, group: usize) -> (__m256i, __m256i) {
+            unsafe {
+                let (q, nibbles) = (load(self.0, 16 + 32 * group), _mm256_set1_epi8(0x0F));
+                (_mm256_and_si256(q, nibbles), _mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles))
+            }
+        }
+    }
+
+    /// Q5_K's block and its 32 bytes of fifth bits.
+    struct Q5kGroups<'a> {
+        block: &'a [u8],
+        qh: __m256i,
+    }
+
+    impl Groups for Q5kGroups<'_> {
+        #[inline(always)]
+        unsafe fn group(&self, group: usize) -> (__m256i, __m256i) {
+            unsafe {
+                let (q, nibbles) = (load(self.block, 48 + 32 * group), _mm256_set1_epi8(0x0F));
                 (
-                    _mm256_or_si256(_mm256_and_si256(q, nibbles), fifth(2 * group)),
-                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles), fifth(2 * group + 1)),
+                    _mm256_or_si256(_mm256_and_si256(q, nibbles), self.fifths(2 * group)),
+                    _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), nibbles), self.fifths(2 * group + 1)),
                 )
-            })
+            }
+        }
+    }
+
+    impl Q5kGroups<'_> {
+        /// 16 where bit `shift` of the quant's `qh` byte is set.
+        #[inline(always)]
+        unsafe fn fifths(&self, shift: usize) -> __m256i {
+            unsafe {
+                let bit = _mm256_set1_epi8(1 << shift);
+                _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(self.qh, bit), bit), _mm256_set1_epi8(16))
+            }
         }
     }
 
@@ -1137,14 +1316,14 @@ mod avx2 {
     }
 
     /// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): four groups
-    /// of 64 quants, `quants(group)` the low and the high 32 as unsigned bytes.
+    /// of 64 quants, `quants.group(group)` the low and the high 32 as unsigned bytes.
     #[inline(always)]
     unsafe fn k_block<P: PairSums>(
         block: &[u8],
         x: &IntegerRow,
         b: usize,
         lanes: __m256,
-        quants: impl Fn(usize) -> (__m256i, __m256i),
+        quants: impl Groups,
     ) -> __m256 {
         unsafe {
             let (d, dmin) = (half(block, 0), half(block, 2));
@@ -1160,7 +1339,7 @@ mod avx2 {
             let xs = x.block_digits(b);
             let mut sums = [_mm256_setzero_si256(); 3];
             for group in 0..4 {
-                let (low, high) = quants(group);
+                let (low, high) = quants.group(group);
                 let (low_scale, high_scale) = (broadcast(2 * group), broadcast(2 * group + 1));
                 for (digits, sum) in xs.iter().zip(&mut sums) {
                     // At most 8 · 2·31·128·63 per lane: far within i32.
@@ -1254,7 +1433,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::avx2::{self, Madd, k_scales_and_mins, load, load_f32, load8, total};
-    use super::{GgmlType, IntegerRow, Pair, SUPER_BLOCK, Unsigned32, half};
+    use super::{GgmlType, IntegerRow, Pair, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
 
     /// The 32-value formats, two blocks a register: `vpdpbusd` adds four byte products into
     /// each i32 lane, where AVX2 takes three instructions (`vpmaddubsw`, `vpmaddwd`, `vpaddd`)
@@ -1408,24 +1587,88 @@ mod avx512 {
         unsafe { _mm512_reduce_add_ps(wide) + total(lanes) }
     }
 
-    /// Per row: the blocks' products in 16 lanes, their minimums or offsets in 8.
-    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
-    pub(super) fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        let bytes = ggml_type.block_layout().1 as usize;
-        let (mut lanes, mut offsets) = (_mm512_setzero_ps(), _mm256_setzero_ps());
-        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
-            // SAFETY: (every `unsafe` block here) the helpers need no more than this function's
-            // target features.
-            (lanes, offsets) = unsafe {
-                match ggml_type {
-                    GgmlType::Q4K => q4_k(block, x, b, lanes, offsets),
-                    GgmlType::Q5K => q5_k(block, x, b, lanes, offsets),
-                    GgmlType::Q6K => q6_k(block, x, b, lanes, offsets),
-                    other => unreachable!("{other} is not a K-quant"),
-                }
-            };
+    /// Per row: the blocks' products in 16 lanes, their minimums or offsets in 8. Each format,
+    /// and each K-quant row prefetched or not ([`IntegerRow::prefetched`]), has a function of its
+    /// own (`k_row`): with the three formats' loops in one function, a change to one format's
+    /// products moved the others' (Q6_K's at 0.9x with Q4_K's quants unpacked another way), and
+    /// the prefetching loop beside the other held narrow rows at 0.95x.
+    ///
+    /// # Safety
+    /// Only on a CPU with AVX2, FMA, F16C and AVX-512 F, BW and VNNI.
+    pub(super) unsafe fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        let prefetched = x.prefetched(ggml_type);
+        // SAFETY: as this function's.
+        unsafe {
+            match (ggml_type, prefetched) {
+                (GgmlType::Q4K, false) => k_row::<Q4k, false>(row, x),
+                (GgmlType::Q4K, true) => k_row::<Q4k, true>(row, x),
+                (GgmlType::Q5K, false) => k_row::<Q5k, false>(row, x),
+                (GgmlType::Q5K, true) => k_row::<Q5k, true>(row, x),
+                (GgmlType::Q6K, false) => k_row::<Q6k, false>(row, x),
+                (GgmlType::Q6K, true) => k_row::<Q6k, true>(row, x),
+                (other, _) => unreachable!("{other} is not a K-quant"),
+            }
         }
-        _mm512_reduce_add_ps(lanes) + unsafe { total(offsets) }
+    }
+
+    /// A row of `F`'s blocks, prefetched as it goes with `PREFETCH`.
+    #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+    fn k_row<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
+        let bytes = F::TYPE.block_layout().1 as usize;
+        let mut sums = (_mm512_setzero_ps(), _mm256_setzero_ps());
+        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(F::TYPE)).enumerate() {
+            if PREFETCH {
+                prefetch_ahead(row, b * bytes, bytes);
+            }
+            // SAFETY: the block's products need no more than this function's target features.
+            sums = unsafe { F::add(block, x, b, sums) };
+        }
+        _mm512_reduce_add_ps(sums.0) + unsafe { total(sums.1) }
+    }
+
+    /// The products and minimums (or offsets) of a K-quant row's blocks so far.
+    type Sums = (__m512, __m256);
+
+    /// A K-quant format's block products.
+    trait KBlock {
+        const TYPE: GgmlType;
+
+        /// Block `b` of a row against `x`, added to `sums`.
+        ///
+        /// # Safety
+        /// Only inlined into a function with this module's target features.
+        unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums;
+    }
+
+    struct Q4k;
+    struct Q5k;
+    struct Q6k;
+
+    impl KBlock for Q4k {
+        const TYPE: GgmlType = GgmlType::Q4K;
+
+        #[inline(always)]
+        unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
+            unsafe { q4_k(block, x, b, sums) }
+        }
+    }
+
+    impl KBlock for Q5k {
+        const TYPE: GgmlType = GgmlType::Q5K;
+
+        #[inline(always)]
+        unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
+            unsafe { q5_k(block, x, b, sums) }
+        }
+    }
+
+    impl KBlock for Q6k {
+        const TYPE: GgmlType = GgmlType::Q6K;
+
+        #[inline(always)]
+        unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
+            unsafe { q6_k(block, x, b, sums) }
+        }
     }
 
     /// 64 bytes from `at`.
@@ -1458,47 +1701,52 @@ mod avx512 {
     }
 
     #[inline(always)]
-    unsafe fn q4_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
+    unsafe fn q4_k(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
         unsafe {
-            k_block(block, x, b, lanes, offsets, |group| {
-                let nibbles = _mm512_set1_epi8(0x0F);
-                // The group's 32 bytes in both halves, the high half shifted to its high nibbles.
-                let q = _mm512_broadcast_i64x4(load(block, 16 + 32 * group));
-                let shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-                _mm512_and_si512(_mm512_srlv_epi16(q, shifts), nibbles)
-            })
+            let quants = [nibbles64(block, 16), nibbles64(block, 48), nibbles64(block, 80), nibbles64(block, 112)];
+            k_block(block, x, b, sums, quants)
         }
     }
 
     #[inline(always)]
-    unsafe fn q5_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
+    unsafe fn q5_k(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
         unsafe {
             let qh = _mm512_broadcast_i64x4(load(block, 16));
-            k_block(block, x, b, lanes, offsets, |group| {
-                let nibbles = _mm512_set1_epi8(0x0F);
-                let q = _mm512_broadcast_i64x4(load(block, 48 + 32 * group));
-                let shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
-                let four_bits = _mm512_and_si512(_mm512_srlv_epi16(q, shifts), nibbles);
-                // The fifth bit: bit 2·group of `qh` for the low 32, 2·group + 1 for the high.
-                let bits =
-                    _mm512_inserti64x4(_mm512_set1_epi8(1 << (2 * group)), _mm256_set1_epi8(1 << (2 * group + 1)), 1);
-                let fifth = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, bits), _mm512_set1_epi8(16));
-                _mm512_or_si512(four_bits, fifth)
-            })
+            let quants =
+                [fifths64(block, qh, 0), fifths64(block, qh, 1), fifths64(block, qh, 2), fifths64(block, qh, 3)];
+            k_block(block, x, b, sums, quants)
         }
     }
 
-    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the group's 64
-    /// unsigned bytes in the order of its values.
+    /// Q5_K's group `group` of 64 quants: their low four bits, and 16 where their fifth bit in
+    /// `qh` is set (bit 2·group of each byte for the low 32, 2·group + 1 for the high).
     #[inline(always)]
-    unsafe fn k_block(
-        block: &[u8],
-        x: &IntegerRow,
-        b: usize,
-        lanes: __m512,
-        offsets: __m256,
-        quants: impl Fn(usize) -> __m512i,
-    ) -> (__m512, __m256) {
+    unsafe fn fifths64(block: &[u8], qh: __m512i, group: usize) -> __m512i {
+        unsafe {
+            let bits =
+                _mm512_inserti64x4(_mm512_set1_epi8(1 << (2 * group)), _mm256_set1_epi8(1 << (2 * group + 1)), 1);
+            let fifth = _mm512_maskz_mov_epi8(_mm512_test_epi8_mask(qh, bits), _mm512_set1_epi8(16));
+            _mm512_or_si512(nibbles64(block, 48 + 32 * group), fifth)
+        }
+    }
+
+    /// A group of 64 Q4_K or Q5_K quants' low four bits from the 32 bytes at `at`: the bytes in
+    /// both halves, the high half shifted to its high nibbles.
+    #[inline(always)]
+    unsafe fn nibbles64(block: &[u8], at: usize) -> __m512i {
+        unsafe {
+            let q = _mm512_broadcast_i64x4(load(block, at));
+            let shifts = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+            _mm512_and_si512(_mm512_srlv_epi16(q, shifts), _mm512_set1_epi8(0x0F))
+        }
+    }
+
+    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants[group]` the group's 64
+    /// unsigned bytes in the order of its values (unpacked before the block's products: passed
+    /// as a closure, they were called out of line, without this module's target features, when
+    /// the loop over the blocks was a function of its own).
+    #[inline(always)]
+    unsafe fn k_block(block: &[u8], x: &IntegerRow, b: usize, (lanes, offsets): Sums, quants: [__m512i; 4]) -> Sums {
         unsafe {
             let (d, dmin) = (half(block, 0), half(block, 2));
             let (scales, mins) = k_scales_and_mins(&block[4..16]);
@@ -1507,8 +1755,8 @@ mod avx512 {
             let scales = _mm512_mul_ps(scales, _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)));
             let xs = x.block_digits(b);
             let mut lanes = lanes;
-            for group in 0..4 {
-                let sums = products64(quants(group), xs, 64 * group);
+            for (group, quants) in quants.into_iter().enumerate() {
+                let sums = products64(quants, xs, 64 * group);
                 lanes = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), spread(scales, 2 * group, 8), lanes);
             }
             let mins = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(mins as i64)));
@@ -1520,7 +1768,7 @@ mod avx512 {
     /// Q6_K: each half's four runs of 32 as two registers of 64 (runs 0 and 1, then 2 and 3,
     /// as `dequant.rs` reads them), each 16 values' scale spread over their four i32 lanes.
     #[inline(always)]
-    unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, lanes: __m512, offsets: __m256) -> (__m512, __m256) {
+    unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, (lanes, offsets): Sums) -> Sums {
         unsafe {
             let d = half(block, 208);
             let xs = x.block_digits(b);
@@ -1982,7 +2230,8 @@ mod tests {
     /// one, on every format, every quant value (the blocks' bytes run through all 251 residues:
     /// Q8_0's −128 among them) and the digits' extremes (−127 in each place, −128 in the lower
     /// two); the 32-value formats on an even and an odd number of blocks (AVX-512 takes them in
-    /// pairs, an odd last one the AVX2 way).
+    /// pairs, an odd last one the AVX2 way), the K-quants on a row that AVX-512 prefetches and
+    /// one it does not.
     #[cfg(target_arch = "x86_64")]
     #[test]
     fn the_x86_builds_equal_the_portable_one() {
@@ -1996,7 +2245,9 @@ mod tests {
         let rows = 4;
         for (name, _, build) in builds.into_iter().filter(|(_, present, _)| *present) {
             for (ggml_type, block) in FORMATS {
-                let widths: &[usize] = if block == BLOCK { &[1024, 1024 + 3 * BLOCK] } else { &[1024] };
+                // K-quant rows of at least `PREFETCHED_ROW` values go through a loop of their own.
+                let widths: &[usize] =
+                    if block == BLOCK { &[1024, 1024 + 3 * BLOCK] } else { &[1024, PREFETCHED_ROW + SUPER_BLOCK] };
                 for &cols in widths {
                     let mut x = activations(cols);
                     x[300] = -x.iter().fold(0f32, |m, v| m.max(v.abs()));
