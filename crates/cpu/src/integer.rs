@@ -137,7 +137,7 @@ const STEPS: f64 = 0x7F_7F7F as f64;
 pub struct IntegerRow {
     /// `d₀, d₁, d₂` of each value: `X = d₀·2¹⁶ + d₁·2⁸ + d₂`.
     #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
-    digits: [Vec<i8>; 3],
+    digits: [Digits; 3],
     /// `X >> 8` and `X & 0xFF` of each value `X` (`x ≈ X · scale`, `|X| ≤ 0x7F7F7F`).
     #[cfg(any(test, target_arch = "wasm32"))]
     halves: [Vec<i16>; 2],
@@ -355,12 +355,57 @@ fn sum16(values: &[f32; 16]) -> f32 {
     (fours[0] + fours[2]) + (fours[1] + fours[3])
 }
 
+/// One digit place of a row's values, its start on a 64-byte boundary: the products load the
+/// digits 32 or 64 at a time from multiples of 32 values, and so never across two cache lines
+/// (a `Vec<i8>` starts where the allocator puts it, 16-byte aligned, and three in four of
+/// AVX-512's 64-byte loads straddled two lines: ARCHITECTURE.md, "The digits on cache lines").
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[derive(Debug, Clone)]
+struct Digits {
+    lines: Vec<Line>,
+    len: usize,
+}
+
+/// 64 digits, a cache line.
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+#[derive(Debug, Clone, Copy)]
+#[repr(C, align(64))]
+struct Line([i8; 64]);
+
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+impl Digits {
+    /// `len` zero digits.
+    fn zeros(len: usize) -> Self {
+        Self { lines: vec![Line([0; 64]); len.div_ceil(64)], len }
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+impl std::ops::Deref for Digits {
+    type Target = [i8];
+
+    fn deref(&self) -> &[i8] {
+        // SAFETY: `Line` is 64 `i8`s and nothing else (`repr(C)`, size 64), so the lines are
+        // `64 · lines.len() ≥ len` consecutive, initialised `i8`s.
+        unsafe { std::slice::from_raw_parts(self.lines.as_ptr().cast::<i8>(), self.len) }
+    }
+}
+
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+impl std::ops::DerefMut for Digits {
+    fn deref_mut(&mut self) -> &mut [i8] {
+        // SAFETY: as `deref`'s, the slice borrowing `self` mutably.
+        unsafe { std::slice::from_raw_parts_mut(self.lines.as_mut_ptr().cast::<i8>(), self.len) }
+    }
+}
+
 /// The balanced base-256 digits of each value, most significant first.
 #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
-fn digits(values: &[i32]) -> [Vec<i8>; 3] {
-    let mut digits = [vec![0i8; values.len()], vec![0i8; values.len()], vec![0i8; values.len()]];
+fn digits(values: &[i32]) -> [Digits; 3] {
+    let mut digits = [Digits::zeros(values.len()), Digits::zeros(values.len()), Digits::zeros(values.len())];
     let [high, middle, low] = &mut digits;
-    for (((&value, high), middle), low) in values.iter().zip(high.iter_mut()).zip(middle.iter_mut()).zip(low) {
+    for (((&value, high), middle), low) in values.iter().zip(high.iter_mut()).zip(middle.iter_mut()).zip(low.iter_mut())
+    {
         let digit = |rest: i32| ((rest + 128) & 0xFF) - 128;
         let d2 = digit(value);
         let rest = (value - d2) >> 8;
@@ -387,7 +432,7 @@ fn pairs(scales: &[f32], sums32: &[f32]) -> Vec<Pair> {
 /// the quants as two unsigned parts took two; the offsets take the `128·Σd` off, exactly, lane `i`
 /// of 16 summing the values `4i..4i + 4`, as `vpdpbusd` does.
 #[cfg(target_arch = "x86_64")]
-fn q8_0_offsets([d0, d1, d2]: &[Vec<i8>; 3]) -> Vec<Q8_0Offsets> {
+fn q8_0_offsets([d0, d1, d2]: &[Digits; 3]) -> Vec<Q8_0Offsets> {
     let fours = |digits: &[i8]| -> Vec<i32> {
         digits.chunks_exact(4).map(|four| four.iter().map(|&d| i32::from(d)).sum()).collect()
     };
