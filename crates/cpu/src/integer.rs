@@ -2313,6 +2313,23 @@ mod tests {
         }
     }
 
+    /// Each digit place starts on a cache line and holds exactly the row's values, a whole number
+    /// of lines or not; the digits read back are the values'.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn the_digits_start_on_a_cache_line() {
+        for len in [32, 96, 256, 1056] {
+            let q = IntegerRow::new(&activations(len), BLOCK);
+            for place in &q.digits {
+                assert_eq!((place.as_ptr() as usize % 64, place.len()), (0, len), "{len} values");
+            }
+            let value = |i: usize| i32::from(q.halves[0][i]) * 256 + i32::from(q.halves[1][i]);
+            let digits =
+                |i: usize| [0, 1, 2].map(|d| i32::from(q.digits[d][i])).into_iter().fold(0, |n, d| n * 256 + d);
+            assert!((0..len).all(|i| digits(i) == value(i)), "{len} values");
+        }
+    }
+
     #[test]
     fn every_value_rounds_to_its_nearest_step() {
         assert_eq!(
