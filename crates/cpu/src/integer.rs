@@ -190,8 +190,20 @@ struct Q8_0Offsets([i32; 32]);
 
 impl IntegerRow {
     /// `x` (whole blocks of `block` values, [`SUPER_BLOCK`] or [`BLOCK`]) rounded to the nearest
-    /// of `2 · 0x7F7F7F` steps of its largest magnitude per block.
+    /// of `2 · 0x7F7F7F` steps of its largest magnitude per block, for products of any format.
     pub fn new(x: &[f32], block: usize) -> Self {
+        Self::rounded(x, block, true)
+    }
+
+    /// [`new`](Self::new)'s row for products of `types` alone: AVX-512's Q8_0 offsets only where
+    /// one of them is Q8_0 (they took a third of the time to round a row per 32 values, 1.0 of
+    /// 2.7 µs at 1,152 values: `examples/rounding_speed.rs`; most such rows meet no Q8_0 matrix).
+    pub fn for_types(x: &[f32], block: usize, mut types: impl Iterator<Item = GgmlType>) -> Self {
+        Self::rounded(x, block, types.any(|ggml_type| ggml_type == GgmlType::Q8_0))
+    }
+
+    #[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+    fn rounded(x: &[f32], block: usize, q8_0: bool) -> Self {
         assert!(block == SUPER_BLOCK || block == BLOCK, "a scale per {block} values");
         assert!(x.len().is_multiple_of(block), "{} activations are not whole blocks of {block}", x.len());
         let mut values = vec![0i32; x.len()];
@@ -211,7 +223,7 @@ impl IntegerRow {
         let digits = digits(&values);
         #[cfg(target_arch = "x86_64")]
         let (pairs, q8_0_offsets) = if block == BLOCK && crate::matmul::X86::Avx512.runs_here() {
-            (pairs(&scales, &sums32), q8_0_offsets(&digits))
+            (pairs(&scales, &sums32), if q8_0 { q8_0_offsets(&digits) } else { Vec::new() })
         } else {
             (Vec::new(), Vec::new())
         };
@@ -1607,6 +1619,7 @@ mod avx512 {
     unsafe fn q8_0_row(row: &[u8], x: &IntegerRow) -> f32 {
         let mut wide = unsafe { _mm512_setzero_ps() };
         let (pairs, last) = x.pairs32(row, 34);
+        assert!(x.q8_0_offsets.len() >= row.len() / 68, "a row rounded without Q8_0's offsets, read by Q8_0");
         for (([a, b], [d0, d1, d2], lanes), offsets) in pairs.zip(&x.q8_0_offsets) {
             unsafe {
                 // `q + 128`: each quant's sign bit flipped, an unsigned byte.
@@ -2310,6 +2323,25 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A row rounded for products that include Q8_0 has AVX-512's Q8_0 offsets, as a row for
+    /// every format does; one for other formats alone has none, and reading it as Q8_0 panics.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn only_a_row_for_q8_0_products_has_their_offsets() {
+        let x = activations(1024);
+        let every = IntegerRow::new(&x, BLOCK);
+        let with = IntegerRow::for_types(&x, BLOCK, [GgmlType::Q5_0, GgmlType::Q8_0].into_iter());
+        let without = IntegerRow::for_types(&x, BLOCK, [GgmlType::Q5_0].into_iter());
+        assert!(without.q8_0_offsets.is_empty());
+        assert_eq!(with.q8_0_offsets.len(), every.q8_0_offsets.len());
+        if crate::matmul::X86::Avx512.runs_here() {
+            assert_eq!(every.q8_0_offsets.len(), 1024 / 64);
+            let bytes = blocks(GgmlType::Q8_0, 1, 1024);
+            let read = std::panic::catch_unwind(|| Avx512::row_dot(GgmlType::Q8_0, &bytes, &without));
+            assert!(read.is_err(), "a Q8_0 product of a row without its offsets");
         }
     }
 

@@ -129,7 +129,7 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
         let rounded: Vec<IntegerRow> = [integer::SUPER_BLOCK, integer::BLOCK]
             .into_iter()
             .filter(|&block| integer.is_some() && wanted(block))
-            .map(|block| IntegerRow::new(x, block))
+            .map(|block| IntegerRow::for_types(x, block, products.iter().map(|(w, _)| w.ggml_type)))
             .collect();
         let rounded_for = |w: &Matrix| {
             let block = IntegerRow::scale_block(w.ggml_type)?;
