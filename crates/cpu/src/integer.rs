@@ -127,6 +127,53 @@ fn prefetch_ahead(row: &[u8], at: usize, bytes: usize) {
     }
 }
 
+/// A K-quant format as a type: each x86 build compiles its loop over a row once per format, and
+/// once more for rows that are prefetched ([`k_rows`]).
+#[cfg(target_arch = "x86_64")]
+trait KFormat {
+    const TYPE: GgmlType;
+}
+
+#[cfg(target_arch = "x86_64")]
+struct Q4k;
+#[cfg(target_arch = "x86_64")]
+struct Q5k;
+#[cfg(target_arch = "x86_64")]
+struct Q6k;
+
+#[cfg(target_arch = "x86_64")]
+impl KFormat for Q4k {
+    const TYPE: GgmlType = GgmlType::Q4K;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl KFormat for Q5k {
+    const TYPE: GgmlType = GgmlType::Q5K;
+}
+
+#[cfg(target_arch = "x86_64")]
+impl KFormat for Q6k {
+    const TYPE: GgmlType = GgmlType::Q6K;
+}
+
+/// `row::<F, PREFETCH>(args)` for K-quant `ggml_type` (`F` its [`KFormat`]) and whether the row is
+/// [prefetched](IntegerRow::prefetched): each format and choice a function of its own, in each x86
+/// build (the AVX-512 build's `row_dot` says why).
+#[cfg(target_arch = "x86_64")]
+macro_rules! k_rows {
+    ($ggml_type:expr, $prefetched:expr, $($row:ident)::+ ($($arg:expr),*)) => {
+        match ($ggml_type, $prefetched) {
+            (GgmlType::Q4K, false) => $($row)::+::<$crate::integer::Q4k, false>($($arg),*),
+            (GgmlType::Q4K, true) => $($row)::+::<$crate::integer::Q4k, true>($($arg),*),
+            (GgmlType::Q5K, false) => $($row)::+::<$crate::integer::Q5k, false>($($arg),*),
+            (GgmlType::Q5K, true) => $($row)::+::<$crate::integer::Q5k, true>($($arg),*),
+            (GgmlType::Q6K, false) => $($row)::+::<$crate::integer::Q6k, false>($($arg),*),
+            (GgmlType::Q6K, true) => $($row)::+::<$crate::integer::Q6k, true>($($arg),*),
+            (other, _) => unreachable!("{other} is not a K-quant"),
+        }
+    };
+}
+
 /// Steps of the largest activation of a block: `0x7F7F7F`, the largest integer whose three
 /// balanced 8-bit digits are all at most 127 (and its negation's at least −127).
 const STEPS: f64 = 0x7F_7F7F as f64;
@@ -889,7 +936,7 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
+    use super::{BLOCK, GgmlType, IntegerRow, KFormat, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
 
     /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes, and its functions with
     /// its target features.
@@ -960,17 +1007,12 @@ mod avx2 {
     /// # Safety
     /// Only on a CPU with `P`'s target features.
     pub(super) unsafe fn row_dot<P: PairSums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        let prefetched = x.prefetched(ggml_type);
         // SAFETY: as this function's.
         unsafe {
-            match (ggml_type, prefetched) {
-                (GgmlType::Q4K, false) => P::k_row::<Q4k, false>(row, x),
-                (GgmlType::Q4K, true) => P::k_row::<Q4k, true>(row, x),
-                (GgmlType::Q5K, false) => P::k_row::<Q5k, false>(row, x),
-                (GgmlType::Q5K, true) => P::k_row::<Q5k, true>(row, x),
-                (GgmlType::Q6K, false) => P::k_row::<Q6k, false>(row, x),
-                (GgmlType::Q6K, true) => P::k_row::<Q6k, true>(row, x),
-                _ => P::row32(ggml_type, row, x),
+            if IntegerRow::scale_block(ggml_type) == Some(BLOCK) {
+                P::row32(ggml_type, row, x)
+            } else {
+                k_rows!(ggml_type, x.prefetched(ggml_type), P::k_row(row, x))
             }
         }
     }
@@ -1035,10 +1077,8 @@ mod avx2 {
         unsafe { total(lanes) }
     }
 
-    /// A K-quant format's block products.
-    pub(super) trait KBlock {
-        const TYPE: GgmlType;
-
+    /// A K-quant format's block products in this build.
+    pub(super) trait KBlock: KFormat {
         /// Block `b` of a row against `x`, added to `lanes`.
         ///
         /// # Safety
@@ -1046,13 +1086,7 @@ mod avx2 {
         unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256;
     }
 
-    pub(super) struct Q4k;
-    pub(super) struct Q5k;
-    pub(super) struct Q6k;
-
     impl KBlock for Q4k {
-        const TYPE: GgmlType = GgmlType::Q4K;
-
         #[inline(always)]
         unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
             unsafe { q4_k::<P>(block, x, b, lanes) }
@@ -1060,8 +1094,6 @@ mod avx2 {
     }
 
     impl KBlock for Q5k {
-        const TYPE: GgmlType = GgmlType::Q5K;
-
         #[inline(always)]
         unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
             unsafe { q5_k::<P>(block, x, b, lanes) }
@@ -1069,8 +1101,6 @@ mod avx2 {
     }
 
     impl KBlock for Q6k {
-        const TYPE: GgmlType = GgmlType::Q6K;
-
         #[inline(always)]
         unsafe fn add<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
             unsafe { q6_k::<P>(block, x, b, lanes) }
@@ -1490,7 +1520,7 @@ mod avx512 {
     use std::arch::x86_64::*;
 
     use super::avx2::{self, Madd, k_scales_and_mins, load, load_f32, load8, total};
-    use super::{GgmlType, IntegerRow, Pair, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
+    use super::{GgmlType, IntegerRow, KFormat, Pair, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
 
     /// The 32-value formats, two blocks a register: `vpdpbusd` adds four byte products into
     /// each i32 lane, where AVX2 takes three instructions (`vpmaddubsw`, `vpmaddwd`, `vpaddd`)
@@ -1654,19 +1684,8 @@ mod avx512 {
     /// # Safety
     /// Only on a CPU with AVX2, FMA, F16C and AVX-512 F, BW and VNNI.
     pub(super) unsafe fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
-        let prefetched = x.prefetched(ggml_type);
         // SAFETY: as this function's.
-        unsafe {
-            match (ggml_type, prefetched) {
-                (GgmlType::Q4K, false) => k_row::<Q4k, false>(row, x),
-                (GgmlType::Q4K, true) => k_row::<Q4k, true>(row, x),
-                (GgmlType::Q5K, false) => k_row::<Q5k, false>(row, x),
-                (GgmlType::Q5K, true) => k_row::<Q5k, true>(row, x),
-                (GgmlType::Q6K, false) => k_row::<Q6k, false>(row, x),
-                (GgmlType::Q6K, true) => k_row::<Q6k, true>(row, x),
-                (other, _) => unreachable!("{other} is not a K-quant"),
-            }
-        }
+        unsafe { k_rows!(ggml_type, x.prefetched(ggml_type), k_row(row, x)) }
     }
 
     /// A row of `F`'s blocks, prefetched as it goes with `PREFETCH`.
@@ -1687,10 +1706,8 @@ mod avx512 {
     /// The products and minimums (or offsets) of a K-quant row's blocks so far.
     type Sums = (__m512, __m256);
 
-    /// A K-quant format's block products.
-    trait KBlock {
-        const TYPE: GgmlType;
-
+    /// A K-quant format's block products in this build.
+    trait KBlock: KFormat {
         /// Block `b` of a row against `x`, added to `sums`.
         ///
         /// # Safety
@@ -1698,13 +1715,7 @@ mod avx512 {
         unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums;
     }
 
-    struct Q4k;
-    struct Q5k;
-    struct Q6k;
-
     impl KBlock for Q4k {
-        const TYPE: GgmlType = GgmlType::Q4K;
-
         #[inline(always)]
         unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
             unsafe { q4_k(block, x, b, sums) }
@@ -1712,8 +1723,6 @@ mod avx512 {
     }
 
     impl KBlock for Q5k {
-        const TYPE: GgmlType = GgmlType::Q5K;
-
         #[inline(always)]
         unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
             unsafe { q5_k(block, x, b, sums) }
@@ -1721,8 +1730,6 @@ mod avx512 {
     }
 
     impl KBlock for Q6k {
-        const TYPE: GgmlType = GgmlType::Q6K;
-
         #[inline(always)]
         unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
             unsafe { q6_k(block, x, b, sums) }
