@@ -1,53 +1,94 @@
 // Times the CPU engine's products built for wasm32 (crates/cpu/examples/wasm_product_speed.rs,
-// whose doc has the build command) in Node's V8, one thread: per format and shape, the best of
-// several runs of each way of summing byte products, alternating (with relaxed SIMD; one column
-// without), in GMAC/s. A measurement, not a test.
-// Usage: node tests/wasm/product-speed.mjs path/to/wasm_product_speed.wasm [FORMAT:ROWS:COLS[:N] ...]
+// whose doc has the build command), one thread: per format and shape, the best of several runs of
+// each way of summing byte products, alternating (with relaxed SIMD; one column without), in
+// GMAC/s. In Node's V8, or in a page of Chromium (`--chromium`: its V8 is newer than Node's and
+// compiles the same module differently) or Firefox (`--firefox`). A measurement, not a test.
+// Usage: node tests/wasm/product-speed.mjs [--chromium | --firefox] path/to/wasm_product_speed.wasm [FORMAT:ROWS:COLS[:N] ...]
 import { readFile } from 'node:fs/promises';
 import v8 from 'node:v8';
 
-// As in cpu-parity.mjs: Node 20 validates relaxed SIMD behind this flag, and its baseline
-// compiler gets the byte dot product wrong; the optimising compiler alone.
-v8.setFlagsFromString('--experimental-wasm-relaxed-simd');
-v8.setFlagsFromString('--no-liftoff');
-
-const FORMATS = ['Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'F16'];
-const WAYS = ['accumulating', 'paired'];
 const DEFAULT_SHAPES = ['Q4_1:1536:576', 'Q8_0:1536:576', 'Q4_0:2048:640', 'Q5_0:2048:640', 'Q4_K:3584:1024',
   'Q5_K:3584:1024', 'Q6_K:3584:1024', 'Q6_K:248320:1024'];
-const RUNS = 9;
-/** Each timed run lasts about this long. */
-const RUN_MS = 20;
 
-const [wasmPath, ...given] = process.argv.slice(2);
-if (!wasmPath) throw new Error('usage: node tests/wasm/product-speed.mjs WASM [FORMAT:ROWS:COLS[:N] ...]');
-const { instance } = await WebAssembly.instantiate(await readFile(wasmPath), {});
-const { prepare, choose, choices, run } = instance.exports;
-const ways = choices() > 0 ? WAYS : ['(one way)'];
-console.log(`| product | ${ways.map((w) => `${w} GMAC/s`).join(' | ')} |`);
-console.log(`|---|${ways.map(() => '---:').join('|')}|`);
-for (const shape of given.length ? given : DEFAULT_SHAPES) {
-  const [format, rows, cols, n = '1'] = shape.split(':');
-  const index = FORMATS.indexOf(format);
-  if (index < 0) throw new Error(`${format} is not one of ${FORMATS.join(', ')}`);
-  prepare(index, Number(rows), Number(cols), Number(n));
-  const macs = Number(rows) * Number(cols) * Number(n);
-  // Enough repeats for RUN_MS, from one untimed product per way.
-  let times = 1;
-  for (let w = 0; w < ways.length; w += 1) {
-    if (choices() > 0) choose(w);
-    const started = performance.now();
-    run(1);
-    times = Math.max(1, Math.round(RUN_MS / Math.max(performance.now() - started, 1e-3)));
-  }
-  const best = ways.map(() => Infinity);
-  for (let r = 0; r < RUNS; r += 1) {
+/**
+ * The table's lines for `shapes`, from the module's bytes in base64: self-contained, since it also
+ * runs in a page.
+ */
+async function measure(wasm, shapes) {
+  const FORMATS = ['Q4_0', 'Q4_1', 'Q5_0', 'Q5_1', 'Q8_0', 'Q4_K', 'Q5_K', 'Q6_K', 'F16'];
+  const WAYS = ['accumulating', 'paired'];
+  const RUNS = 9;
+  // Each timed run lasts about this long.
+  const RUN_MS = 20;
+  const bytes = Uint8Array.from(atob(wasm), (c) => c.charCodeAt(0));
+  const { instance } = await WebAssembly.instantiate(bytes, {});
+  const { prepare, choose, choices, run } = instance.exports;
+  const ways = choices() > 0 ? WAYS : ['(one way)'];
+  const lines = [`| product | ${ways.map((w) => `${w} GMAC/s`).join(' | ')} |`, `|---|${ways.map(() => '---:').join('|')}|`];
+  for (const shape of shapes) {
+    const [format, rows, cols, n = '1'] = shape.split(':');
+    const index = FORMATS.indexOf(format);
+    if (index < 0) throw new Error(`${format} is not one of ${FORMATS.join(', ')}`);
+    prepare(index, Number(rows), Number(cols), Number(n));
+    const macs = Number(rows) * Number(cols) * Number(n);
+    // Enough repeats for RUN_MS, doubled until a run lasts that long (a page's clock may tick
+    // only every millisecond, as Firefox's does without cross-origin isolation).
+    let times = 1;
     for (let w = 0; w < ways.length; w += 1) {
       if (choices() > 0) choose(w);
-      const started = performance.now();
-      run(times);
-      best[w] = Math.min(best[w], (performance.now() - started) / times);
+      for (;;) {
+        const started = performance.now();
+        run(times);
+        if (performance.now() - started >= RUN_MS) break;
+        times *= 2;
+      }
     }
+    const best = ways.map(() => Infinity);
+    for (let r = 0; r < RUNS; r += 1) {
+      for (let w = 0; w < ways.length; w += 1) {
+        if (choices() > 0) choose(w);
+        const started = performance.now();
+        run(times);
+        best[w] = Math.min(best[w], (performance.now() - started) / times);
+      }
+    }
+    lines.push(`| ${format} ${rows} × ${cols}${n === '1' ? '' : `, ${n} rows`} | ${best.map((ms) => (macs / ms / 1e6).toFixed(2)).join(' | ')} |`);
   }
-  console.log(`| ${format} ${rows} × ${cols}${n === '1' ? '' : `, ${n} rows`} | ${best.map((ms) => (macs / ms / 1e6).toFixed(2)).join(' | ')} |`);
+  return lines;
 }
+
+const args = process.argv.slice(2);
+const browser = ['--chromium', '--firefox'].includes(args[0]) ? args.shift().slice(2) : null;
+const [wasmPath, ...given] = args;
+if (!wasmPath) throw new Error('usage: node tests/wasm/product-speed.mjs [--chromium | --firefox] WASM [FORMAT:ROWS:COLS[:N] ...]');
+// Base64: an array of numbers this size takes WebDriver BiDi minutes.
+const wasm = (await readFile(wasmPath)).toString('base64');
+const shapes = given.length ? given : DEFAULT_SHAPES;
+/** `measure` in a page: its text evaluated there, since a function does not cross to the page. */
+const inPage = ({ measure, wasm, shapes }) => (0, eval)(`(${measure})`)(wasm, shapes);
+const arg = { measure: measure.toString(), wasm, shapes };
+let lines;
+if (browser === 'chromium') {
+  const { launch } = await import('../browser/browser.mjs');
+  const context = await launch({ webgpu: false });
+  try {
+    lines = await (await context.newPage()).evaluate(inPage, arg);
+  } finally {
+    await context.close();
+  }
+} else if (browser === 'firefox') {
+  const { launchFirefox } = await import('../browser/browser.mjs');
+  const firefox = await launchFirefox();
+  try {
+    lines = await (await firefox.newPage()).evaluate(inPage, arg);
+  } finally {
+    await firefox.close();
+  }
+} else {
+  // As in cpu-parity.mjs: Node 20 validates relaxed SIMD behind this flag, and its baseline
+  // compiler gets the byte dot product wrong; the optimising compiler alone.
+  v8.setFlagsFromString('--experimental-wasm-relaxed-simd');
+  v8.setFlagsFromString('--no-liftoff');
+  lines = await measure(wasm, shapes);
+}
+console.log(lines.join('\n'));
