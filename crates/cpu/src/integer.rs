@@ -395,6 +395,20 @@ impl IntegerRow {
     }
 }
 
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+/// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
+/// (`nucleus_gguf::k_scale_min`'s layout), a byte each.
+#[inline(always)]
+fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
+    let word = |at: usize| u32::from_le_bytes(packed[at..at + 4].try_into().expect("4"));
+    let (a, b, c) = (word(0), word(4), word(8));
+    let (six, four, two) = (0x3F3F_3F3F, 0x0F0F_0F0F, 0x0303_0303);
+    let scales = (a & six, (c & four) | (((a >> 6) & two) << 4));
+    let mins = (b & six, ((c >> 4) & four) | (((b >> 6) & two) << 4));
+    let join = |(low, high): (u32, u32)| u64::from(low) | (u64::from(high) << 32);
+    (join(scales), join(mins))
+}
+
 /// `y` (of magnitude below 2³¹) rounded to the nearest integer, ties to even: with 1.5·2⁵² added
 /// the sum has no fraction left, and its low 32 bits are the integer. In lanes, where
 /// `f64::round` is a call per value and a conversion a check per value (a 576-value row was
@@ -936,7 +950,10 @@ impl RowDot for Vnni {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{BLOCK, GgmlType, IntegerRow, KFormat, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
+    use super::{
+        BLOCK, GgmlType, IntegerRow, KFormat, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, k_scales_and_mins,
+        prefetch_ahead,
+    };
 
     /// How a build adds the 16-bit pair products `a·b` to 32-bit lanes, and its functions with
     /// its target features.
@@ -1389,19 +1406,6 @@ mod avx2 {
         }
     }
 
-    /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
-    /// (`nucleus_gguf::k_scale_min`'s layout), a byte each.
-    #[inline(always)]
-    pub(super) fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
-        let word = |at: usize| u32::from_le_bytes(packed[at..at + 4].try_into().expect("4"));
-        let (a, b, c) = (word(0), word(4), word(8));
-        let (six, four, two) = (0x3F3F_3F3F, 0x0F0F_0F0F, 0x0303_0303);
-        let scales = (a & six, (c & four) | (((a >> 6) & two) << 4));
-        let mins = (b & six, ((c >> 4) & four) | (((b >> 6) & two) << 4));
-        let join = |(low, high): (u32, u32)| u64::from(low) | (u64::from(high) << 32);
-        (join(scales), join(mins))
-    }
-
     /// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): four groups
     /// of 64 quants, `quants.group(group)` the low and the high 32 as unsigned bytes.
     #[inline(always)]
@@ -1519,8 +1523,11 @@ impl RowDot for Avx512 {
 mod avx512 {
     use std::arch::x86_64::*;
 
-    use super::avx2::{self, Madd, k_scales_and_mins, load, load_f32, load8, total};
-    use super::{GgmlType, IntegerRow, KFormat, Pair, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, prefetch_ahead};
+    use super::avx2::{self, Madd, load, load_f32, load8, total};
+    use super::{
+        GgmlType, IntegerRow, KFormat, Pair, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, k_scales_and_mins,
+        prefetch_ahead,
+    };
 
     /// The 32-value formats, two blocks a register: `vpdpbusd` adds four byte products into
     /// each i32 lane, where AVX2 takes three instructions (`vpmaddubsw`, `vpmaddwd`, `vpaddd`)
@@ -1991,7 +1998,7 @@ pub(crate) mod relaxed {
     use std::arch::wasm32::*;
 
     use super::simd128::fifth_bits;
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, k_scale_min, load, sum_lanes};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, k_scales_and_mins, load, sum_lanes};
 
     /// The byte products' sums, one way per [`ByteDot`](super::ByteDot): 16 quants (< 64, so
     /// 7-bit) times 16 digits (signed bytes). Exact either way: a pair of products is at most
@@ -2053,35 +2060,46 @@ pub(crate) mod relaxed {
     }
 
     /// Per row: the blocks' products in four f32 lanes, what their minimums or offsets take off in
-    /// one. A function of its own, called once per weight row (see [`RowDot`](super::RowDot)).
+    /// four more. Each format's loop a function of its own, called once per weight row (see
+    /// [`RowDot`](super::RowDot)).
     #[inline(never)]
     pub(super) fn row_dot<S: Sums>(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         match ggml_type {
             // The 32-value formats: each its own copy of the loop, its layout a constant there.
-            GgmlType::Q4_0 => return apart(|| unsigned32::<S>(Unsigned32::Q4_0, row, x)),
-            GgmlType::Q4_1 => return apart(|| unsigned32::<S>(Unsigned32::Q4_1, row, x)),
-            GgmlType::Q5_0 => return apart(|| unsigned32::<S>(Unsigned32::Q5_0, row, x)),
-            GgmlType::Q5_1 => return apart(|| unsigned32::<S>(Unsigned32::Q5_1, row, x)),
+            GgmlType::Q4_0 => apart(|| unsigned32::<S>(Unsigned32::Q4_0, row, x)),
+            GgmlType::Q4_1 => apart(|| unsigned32::<S>(Unsigned32::Q4_1, row, x)),
+            GgmlType::Q5_0 => apart(|| unsigned32::<S>(Unsigned32::Q5_0, row, x)),
+            GgmlType::Q5_1 => apart(|| unsigned32::<S>(Unsigned32::Q5_1, row, x)),
             // Q8_0's signed quants and digits both take 8 bits, where the byte dot product's
             // second operand takes 7: the quants widened to 16 bits against the halves, as in
             // plain SIMD (one 1,536 × 576 row in Node: 10.9 GMAC/s there; the quants split in
             // two 7-bit parts against the digits, 5.6; the f32 block, 6.7).
-            GgmlType::Q8_0 => return super::simd128::q8_0(row, x),
-            _ => {}
+            GgmlType::Q8_0 => super::simd128::q8_0(row, x),
+            GgmlType::Q4K => apart(|| k_row::<144>(GgmlType::Q4K, row, x, q4_k::<S>)),
+            GgmlType::Q5K => apart(|| k_row::<176>(GgmlType::Q5K, row, x, q5_k::<S>)),
+            GgmlType::Q6K => apart(|| k_row::<210>(GgmlType::Q6K, row, x, q6_k::<S>)),
+            other => unreachable!("{other} does not go through integers"),
         }
-        let bytes = ggml_type.block_layout().1 as usize;
-        let (mut lanes, mut offsets) = (f32x4_splat(0.0), 0f32);
-        for (b, block) in row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate() {
-            let (products, offset) = match ggml_type {
-                GgmlType::Q4K => q4_k::<S>(block, x, b),
-                GgmlType::Q5K => q5_k::<S>(block, x, b),
-                GgmlType::Q6K => q6_k::<S>(block, x, b),
-                other => unreachable!("{other} does not go through integers"),
-            };
-            lanes = f32x4_add(lanes, products);
-            offsets += offset;
+    }
+
+    /// A row of K-quant `ggml_type`'s blocks (`BYTES` each) against `x` (rounded per 256):
+    /// `block(bytes, x, b)` gives block `b`'s products and what its minimums or offsets take off,
+    /// each in four f32 lanes. Each block's bytes an array, so that every constant offset into
+    /// it is checked by the compiler, not per block.
+    #[inline(always)]
+    fn k_row<const BYTES: usize>(
+        ggml_type: GgmlType,
+        row: &[u8],
+        x: &IntegerRow,
+        block: impl Fn(&[u8; BYTES], &IntegerRow, usize) -> (v128, v128),
+    ) -> f32 {
+        assert_eq!(ggml_type.block_layout().1 as usize, BYTES, "{ggml_type}'s blocks");
+        let (mut lanes, mut offsets) = (f32x4_splat(0.0), f32x4_splat(0.0));
+        for (b, bytes) in row.as_chunks::<BYTES>().0.iter().take(x.blocks_of(ggml_type)).enumerate() {
+            let (products, offset) = block(bytes, x, b);
+            (lanes, offsets) = (f32x4_add(lanes, products), f32x4_add(offsets, offset));
         }
-        sum_lanes(lanes) - offsets
+        sum_lanes(f32x4_sub(lanes, offsets))
     }
 
     /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
@@ -2091,57 +2109,10 @@ pub(crate) mod relaxed {
         f32x4_relaxed_madd(d0, f32x4_splat(65536.0), f32x4_relaxed_madd(d1, f32x4_splat(256.0), d2))
     }
 
-    fn q4_k<S: Sums>(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
-        let nibbles = u8x16_splat(0x0F);
-        k_block::<S>(block, x, b, |group| {
-            let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
-            [v128_and(first, nibbles), v128_and(second, nibbles), u8x16_shr(first, 4), u8x16_shr(second, 4)]
-        })
-    }
-
-    fn q5_k<S: Sums>(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
-        let nibbles = u8x16_splat(0x0F);
-        let qh = [load(block, 16), load(block, 32)];
-        // 16 where bit `shift` of the quant's `qh` byte is set.
-        let fifth = |half: usize, shift: u32| u8x16_shl(v128_and(u8x16_shr(qh[half], shift), u8x16_splat(1)), 4);
-        k_block::<S>(block, x, b, |group| {
-            let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
-            let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
-            [
-                v128_or(v128_and(first, nibbles), fifth(0, low)),
-                v128_or(v128_and(second, nibbles), fifth(1, low)),
-                v128_or(u8x16_shr(first, 4), fifth(0, high)),
-                v128_or(u8x16_shr(second, 4), fifth(1, high)),
-            ]
-        })
-    }
-
-    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the low sub-block's
-    /// 32 then the high one's, 16 to a register; the block's products and `dmin · Σ min · Σx`.
+    /// Eight bytes as the low eight 16-bit lanes' values, zero-extended.
     #[inline(always)]
-    fn k_block<S: Sums>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize) -> [v128; 4]) -> (v128, f32) {
-        let (d, dmin) = (half(block, 0), half(block, 2));
-        let scales = &block[4..16];
-        let xs = x.block_digits(b);
-        let mut sums = [i32x4_splat(0); 3];
-        let mut minimums = 0f32;
-        for group in 0..4 {
-            let q = quants(group);
-            let ((low_scale, low_min), (high_scale, high_min)) =
-                (k_scale_min(2 * group, scales), k_scale_min(2 * group + 1, scales));
-            minimums += f32::from(low_min) * x.sums32[b * 8 + 2 * group]
-                + f32::from(high_min) * x.sums32[b * 8 + 2 * group + 1];
-            let (low_scale, high_scale) = (i16::from(low_scale), i16::from(high_scale));
-            let at = 64 * group;
-            for (digits, sum) in xs.iter().zip(&mut sums) {
-                // At most 8 · 32·31·128·63 per lane: within i32.
-                let d = |from: usize| [load(*digits, from), load(*digits, from + 16)];
-                let low = S::scaled32([q[0], q[1]], d(at), low_scale);
-                let high = S::scaled32([q[2], q[3]], d(at + 32), high_scale);
-                *sum = i32x4_add(*sum, i32x4_add(low, high));
-            }
-        }
-        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), dmin * minimums)
+    fn bytes_as_u16(bytes: u64) -> v128 {
+        u16x8_extend_low_u8x16(u64x2(bytes, 0))
     }
 
     /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32): each block's digits'
@@ -2165,39 +2136,140 @@ pub(crate) mod relaxed {
         sum_lanes(lanes) + minimums
     }
 
+    #[inline(always)]
+    fn q4_k<S: Sums>(block: &[u8; 144], x: &IntegerRow, b: usize) -> (v128, v128) {
+        let nibbles = u8x16_splat(0x0F);
+        k_block::<S, 144>(block, x, b, |group| {
+            let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
+            [v128_and(first, nibbles), v128_and(second, nibbles), u8x16_shr(first, 4), u8x16_shr(second, 4)]
+        })
+    }
+
+    #[inline(always)]
+    fn q5_k<S: Sums>(block: &[u8; 176], x: &IntegerRow, b: usize) -> (v128, v128) {
+        let nibbles = u8x16_splat(0x0F);
+        let qh = [load(block, 16), load(block, 32)];
+        // 16 where bit `shift` of the quant's `qh` byte is set.
+        let fifth = |half: usize, shift: u32| u8x16_shl(v128_and(u8x16_shr(qh[half], shift), u8x16_splat(1)), 4);
+        k_block::<S, 176>(block, x, b, |group| {
+            let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
+            let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
+            [
+                v128_or(v128_and(first, nibbles), fifth(0, low)),
+                v128_or(v128_and(second, nibbles), fifth(1, low)),
+                v128_or(u8x16_shr(first, 4), fifth(0, high)),
+                v128_or(u8x16_shr(second, 4), fifth(1, high)),
+            ]
+        })
+    }
+
+    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the low sub-block's
+    /// 32 then the high one's, 16 to a register; the block's products and `dmin · Σ min · Σx`.
+    /// The groups written out (each group's offsets constants, no loop to check), the scales and
+    /// minimums unpacked once a block, the minimums' sums in lanes.
+    #[inline(always)]
+    fn k_block<S: Sums, const BYTES: usize>(
+        block: &[u8; BYTES],
+        x: &IntegerRow,
+        b: usize,
+        quants: impl Fn(usize) -> [v128; 4],
+    ) -> (v128, v128) {
+        let (d, dmin) = (half(block, 0), half(block, 2));
+        let (scales, mins) = k_scales_and_mins(&block[4..16]);
+        let xs = x.block_digits(b);
+        let mut sums = [i32x4_splat(0); 3];
+        // Written out: as a loop (even over `[0, 1, 2, 3]`) LLVM keeps it one, its offsets
+        // variables and their bounds checked.
+        k_group::<S>(quants(0), scales, 0, &xs, &mut sums);
+        k_group::<S>(quants(1), scales, 1, &xs, &mut sums);
+        k_group::<S>(quants(2), scales, 2, &xs, &mut sums);
+        k_group::<S>(quants(3), scales, 3, &xs, &mut sums);
+        let mins = bytes_as_u16(mins);
+        let sums32: &[f32; 8] = x.sums32[b * 8..b * 8 + 8].try_into().expect("8");
+        let minimums = f32x4_add(
+            f32x4_mul(f32x4_convert_i32x4(u32x4_extend_low_u16x8(mins)), load(sums32, 0)),
+            f32x4_mul(f32x4_convert_i32x4(u32x4_extend_high_u16x8(mins)), load(sums32, 4)),
+        );
+        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), f32x4_mul(minimums, f32x4_splat(dmin)))
+    }
+
+    /// Group `group` of a Q4_K or Q5_K block (64 quants, `q`: the low sub-block's 32 then the
+    /// high one's) against the block's digits `xs`, added to `sums`; `scales` the block's eight
+    /// sub-block scales, a byte each.
+    #[inline(always)]
+    fn k_group<S: Sums>(q: [v128; 4], scales: u64, group: usize, xs: &[&[i8; SUPER_BLOCK]; 3], sums: &mut [v128; 3]) {
+        let scale = |sub: usize| i16::from((scales >> (8 * sub)) as u8);
+        let (low_scale, high_scale) = (scale(2 * group), scale(2 * group + 1));
+        let at = 64 * group;
+        for (digits, sum) in xs.iter().zip(sums) {
+            // At most 8 · 32·31·128·63 per lane: within i32.
+            let d = |from: usize| [load(*digits, from), load(*digits, from + 16)];
+            let low = S::scaled32([q[0], q[1]], d(at), low_scale);
+            let high = S::scaled32([q[2], q[3]], d(at + 32), high_scale);
+            *sum = i32x4_add(*sum, i32x4_add(low, high));
+        }
+    }
+
     /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as `32 ·
-    /// scale · Σx` of each sub-block of 16.
-    fn q6_k<S: Sums>(block: &[u8], x: &IntegerRow, b: usize) -> (v128, f32) {
+    /// scale · Σx` of each sub-block of 16, in lanes. Its four quarters written out, as in
+    /// [`k_block`].
+    #[inline(always)]
+    fn q6_k<S: Sums>(block: &[u8; 210], x: &IntegerRow, b: usize) -> (v128, v128) {
         let d = half(block, 208);
         let xs = x.block_digits(b);
-        let (nibbles, two_bits) = (u8x16_splat(0x0F), u8x16_splat(0x30));
         let mut sums = [i32x4_splat(0); 3];
-        for half_block in 0..2 {
-            let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
-            for sixteen in 0..2 {
-                // Quants `16·sixteen..` of each run of 32 (as `dequant.rs` reads them).
-                let (low, high) = (load(block, ql + 16 * sixteen), load(block, ql + 32 + 16 * sixteen));
-                let upper = load(block, qh + 16 * sixteen);
-                let runs = [
-                    (v128_and(low, nibbles), u8x16_shl(upper, 4)),
-                    (v128_and(high, nibbles), u8x16_shl(upper, 2)),
-                    (u8x16_shr(low, 4), upper),
-                    (u8x16_shr(high, 4), u8x16_shr(upper, 2)),
-                ];
-                for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
-                    let quants = v128_or(four_bits, v128_and(upper, two_bits));
-                    let sub = 8 * half_block + 2 * run + sixteen;
-                    let scale = i16::from(block[192 + sub] as i8);
-                    let at = 128 * half_block + 32 * run + 16 * sixteen;
-                    for (digits, sum) in xs.iter().zip(&mut sums) {
-                        // At most 16 · 16·63·128·128 per lane: within i32.
-                        *sum = i32x4_add(*sum, S::scaled16(quants, load(*digits, at), scale));
-                    }
-                }
+        q6_k_quarter::<S>(block, 0, 0, &xs, &mut sums);
+        q6_k_quarter::<S>(block, 0, 1, &xs, &mut sums);
+        q6_k_quarter::<S>(block, 1, 0, &xs, &mut sums);
+        q6_k_quarter::<S>(block, 1, 1, &xs, &mut sums);
+        // 32 · Σ scale · Σx over the sixteen sub-blocks.
+        let scales = load(block, 192);
+        let (low, high) = (i16x8_extend_low_i8x16(scales), i16x8_extend_high_i8x16(scales));
+        let sums16: &[f32; 16] = x.sums[b * 16..b * 16 + 16].try_into().expect("16");
+        let offsets = [
+            i32x4_extend_low_i16x8(low),
+            i32x4_extend_high_i16x8(low),
+            i32x4_extend_low_i16x8(high),
+            i32x4_extend_high_i16x8(high),
+        ]
+        .into_iter()
+        .enumerate()
+        .fold(f32x4_splat(0.0), |sum, (k, scales)| {
+            f32x4_add(sum, f32x4_mul(f32x4_convert_i32x4(scales), load(sums16, 4 * k)))
+        });
+        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), f32x4_mul(offsets, f32x4_splat(32.0 * d)))
+    }
+
+    /// Quants `16·sixteen..` of each run of 32 in half `half_block` of a Q6_K block (as
+    /// `dequant.rs` reads them: four sub-blocks of 16) against the block's digits, added to `sums`.
+    #[inline(always)]
+    fn q6_k_quarter<S: Sums>(
+        block: &[u8; 210],
+        half_block: usize,
+        sixteen: usize,
+        xs: &[&[i8; SUPER_BLOCK]; 3],
+        sums: &mut [v128; 3],
+    ) {
+        let (nibbles, two_bits) = (u8x16_splat(0x0F), u8x16_splat(0x30));
+        let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
+        let (low, high) = (load(block, ql + 16 * sixteen), load(block, ql + 32 + 16 * sixteen));
+        let upper = load(block, qh + 16 * sixteen);
+        let runs = [
+            (v128_and(low, nibbles), u8x16_shl(upper, 4)),
+            (v128_and(high, nibbles), u8x16_shl(upper, 2)),
+            (u8x16_shr(low, 4), upper),
+            (u8x16_shr(high, 4), u8x16_shr(upper, 2)),
+        ];
+        for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
+            let quants = v128_or(four_bits, v128_and(upper, two_bits));
+            let sub = 8 * half_block + 2 * run + sixteen;
+            let scale = i16::from(block[192 + sub] as i8);
+            let at = 128 * half_block + 32 * run + 16 * sixteen;
+            for (digits, sum) in xs.iter().zip(&mut *sums) {
+                // At most 16 · 16·63·128·128 per lane: within i32.
+                *sum = i32x4_add(*sum, S::scaled16(quants, load(*digits, at), scale));
             }
         }
-        let offsets: f32 = (0..16).map(|sub| f32::from(block[192 + sub] as i8) * x.sums[b * 16 + sub]).sum();
-        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), 32.0 * d * offsets)
     }
 }
 
