@@ -822,17 +822,17 @@ mod simd128 {
     /// into each format's `apart`) plain SIMD's Q4_1 ran at 4.3 GMAC/s instead of 8.5 (Chromium,
     /// with the release profile's 16 codegen units).
     pub(super) trait Widen32: Copy {
-        fn widen(self, block: &[u8]) -> (f32, [v128; 4], f32);
+        fn widen(self, block: &[u8], c: &Constants) -> (f32, [v128; 4], f32);
     }
 
     #[cfg(not(target_feature = "relaxed-simd"))]
     impl Widen32 for Unsigned32 {
         #[inline(always)]
-        fn widen(self, block: &[u8]) -> (f32, [v128; 4], f32) {
+        fn widen(self, block: &[u8], c: &Constants) -> (f32, [v128; 4], f32) {
             let qs = load(block, self.nibbles);
-            let (mut low, mut high) = (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4));
+            let (mut low, mut high) = (v128_and(qs, c.nibbles), c.high_nibbles(qs));
             if self.fifth_bits.is_some() {
-                let [first, second] = fifth_bits(self.fifth_word(block));
+                let [first, second] = c.fifth_bits(self.fifth_word(block));
                 (low, high) = (v128_or(low, first), v128_or(high, second));
             }
             let quants = [
@@ -852,7 +852,7 @@ mod simd128 {
 
     impl Widen32 for Q8_0 {
         #[inline(always)]
-        fn widen(self, block: &[u8]) -> (f32, [v128; 4], f32) {
+        fn widen(self, block: &[u8], _: &Constants) -> (f32, [v128; 4], f32) {
             let (first, second) = (load(block, 2), load(block, 18));
             let quants = [
                 i16x8_extend_low_i8x16(first),
@@ -872,19 +872,69 @@ mod simd128 {
         sum_lanes(lanes) + minimums
     }
 
-    /// 16 in byte `j` of the first vector where bit `j` of `bits` is set, in byte `j` of the
-    /// second where bit `j + 16` is, else 0: Q5_0's and Q5_1's fifth bits as their quants take them.
+    /// `value`, made where the compiler cannot see what it is: a vector constant made before a
+    /// loop and used in it stays in a register there. V8 (Chromium 156) otherwise makes a
+    /// constant again at each use, inside a loop at every iteration (a splat three instructions,
+    /// others more, and `u8x16.shr`'s mask with each shift): Q5_0's relaxed product, five
+    /// constants a block, ran at 5.0 GMAC/s with them made in the loop and 6.6 with them made once
+    /// a row (ARCHITECTURE.md, "The wasm products' loops, as V8 compiles them").
     #[inline(always)]
-    pub(super) fn fifth_bits(bits: u32) -> [v128; 2] {
-        let word = u32x4_splat(bits);
-        // Byte `j` of each vector: the byte of `bits` that holds its bit, then that bit alone.
-        let (first, second) = (
-            i8x16_swizzle(word, u8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1)),
-            i8x16_swizzle(word, u8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3)),
-        );
-        let bit = u64x2_splat(0x8040_2010_0804_0201);
-        let sixteen = |bytes: v128| v128_and(i8x16_eq(v128_and(bytes, bit), bit), u8x16_splat(16));
-        [sixteen(first), sixteen(second)]
+    pub(super) fn hoisted<T>(value: T) -> T {
+        std::hint::black_box(value)
+    }
+
+    /// The vectors the products use in every block, made once a row ([`hoisted`]), in both wasm
+    /// builds. A byte shift is a 16-bit one and a mask from here: V8 makes `u8x16.shr`'s and
+    /// `u8x16.shl`'s own mask at each use.
+    #[derive(Clone, Copy)]
+    pub(super) struct Constants {
+        /// 0x0F in each byte: a nibble.
+        pub(super) nibbles: v128,
+        /// 0x30 in each byte: Q6_K's two upper bits, in place (relaxed SIMD's K-quants).
+        #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+        pub(super) two_bits: v128,
+        /// 1 in each byte: Q5_K's fifth bit (relaxed SIMD's K-quants).
+        #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+        pub(super) one: v128,
+        /// 2⁸ and 2¹⁶ in each f32 lane: a place's and the one above's weight.
+        pub(super) places: [v128; 2],
+        /// Q5_0's and Q5_1's fifth bits: the byte of their word that holds the bit of each of the
+        /// low and of the high 16 quants, the bit in that byte, and 16.
+        fifth: [v128; 4],
+    }
+
+    impl Constants {
+        #[inline(always)]
+        pub(super) fn new() -> Self {
+            hoisted(Self {
+                nibbles: u8x16_splat(0x0F),
+                two_bits: u8x16_splat(0x30),
+                one: u8x16_splat(1),
+                places: [f32x4_splat(256.0), f32x4_splat(65536.0)],
+                fifth: [
+                    u8x16(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
+                    u8x16(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
+                    u64x2_splat(0x8040_2010_0804_0201),
+                    u8x16_splat(16),
+                ],
+            })
+        }
+
+        /// The high nibble of each byte.
+        #[inline(always)]
+        pub(super) fn high_nibbles(&self, bytes: v128) -> v128 {
+            v128_and(u16x8_shr(bytes, 4), self.nibbles)
+        }
+
+        /// Q5_0's and Q5_1's fifth bits (`bits`, bit `j` quant `j`'s) as 16 in the bytes of the
+        /// quants they belong to: the low 16 quants', then the high 16's.
+        #[inline(always)]
+        pub(super) fn fifth_bits(&self, bits: u32) -> [v128; 2] {
+            let word = u32x4_splat(bits);
+            let [low, high, bit, sixteen] = self.fifth;
+            let spread = |indices: v128| v128_and(i8x16_eq(v128_and(i8x16_swizzle(word, indices), bit), bit), sixteen);
+            [spread(low), spread(high)]
+        }
     }
 
     /// `Σ w·x` of a row of Q8_0 blocks (`d·q`).
@@ -902,15 +952,16 @@ mod simd128 {
         let halves = high.chunks_exact(BLOCK).zip(low.chunks_exact(BLOCK));
         let activations = halves.zip(x.scales.iter().zip(&x.sums32));
         let (mut lanes, mut minimums) = (f32x4_splat(0.0), 0f32);
+        let c = Constants::new();
         for (block, ((high, low), (&scale, &sum))) in row.chunks_exact(bytes).zip(activations) {
-            let (d, quants, m) = blocks.widen(block);
+            let (d, quants, m) = blocks.widen(block, &c);
             let (mut h, mut l) = (i32x4_splat(0), i32x4_splat(0));
             for (k, quants) in quants.into_iter().enumerate() {
                 h = i32x4_add(h, i32x4_dot_i16x8(quants, load(high, 8 * k)));
                 l = i32x4_add(l, i32x4_dot_i16x8(quants, load(low, 8 * k)));
             }
             // Each half's sums in f32 (Q8_0's high ones times 2⁸ might not fit an i32).
-            let value = f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), f32x4_splat(256.0)), f32x4_convert_i32x4(l));
+            let value = f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), c.places[0]), f32x4_convert_i32x4(l));
             lanes = f32x4_add(lanes, f32x4_mul(value, f32x4_splat(d * scale)));
             minimums += m * sum;
         }
@@ -1997,7 +2048,7 @@ impl<S: relaxed::Sums> RowDot for Relaxed<S> {
 pub(crate) mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::simd128::fifth_bits;
+    use super::simd128::Constants;
     use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, k_scales_and_mins, load, sum_lanes};
 
     /// The byte products' sums, one way per [`ByteDot`](super::ByteDot): 16 quants (< 64, so
@@ -2083,7 +2134,7 @@ pub(crate) mod relaxed {
     }
 
     /// A row of K-quant `ggml_type`'s blocks (`BYTES` each) against `x` (rounded per 256):
-    /// `block(bytes, x, b)` gives block `b`'s products and what its minimums or offsets take off,
+    /// `block(bytes, x, b, constants)` gives block `b`'s products and what its minimums or offsets take off,
     /// each in four f32 lanes. Each block's bytes an array, so that every constant offset into
     /// it is checked by the compiler, not per block.
     #[inline(always)]
@@ -2091,12 +2142,13 @@ pub(crate) mod relaxed {
         ggml_type: GgmlType,
         row: &[u8],
         x: &IntegerRow,
-        block: impl Fn(&[u8; BYTES], &IntegerRow, usize) -> (v128, v128),
+        block: impl Fn(&[u8; BYTES], &IntegerRow, usize, &Constants) -> (v128, v128),
     ) -> f32 {
         assert_eq!(ggml_type.block_layout().1 as usize, BYTES, "{ggml_type}'s blocks");
+        let constants = Constants::new();
         let (mut lanes, mut offsets) = (f32x4_splat(0.0), f32x4_splat(0.0));
         for (b, bytes) in row.as_chunks::<BYTES>().0.iter().take(x.blocks_of(ggml_type)).enumerate() {
-            let (products, offset) = block(bytes, x, b);
+            let (products, offset) = block(bytes, x, b, &constants);
             (lanes, offsets) = (f32x4_add(lanes, products), f32x4_add(offsets, offset));
         }
         sum_lanes(f32x4_sub(lanes, offsets))
@@ -2104,9 +2156,10 @@ pub(crate) mod relaxed {
 
     /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
     #[inline(always)]
-    fn joined(sums: [v128; 3]) -> v128 {
+    fn joined(c: &Constants, sums: [v128; 3]) -> v128 {
         let [d0, d1, d2] = sums.map(|s| f32x4_convert_i32x4(s));
-        f32x4_relaxed_madd(d0, f32x4_splat(65536.0), f32x4_relaxed_madd(d1, f32x4_splat(256.0), d2))
+        let [second, first] = c.places;
+        f32x4_relaxed_madd(d0, first, f32x4_relaxed_madd(d1, second, d2))
     }
 
     /// Eight bytes as the low eight 16-bit lanes' values, zero-extended.
@@ -2120,12 +2173,13 @@ pub(crate) mod relaxed {
     #[inline(always)]
     fn unsigned32<S: Sums>(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
         let (mut lanes, mut minimums) = (f32x4_splat(0.0), 0f32);
+        let c = Constants::new();
         for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, format.bytes) {
             let (d, m) = format.scale_and_min((half(block, 0), half(block, 2)));
             let qs = load(block, format.nibbles);
-            let (mut low, mut high) = (v128_and(qs, u8x16_splat(0x0F)), u8x16_shr(qs, 4));
+            let (mut low, mut high) = (v128_and(qs, c.nibbles), c.high_nibbles(qs));
             if format.fifth_bits.is_some() {
-                let [first, second] = fifth_bits(format.fifth_word(block));
+                let [first, second] = c.fifth_bits(format.fifth_word(block));
                 (low, high) = (v128_or(low, first), v128_or(high, second));
             }
             let place = |digits: &[i8]| S::sum32([low, high], [load(digits, 0), load(digits, 16)]);
@@ -2137,28 +2191,27 @@ pub(crate) mod relaxed {
     }
 
     #[inline(always)]
-    fn q4_k<S: Sums>(block: &[u8; 144], x: &IntegerRow, b: usize) -> (v128, v128) {
-        let nibbles = u8x16_splat(0x0F);
-        k_block::<S, 144>(block, x, b, |group| {
+    fn q4_k<S: Sums>(block: &[u8; 144], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
+        k_block::<S, 144>(block, x, b, c, |group| {
             let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
-            [v128_and(first, nibbles), v128_and(second, nibbles), u8x16_shr(first, 4), u8x16_shr(second, 4)]
+            [v128_and(first, c.nibbles), v128_and(second, c.nibbles), c.high_nibbles(first), c.high_nibbles(second)]
         })
     }
 
     #[inline(always)]
-    fn q5_k<S: Sums>(block: &[u8; 176], x: &IntegerRow, b: usize) -> (v128, v128) {
-        let nibbles = u8x16_splat(0x0F);
+    fn q5_k<S: Sums>(block: &[u8; 176], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
         let qh = [load(block, 16), load(block, 32)];
-        // 16 where bit `shift` of the quant's `qh` byte is set.
-        let fifth = |half: usize, shift: u32| u8x16_shl(v128_and(u8x16_shr(qh[half], shift), u8x16_splat(1)), 4);
-        k_block::<S, 176>(block, x, b, |group| {
+        // 16 where bit `shift` of the quant's `qh` byte is set (16-bit shifts: the bits one
+        // brings across a byte are masked off, and a 1 shifted by 4 stays in its byte).
+        let fifth = |half: usize, shift: u32| u16x8_shl(v128_and(u16x8_shr(qh[half], shift), c.one), 4);
+        k_block::<S, 176>(block, x, b, c, |group| {
             let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
             let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
             [
-                v128_or(v128_and(first, nibbles), fifth(0, low)),
-                v128_or(v128_and(second, nibbles), fifth(1, low)),
-                v128_or(u8x16_shr(first, 4), fifth(0, high)),
-                v128_or(u8x16_shr(second, 4), fifth(1, high)),
+                v128_or(v128_and(first, c.nibbles), fifth(0, low)),
+                v128_or(v128_and(second, c.nibbles), fifth(1, low)),
+                v128_or(c.high_nibbles(first), fifth(0, high)),
+                v128_or(c.high_nibbles(second), fifth(1, high)),
             ]
         })
     }
@@ -2172,6 +2225,7 @@ pub(crate) mod relaxed {
         block: &[u8; BYTES],
         x: &IntegerRow,
         b: usize,
+        c: &Constants,
         quants: impl Fn(usize) -> [v128; 4],
     ) -> (v128, v128) {
         let (d, dmin) = (half(block, 0), half(block, 2));
@@ -2190,7 +2244,7 @@ pub(crate) mod relaxed {
             f32x4_mul(f32x4_convert_i32x4(u32x4_extend_low_u16x8(mins)), load(sums32, 0)),
             f32x4_mul(f32x4_convert_i32x4(u32x4_extend_high_u16x8(mins)), load(sums32, 4)),
         );
-        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), f32x4_mul(minimums, f32x4_splat(dmin)))
+        (f32x4_mul(joined(c, sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), f32x4_mul(minimums, f32x4_splat(dmin)))
     }
 
     /// Group `group` of a Q4_K or Q5_K block (64 quants, `q`: the low sub-block's 32 then the
@@ -2214,14 +2268,14 @@ pub(crate) mod relaxed {
     /// scale · Σx` of each sub-block of 16, in lanes. Its four quarters written out, as in
     /// [`k_block`].
     #[inline(always)]
-    fn q6_k<S: Sums>(block: &[u8; 210], x: &IntegerRow, b: usize) -> (v128, v128) {
+    fn q6_k<S: Sums>(block: &[u8; 210], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
         let d = half(block, 208);
         let xs = x.block_digits(b);
         let mut sums = [i32x4_splat(0); 3];
-        q6_k_quarter::<S>(block, 0, 0, &xs, &mut sums);
-        q6_k_quarter::<S>(block, 0, 1, &xs, &mut sums);
-        q6_k_quarter::<S>(block, 1, 0, &xs, &mut sums);
-        q6_k_quarter::<S>(block, 1, 1, &xs, &mut sums);
+        q6_k_quarter::<S>(block, 0, 0, &xs, c, &mut sums);
+        q6_k_quarter::<S>(block, 0, 1, &xs, c, &mut sums);
+        q6_k_quarter::<S>(block, 1, 0, &xs, c, &mut sums);
+        q6_k_quarter::<S>(block, 1, 1, &xs, c, &mut sums);
         // 32 · Σ scale · Σx over the sixteen sub-blocks.
         let scales = load(block, 192);
         let (low, high) = (i16x8_extend_low_i8x16(scales), i16x8_extend_high_i8x16(scales));
@@ -2237,7 +2291,10 @@ pub(crate) mod relaxed {
         .fold(f32x4_splat(0.0), |sum, (k, scales)| {
             f32x4_add(sum, f32x4_mul(f32x4_convert_i32x4(scales), load(sums16, 4 * k)))
         });
-        (f32x4_mul(joined(sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), f32x4_mul(offsets, f32x4_splat(32.0 * d)))
+        (
+            f32x4_mul(joined(c, sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))),
+            f32x4_mul(offsets, f32x4_splat(32.0 * d)),
+        )
     }
 
     /// Quants `16·sixteen..` of each run of 32 in half `half_block` of a Q6_K block (as
@@ -2248,20 +2305,22 @@ pub(crate) mod relaxed {
         half_block: usize,
         sixteen: usize,
         xs: &[&[i8; SUPER_BLOCK]; 3],
+        c: &Constants,
         sums: &mut [v128; 3],
     ) {
-        let (nibbles, two_bits) = (u8x16_splat(0x0F), u8x16_splat(0x30));
         let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
         let (low, high) = (load(block, ql + 16 * sixteen), load(block, ql + 32 + 16 * sixteen));
         let upper = load(block, qh + 16 * sixteen);
+        // Each quant's two upper bits moved to bits 4 and 5 of its byte by 16-bit shifts: what
+        // one brings across a byte falls outside `two_bits`.
         let runs = [
-            (v128_and(low, nibbles), u8x16_shl(upper, 4)),
-            (v128_and(high, nibbles), u8x16_shl(upper, 2)),
-            (u8x16_shr(low, 4), upper),
-            (u8x16_shr(high, 4), u8x16_shr(upper, 2)),
+            (v128_and(low, c.nibbles), u16x8_shl(upper, 4)),
+            (v128_and(high, c.nibbles), u16x8_shl(upper, 2)),
+            (c.high_nibbles(low), upper),
+            (c.high_nibbles(high), u16x8_shr(upper, 2)),
         ];
         for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
-            let quants = v128_or(four_bits, v128_and(upper, two_bits));
+            let quants = v128_or(four_bits, v128_and(upper, c.two_bits));
             let sub = 8 * half_block + 2 * run + sixteen;
             let scale = i16::from(block[192 + sub] as i8);
             let at = 128 * half_block + 32 * run + 16 * sixteen;
