@@ -180,14 +180,21 @@ function measuredThreads(available) {
   return { threads, timings };
 }
 
-/** Untimed and timed rounds of each way to sum byte products (`measuredByteDot`). */
-const [WARM_ROUNDS, TIMED_ROUNDS] = [5, 5];
+/**
+ * Rounds of each way to sum byte products (`measuredByteDot`), alternating, the fastest of each
+ * kept. V8 compiles a function with its optimising tier once it has run hot, and a way's products
+ * are several functions (each format's row loop is one of its own), hot one after another: on a
+ * 2-core AMD EPYC in Chromium 156 the probe's time fell in steps until the 18th round
+ * (`accumulating` 2.2 -> 1.2 -> 0.84 -> 0.80 ms, `paired` 1.3 -> 0.92 -> 0.70 -> 0.62). Ten rounds
+ * there once kept `accumulating`, with which SmolLM2 decodes 5 % slower.
+ */
+const BYTE_DOT_ROUNDS = 30;
 
 /**
  * How the CPU engine sums its byte products on this CPU (`byteDotChoices`: two in the relaxed SIMD
  * module, none in the others): each timed on `byteDotProbe` (decode-shaped products on this
- * thread), the best of TIMED_ROUNDS after WARM_ROUNDS, alternating, and the faster kept. Which is
- * faster depends on the CPU, which a page cannot ask: ARM's `sdot` and x86's AVX-VNNI add bytes'
+ * thread), the fastest of BYTE_DOT_ROUNDS, alternating, and the faster kept. Which is faster
+ * depends on the CPU, which a page cannot ask: ARM's `sdot` and x86's AVX-VNNI add bytes'
  * products in one instruction (`accumulating`), where other x86 CPUs sum them faster in pairs
  * (`paired`: Qwen3.5-0.8B's shape decoded 1.4x as fast on an Intel Xeon without AVX-VNNI).
  * Resolves to `{ byteDot, byteDotTimings }` (ms by name), or `{}` where the module has one way.
@@ -196,15 +203,12 @@ function measuredByteDot() {
   const choices = wasm.byteDotChoices();
   if (choices.length < 2) return {};
   const timings = Object.fromEntries(choices.map((name) => [name, Infinity]));
-  // V8 compiles a function with its optimising tier only once it has run hot: untimed rounds
-  // first, or a way is timed in the baseline tier (`paired`, timed after the load's decode steps
-  // had made `accumulating` hot, measured 2x slower where it decodes 1.4x faster).
-  for (let round = 0; round < WARM_ROUNDS + TIMED_ROUNDS; round += 1) {
+  for (let round = 0; round < BYTE_DOT_ROUNDS; round += 1) {
     for (const name of choices) {
       wasm.setByteDot(name);
       const started = performance.now();
       wasm.byteDotProbe();
-      if (round >= WARM_ROUNDS) timings[name] = Math.min(timings[name], performance.now() - started);
+      timings[name] = Math.min(timings[name], performance.now() - started);
     }
   }
   const byteDot = choices.reduce((best, name) => (timings[name] < timings[best] ? name : best));
