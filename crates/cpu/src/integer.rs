@@ -395,9 +395,9 @@ impl IntegerRow {
     }
 }
 
-#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
 /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
-/// (`nucleus_gguf::k_scale_min`'s layout), a byte each.
+/// (`nucleus_gguf::k_scale_min`'s layout), a byte each (the x86 and relaxed SIMD builds).
+#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
 #[inline(always)]
 fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
     let word = |at: usize| u32::from_le_bytes(packed[at..at + 4].try_into().expect("4"));
@@ -896,7 +896,8 @@ mod simd128 {
         /// 1 in each byte: Q5_K's fifth bit (relaxed SIMD's K-quants).
         #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
         pub(super) one: v128,
-        /// 2⁸ and 2¹⁶ in each f32 lane: a place's and the one above's weight.
+        /// 2⁸ and 2¹⁶ in each f32 lane: the weights of the middle and of the first digit place
+        /// (relaxed SIMD), and 2⁸ that of the high half (plain SIMD, and Q8_0 in both).
         pub(super) places: [v128; 2],
         /// Q5_0's and Q5_1's fifth bits: the byte of their word that holds the bit of each of the
         /// low and of the high 16 quants, the bit in that byte, and 16.
@@ -2134,9 +2135,9 @@ pub(crate) mod relaxed {
     }
 
     /// A row of K-quant `ggml_type`'s blocks (`BYTES` each) against `x` (rounded per 256):
-    /// `block(bytes, x, b, constants)` gives block `b`'s products and what its minimums or offsets take off,
-    /// each in four f32 lanes. Each block's bytes an array, so that every constant offset into
-    /// it is checked by the compiler, not per block.
+    /// `block(bytes, x, b, constants)` gives block `b`'s products and what its minimums or
+    /// offsets take off, each in four f32 lanes. Each block's bytes an array, so that every
+    /// constant offset into it is checked by the compiler, not per block.
     #[inline(always)]
     fn k_row<const BYTES: usize>(
         ggml_type: GgmlType,
