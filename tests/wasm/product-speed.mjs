@@ -61,7 +61,7 @@ const args = process.argv.slice(2);
 const browser = ['--chromium', '--firefox'].includes(args[0]) ? args.shift().slice(2) : null;
 const [wasmPath, ...given] = args;
 if (!wasmPath) throw new Error('usage: node tests/wasm/product-speed.mjs [--chromium | --firefox] WASM [FORMAT:ROWS:COLS[:N] ...]');
-// Base64: an array of numbers this size takes WebDriver BiDi minutes.
+// Base64: the module crosses to a page as one string.
 const wasm = (await readFile(wasmPath)).toString('base64');
 const shapes = given.length ? given : DEFAULT_SHAPES;
 /** `measure` in a page: its text evaluated there, since a function does not cross to the page. */
