@@ -2,8 +2,9 @@
 // whose doc has the build command), one thread: per format and shape, the best of several runs of
 // each way of summing byte products, alternating (with relaxed SIMD; one column without), in
 // GMAC/s. In Node's V8, or in a page of Chromium (`--chromium`: its V8 is newer than Node's and
-// compiles the same module differently) or Firefox (`--firefox`). A measurement, not a test.
-// Usage: node tests/wasm/product-speed.mjs [--chromium | --firefox] path/to/wasm_product_speed.wasm [FORMAT:ROWS:COLS[:N] ...]
+// compiles the same module differently), Firefox (`--firefox`) or WebKit (`--webkit`: WebKitGTK's
+// JavaScriptCore, Safari's engine; plain SIMD only). A measurement, not a test.
+// Usage: node tests/wasm/product-speed.mjs [--chromium | --firefox | --webkit] path/to/wasm_product_speed.wasm [FORMAT:ROWS:COLS[:N] ...]
 import { readFile } from 'node:fs/promises';
 import v8 from 'node:v8';
 
@@ -58,31 +59,25 @@ async function measure(wasm, shapes) {
 }
 
 const args = process.argv.slice(2);
-const browser = ['--chromium', '--firefox'].includes(args[0]) ? args.shift().slice(2) : null;
+const browser = ['--chromium', '--firefox', '--webkit'].includes(args[0]) ? args.shift().slice(2) : null;
 const [wasmPath, ...given] = args;
-if (!wasmPath) throw new Error('usage: node tests/wasm/product-speed.mjs [--chromium | --firefox] WASM [FORMAT:ROWS:COLS[:N] ...]');
+if (!wasmPath) throw new Error('usage: node tests/wasm/product-speed.mjs [--chromium | --firefox | --webkit] WASM [FORMAT:ROWS:COLS[:N] ...]');
 // Base64: the module crosses to a page as one string.
 const wasm = (await readFile(wasmPath)).toString('base64');
 const shapes = given.length ? given : DEFAULT_SHAPES;
-/** `measure` in a page: its text evaluated there, since a function does not cross to the page. */
-const inPage = ({ measure, wasm, shapes }) => (0, eval)(`(${measure})`)(wasm, shapes);
-const arg = { measure: measure.toString(), wasm, shapes };
 let lines;
-if (browser === 'chromium') {
-  const { launch } = await import('../browser/browser.mjs');
-  const context = await launch({ webgpu: false });
+if (browser) {
+  // A blank page of the cross-engine suite's engine (browser.mjs), `measure` evaluated there from
+  // its text, since a function does not cross to the page.
+  const { ENGINES } = await import('../browser/browser.mjs');
+  const engine = await ENGINES[browser].launch();
   try {
-    lines = await (await context.newPage()).evaluate(inPage, arg);
+    const page = await engine.open('about:blank');
+    const inPage = ({ measure, wasm, shapes }) => (0, eval)(`(${measure})`)(wasm, shapes);
+    lines = await page.run(inPage, { measure: measure.toString(), wasm, shapes });
+    await page.close();
   } finally {
-    await context.close();
-  }
-} else if (browser === 'firefox') {
-  const { launchFirefox } = await import('../browser/browser.mjs');
-  const firefox = await launchFirefox();
-  try {
-    lines = await (await firefox.newPage()).evaluate(inPage, arg);
-  } finally {
-    await firefox.close();
+    await engine.close();
   }
 } else {
   // As in cpu-parity.mjs: Node 20 validates relaxed SIMD behind this flag, and its baseline
