@@ -11,6 +11,7 @@
 //! but not a multiple of them, key counts that are not whole fours. `elementwise`'s `exp`, SwiGLU
 //! and GeGLU over rows (vectorised) against f64.
 
+use nucleus_cpu::integer::IntegerRow;
 use nucleus_cpu::ops::{AttentionShape, attention};
 use nucleus_cpu::{Matrix, matmul, reference};
 use nucleus_gguf::GgmlType;
@@ -99,6 +100,31 @@ pub fn mismatches() -> Vec<String> {
     found
 }
 
+/// Blocks of `ggml_type` whose integer products reach their bounds (`rows × cols` values): every
+/// quant its format's largest magnitude, every sub-block scale too (Q6_K's −128), the f16 scales
+/// finite. Against activations all of one magnitude (each rounded to the largest integer, ±0x7F7F7F),
+/// every lane of every integer sum is as far from zero as it can be.
+pub fn extreme_matrix(ggml_type: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    let (block, block_bytes) = ggml_type.block_layout();
+    let quant = if ggml_type == GgmlType::Q8_0 { 0x80 } else { 0xFF };
+    let mut bytes = vec![quant; rows * cols / block as usize * block_bytes as usize];
+    let scale = half::f16::from_f64(0.01).to_le_bytes();
+    for b in bytes.chunks_exact_mut(block_bytes as usize) {
+        match ggml_type {
+            GgmlType::Q6K => {
+                b[192..208].fill(0x80);
+                b[208..210].copy_from_slice(&scale);
+            }
+            GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K => {
+                b[0..2].copy_from_slice(&scale);
+                b[2..4].copy_from_slice(&scale);
+            }
+            _ => b[0..2].copy_from_slice(&scale),
+        }
+    }
+    bytes
+}
+
 /// [`mismatches`] under the byte products' current summing, each prefixed with `label`.
 fn product_mismatches(label: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -110,21 +136,39 @@ fn product_mismatches(label: &str) -> Vec<String> {
             let w = Matrix::new(ggml_type, &bytes, rows, cols).expect("whole blocks");
             for n in [1usize, 3, 7] {
                 let x: Vec<f32> = (0..n * cols).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
-                let expected = reference::matmul(&w, &x);
-                let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-                for accumulate in [false, true] {
-                    let start: Vec<f32> = (0..n * rows).map(|i| (i % 7) as f32).collect();
-                    let mut y = start.clone();
-                    matmul(&w, &x, &mut y, accumulate);
-                    for (i, (&got, &want)) in y.iter().zip(&expected).enumerate() {
-                        let want = want + if accumulate { f64::from(start[i]) } else { 0.0 };
-                        if (f64::from(got) - want).abs() > 1e-5 * scale.max(want.abs()) {
-                            found.push(format!(
-                                "{label}{ggml_type} [{n}, {cols}] x [{rows}, {cols}]ᵀ, accumulate {accumulate}: y[{i}] = {got}, reference {want}"
-                            ));
-                        }
-                    }
-                }
+                found.extend(product_off(label, &w, &x, n));
+            }
+        }
+        // The integer sums at their bounds, of either sign.
+        if IntegerRow::scale_block(ggml_type).is_some() {
+            let (rows, cols) = (16, widths(ggml_type)[0]);
+            let bytes = extreme_matrix(ggml_type, rows, cols);
+            let w = Matrix::new(ggml_type, &bytes, rows, cols).expect("whole blocks");
+            for value in [-1.0, 1.0] {
+                found.extend(product_off(&format!("{label}extreme ({value}) "), &w, &vec![value; cols], 1));
+            }
+        }
+    }
+    found
+}
+
+/// Every output of `matmul(w, x)` (`n` rows of `x`), further from the reference than `1e-5` of the
+/// product's largest magnitude, described; accumulating into `y` and not.
+fn product_off(label: &str, w: &Matrix, x: &[f32], n: usize) -> Vec<String> {
+    let (ggml_type, rows, cols) = (w.ggml_type, w.rows, w.cols);
+    let mut found = Vec::new();
+    let expected = reference::matmul(w, x);
+    let scale = expected.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    for accumulate in [false, true] {
+        let start: Vec<f32> = (0..n * rows).map(|i| (i % 7) as f32).collect();
+        let mut y = start.clone();
+        matmul(w, x, &mut y, accumulate);
+        for (i, (&got, &want)) in y.iter().zip(&expected).enumerate() {
+            let want = want + if accumulate { f64::from(start[i]) } else { 0.0 };
+            if (f64::from(got) - want).abs() > 1e-5 * scale.max(want.abs()) {
+                found.push(format!(
+                    "{label}{ggml_type} [{n}, {cols}] x [{rows}, {cols}]ᵀ, accumulate {accumulate}: y[{i}] = {got}, reference {want}"
+                ));
             }
         }
     }
