@@ -40,20 +40,22 @@
 //!   the halves, as below;
 //! - WebAssembly SIMD (no byte products without relaxed SIMD) and the portable build (the tests'
 //!   reference) as two 16-bit halves (`X = h·2⁸ + l`, `0 ≤ l < 2⁸`) against the quants widened
-//!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm.
+//!   to 16 bits, summed in i32: `i32x4.dot_i16x8_s` eight at a time in wasm, a block's quants
+//!   unpacked and widened in registers as relaxed SIMD unpacks them (the K-quants' sub-block
+//!   scales multiplied in integers too).
 //!
 //! The minimums of Q4_K, Q5_K, Q4_1 and Q5_1, the offsets of Q4_0 and Q5_0 (8 and 16) and Q6_K's
 //! (32) multiply the exact f32 sum of each 32 or 16 activations. Without one of these builds (x86 without AVX2, other CPUs) the
 //! products go through the tile instead (`matmul.rs`: measured faster there); the portable build
 //! is then only the tests' reference.
 
-// The generic bodies over the 16-bit halves (`Widened`) serve wasm without relaxed SIMD and the
-// tests alone.
-#![cfg_attr(not(any(test, all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))), allow(dead_code))]
+// Other CPUs have none of these builds: their products go through the tile (`matmul.rs`), and
+// this module serves their tests alone.
+#![cfg_attr(not(any(test, target_arch = "x86_64", target_arch = "wasm32")), allow(dead_code))]
 
 use std::sync::atomic::{AtomicU8, Ordering};
 
-use nucleus_gguf::{GgmlType, f16_to_f32, k_scale_min};
+use nucleus_gguf::{GgmlType, f16_to_f32};
 
 /// The values of a K-quant block: one activation scale for the K-quants' products.
 pub const SUPER_BLOCK: usize = 256;
@@ -87,6 +89,7 @@ impl Unsigned32 {
 
     /// `d` and `m` of a block from its first two f16s (`d`, and the one after it, which is `m`
     /// where the format stores one).
+    #[cfg(any(test, target_arch = "wasm32"))]
     #[inline(always)]
     fn scale_and_min(self, (d, next): (f32, f32)) -> (f32, f32) {
         (d, self.offset.map_or(next, |offset| -offset * d))
@@ -383,6 +386,17 @@ impl IntegerRow {
         (pairs, last)
     }
 
+    /// The 256 high and 256 low halves of K-quant block `b`, for plain SIMD.
+    #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
+    #[inline(always)]
+    fn block_halves<'a>(&'a self, b: usize) -> [&'a [i16; SUPER_BLOCK]; 2] {
+        let [high, low] = &self.halves;
+        let block = |halves: &'a [i16]| -> &'a [i16; SUPER_BLOCK] {
+            halves[b * SUPER_BLOCK..(b + 1) * SUPER_BLOCK].try_into().expect("256")
+        };
+        [block(high), block(low)]
+    }
+
     /// The 256 digits of each place of K-quant block `b`, for the byte builds.
     #[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
     #[inline(always)]
@@ -396,8 +410,8 @@ impl IntegerRow {
 }
 
 /// The eight 6-bit scales and eight 6-bit minimums of a Q4_K or Q5_K block's 12 packed bytes
-/// (`nucleus_gguf::k_scale_min`'s layout), a byte each (the x86 and relaxed SIMD builds).
-#[cfg(any(target_arch = "x86_64", all(target_arch = "wasm32", target_feature = "relaxed-simd")))]
+/// (`nucleus_gguf::k_scale_min`'s layout), a byte each (the x86 and wasm builds).
+#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
 #[inline(always)]
 fn k_scales_and_mins(packed: &[u8]) -> (u64, u64) {
     let word = |at: usize| u32::from_le_bytes(packed[at..at + 4].try_into().expect("4"));
@@ -540,8 +554,8 @@ pub(crate) trait RowDot {
 /// constants folded in. The four 32-value formats' products in one function ran at 3.8 GMAC/s
 /// where Q4_1's alone had run at 8.8 (plain SIMD, Node); with the layout a value instead of a
 /// constant, at 7.3 (and relaxed SIMD's at 7.0 instead of 8.3).
-#[cfg_attr(target_arch = "wasm32", inline(never))]
-#[cfg_attr(not(target_arch = "wasm32"), inline(always))]
+#[cfg(target_arch = "wasm32")]
+#[inline(never)]
 fn apart<R>(product: impl FnOnce() -> R) -> R {
     product()
 }
@@ -552,15 +566,18 @@ fn half(block: &[u8], at: usize) -> f32 {
 }
 
 /// `Σ w·x` over the blocks of a row, one block at a time by `block_dot(block, b)`.
+#[cfg(test)]
 #[inline(always)]
 fn blocks(ggml_type: GgmlType, row: &[u8], x: &IntegerRow, mut block_dot: impl FnMut(&[u8], usize) -> f32) -> f32 {
     let bytes = ggml_type.block_layout().1 as usize;
     row.chunks_exact(bytes).take(x.blocks_of(ggml_type)).enumerate().map(|(b, block)| block_dot(block, b)).sum()
 }
 
-/// The builds that widen a block's quants to 16 bits first (portable, WebAssembly SIMD): `Σ
+/// The reference's products ([`Portable`]), each block's quants widened to 16 bits one by one: `Σ
 /// scale · q[i]·X[i]` over a sub-block of 16 or 32 quants and the values at `at..`, kept in
-/// lanes across a block's sub-blocks and added together once per block.
+/// lanes across a block's sub-blocks and added together once per block. (WebAssembly SIMD reads
+/// the same halves, each block's quants widened in registers: `simd128`.)
+#[cfg(test)]
 trait Widened: Sized {
     type Lanes: Copy;
     fn zero() -> Self::Lanes;
@@ -589,34 +606,41 @@ trait Widened: Sized {
             (half(block, 0), std::array::from_fn(|i| i16::from(block[2 + i] as i8)), 0.0)
         })
     }
-}
 
-impl<D: Widened> RowDot for D {
-    // In wasm a function of its own (see `RowDot`).
-    #[cfg_attr(target_arch = "wasm32", inline(never))]
-    #[cfg_attr(not(target_arch = "wasm32"), inline(always))]
-    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+    /// `Σ w·x` of a row of a K-quant's blocks (Q4_K, Q5_K, Q6_K), a sub-block at a time.
+    #[inline(always)]
+    fn k_quants(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
         match ggml_type {
             GgmlType::Q4K => blocks(ggml_type, row, x, |block, b| {
-                k_block::<D>(block, x, b, |group, l| {
+                k_block::<Self>(block, x, b, |group, l| {
                     let byte = block[16 + 32 * group + l];
                     (byte & 0x0F, byte >> 4)
                 })
             }),
             GgmlType::Q5K => blocks(ggml_type, row, x, |block, b| {
                 let qh = &block[16..48];
-                k_block::<D>(block, x, b, |group, l| {
+                k_block::<Self>(block, x, b, |group, l| {
                     let byte = block[48 + 32 * group + l];
                     let fifth = |shift: usize| ((qh[l] >> shift) & 1) << 4;
                     ((byte & 0x0F) | fifth(2 * group), (byte >> 4) | fifth(2 * group + 1))
                 })
             }),
-            GgmlType::Q6K => blocks(ggml_type, row, x, |block, b| q6_k::<D>(block, x, b)),
-            // The 32-value formats: each its own copy of the loop, its layout a constant there.
-            GgmlType::Q4_0 => apart(|| D::unsigned32(Unsigned32::Q4_0, row, x)),
-            GgmlType::Q4_1 => apart(|| D::unsigned32(Unsigned32::Q4_1, row, x)),
-            GgmlType::Q5_0 => apart(|| D::unsigned32(Unsigned32::Q5_0, row, x)),
-            GgmlType::Q5_1 => apart(|| D::unsigned32(Unsigned32::Q5_1, row, x)),
+            GgmlType::Q6K => blocks(ggml_type, row, x, |block, b| q6_k::<Self>(block, x, b)),
+            other => unreachable!("{other} is not a K-quant"),
+        }
+    }
+}
+
+#[cfg(test)]
+impl<D: Widened> RowDot for D {
+    #[inline(always)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        match ggml_type {
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => D::k_quants(ggml_type, row, x),
+            GgmlType::Q4_0 => D::unsigned32(Unsigned32::Q4_0, row, x),
+            GgmlType::Q4_1 => D::unsigned32(Unsigned32::Q4_1, row, x),
+            GgmlType::Q5_0 => D::unsigned32(Unsigned32::Q5_0, row, x),
+            GgmlType::Q5_1 => D::unsigned32(Unsigned32::Q5_1, row, x),
             GgmlType::Q8_0 => D::q8_0(row, x),
             other => unreachable!("{other} does not go through integers"),
         }
@@ -626,6 +650,7 @@ impl<D: Widened> RowDot for D {
 /// `Σ w·x` of a row of 32-value blocks of `bytes` (`d·q + m`): `block_quants(block)` gives a
 /// block's `d`, its 32 quants and its `m`. The products stay in lanes across the row, each block's
 /// scaled by `d` and the activations' scale; `m` multiplies the block's `Σx`.
+#[cfg(test)]
 #[inline(always)]
 fn by_block<D: Widened>(
     bytes: usize,
@@ -647,6 +672,7 @@ fn by_block<D: Widened>(
 /// What Q4_K and Q5_K share (`d·scale·q − dmin·min` in eight sub-blocks of 32): `d` and `dmin`
 /// first, the packed scales, and four groups of 64 quants whose quant `l` of the low and of the
 /// high 32 `quants(group, l)` gives.
+#[cfg(test)]
 #[inline(always)]
 fn k_block<D: Widened>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(usize, usize) -> (u8, u8)) -> f32 {
     let (d, dmin) = (half(block, 0), half(block, 2));
@@ -660,7 +686,7 @@ fn k_block<D: Widened>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(u
         }
         let at = b * SUPER_BLOCK + 64 * group;
         for (sub, quants, at) in [(2 * group, &low, at), (2 * group + 1, &high, at + 32)] {
-            let (scale, min) = k_scale_min(sub, scales);
+            let (scale, min) = nucleus_gguf::k_scale_min(sub, scales);
             D::add(&mut scaled, f32::from(scale), quants, x, at);
             minimums += f32::from(min) * x.sums32[b * 8 + sub];
         }
@@ -670,6 +696,7 @@ fn k_block<D: Widened>(block: &[u8], x: &IntegerRow, b: usize, quants: impl Fn(u
 
 /// One Q6_K block (`d·scale·(q − 32)`, sixteen sub-blocks of 16 with signed 8-bit scales)
 /// against block `b` of `x`.
+#[cfg(test)]
 #[inline(always)]
 fn q6_k<D: Widened>(block: &[u8], x: &IntegerRow, b: usize) -> f32 {
     let d = half(block, 208);
@@ -753,55 +780,20 @@ impl Widened for Portable {
 pub(crate) struct Simd128;
 
 #[cfg(all(target_arch = "wasm32", not(target_feature = "relaxed-simd")))]
-impl Widened for Simd128 {
-    type Lanes = std::arch::wasm32::v128;
-
-    #[inline(always)]
-    fn zero() -> Self::Lanes {
-        std::arch::wasm32::f32x4_splat(0.0)
-    }
-
-    #[inline(always)]
-    fn add<const N: usize>(lanes: &mut Self::Lanes, scale: f32, q: &[i16; N], x: &IntegerRow, at: usize) {
-        use std::arch::wasm32::*;
-        let [high, low] = &x.halves;
-        assert!(N.is_multiple_of(8) && at + N <= high.len());
-        let (high, low) = (&high[at..at + N], &low[at..at + N]);
-        let (mut h, mut l) = (i32x4_splat(0), i32x4_splat(0));
-        for k in (0..N).step_by(8) {
-            // SAFETY: k + 8 <= N for each; only compiled into `#[target_feature(enable =
-            // "simd128")]` functions.
-            let (qs, hs, ls) = unsafe {
-                (
-                    v128_load(q.as_ptr().add(k).cast()),
-                    v128_load(high.as_ptr().add(k).cast()),
-                    v128_load(low.as_ptr().add(k).cast()),
-                )
-            };
-            // Exact in i32: |q| ≤ 128, |h| < 2¹⁵, 32 of them.
-            h = i32x4_add(h, i32x4_dot_i16x8(qs, hs));
-            l = i32x4_add(l, i32x4_dot_i16x8(qs, ls));
+impl RowDot for Simd128 {
+    // A function of its own (see `RowDot`), each format's loop in one of its own (`apart`).
+    #[inline(never)]
+    fn row_dot(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        match ggml_type {
+            GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => simd128::k_quants(ggml_type, row, x),
+            // The 32-value formats: each its own copy of the loop, its layout a constant there.
+            GgmlType::Q4_0 => apart(|| simd128::unsigned32(Unsigned32::Q4_0, row, x)),
+            GgmlType::Q4_1 => apart(|| simd128::unsigned32(Unsigned32::Q4_1, row, x)),
+            GgmlType::Q5_0 => apart(|| simd128::unsigned32(Unsigned32::Q5_0, row, x)),
+            GgmlType::Q5_1 => apart(|| simd128::unsigned32(Unsigned32::Q5_1, row, x)),
+            GgmlType::Q8_0 => simd128::q8_0(row, x),
+            other => unreachable!("{other} does not go through integers"),
         }
-        let value = f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), f32x4_splat(256.0)), f32x4_convert_i32x4(l));
-        *lanes = f32x4_add(*lanes, f32x4_mul(value, f32x4_splat(scale)));
-    }
-
-    #[inline(always)]
-    fn total(lanes: Self::Lanes) -> f32 {
-        sum_lanes(lanes)
-    }
-
-    // The 32-value formats: each block's quants widened in registers, the blocks, their halves,
-    // scales and sums walked together (as `IntegerRow::blocks32`: no bounds checks per block).
-
-    #[inline(always)]
-    fn unsigned32(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
-        simd128::unsigned32(format, row, x)
-    }
-
-    #[inline(always)]
-    fn q8_0(row: &[u8], x: &IntegerRow) -> f32 {
-        simd128::q8_0(row, x)
     }
 }
 
@@ -812,9 +804,9 @@ impl Widened for Simd128 {
 mod simd128 {
     use std::arch::wasm32::*;
 
+    use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, half, k_scales_and_mins, load, sum_lanes};
     #[cfg(not(target_feature = "relaxed-simd"))]
-    use super::Unsigned32;
-    use super::{BLOCK, IntegerRow, half, load, sum_lanes};
+    use super::{Unsigned32, apart};
 
     /// A 32-value format's block as these products take it: its `d`, its quants widened to four
     /// i16x8, its `m`. A method of a type, not a closure: a closure of a non-generic function is
@@ -890,11 +882,9 @@ mod simd128 {
     pub(super) struct Constants {
         /// 0x0F in each byte: a nibble.
         pub(super) nibbles: v128,
-        /// 0x30 in each byte: Q6_K's two upper bits, in place (relaxed SIMD's K-quants).
-        #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+        /// 0x30 in each byte: Q6_K's two upper bits, in place.
         pub(super) two_bits: v128,
-        /// 1 in each byte: Q5_K's fifth bit (relaxed SIMD's K-quants).
-        #[cfg_attr(not(target_feature = "relaxed-simd"), allow(dead_code))]
+        /// 1 in each byte: Q5_K's fifth bit.
         pub(super) one: v128,
         /// 2⁸ and 2¹⁶ in each f32 lane: the weights of the middle and of the first digit place
         /// (relaxed SIMD), and 2⁸ that of the high half (plain SIMD, and Q8_0 in both).
@@ -967,6 +957,280 @@ mod simd128 {
             minimums += m * sum;
         }
         (lanes, minimums)
+    }
+
+    // The K-quants, as both builds read their blocks; each build multiplies the quants its own
+    // way (relaxed SIMD's byte dot product against the digits, plain SIMD's quants widened to 16
+    // bits against the halves).
+
+    /// A row of K-quant `ggml_type`'s blocks (`BYTES` each) against `x` (rounded per 256):
+    /// `block(bytes, x, b, constants)` gives block `b`'s products and what its minimums or
+    /// offsets take off, each in four f32 lanes. Each block's bytes an array, so that every
+    /// constant offset into it is checked by the compiler, not per block.
+    #[inline(always)]
+    pub(super) fn k_row<const BYTES: usize>(
+        ggml_type: GgmlType,
+        row: &[u8],
+        x: &IntegerRow,
+        block: impl Fn(&[u8; BYTES], &IntegerRow, usize, &Constants) -> (v128, v128),
+    ) -> f32 {
+        assert_eq!(ggml_type.block_layout().1 as usize, BYTES, "{ggml_type}'s blocks");
+        let constants = Constants::new();
+        let (mut lanes, mut offsets) = (f32x4_splat(0.0), f32x4_splat(0.0));
+        for (b, bytes) in row.as_chunks::<BYTES>().0.iter().take(x.blocks_of(ggml_type)).enumerate() {
+            let (products, offset) = block(bytes, x, b, &constants);
+            (lanes, offsets) = (f32x4_add(lanes, products), f32x4_add(offsets, offset));
+        }
+        sum_lanes(f32x4_sub(lanes, offsets))
+    }
+
+    /// What a Q4_K or Q5_K block's products need besides its quants.
+    pub(super) struct KHeader {
+        /// `d` times the activations' scale: what the block's integer sum is multiplied by.
+        pub(super) scale: f32,
+        /// The eight sub-block scales, a byte each.
+        pub(super) scales: u64,
+        /// `dmin · Σ min · Σx` over the sub-blocks, in four lanes: what the minimums take off.
+        pub(super) minimums: v128,
+    }
+
+    /// Block `b`'s [`KHeader`] (`block`: a Q4_K or Q5_K block, against `x`).
+    #[inline(always)]
+    pub(super) fn k_header(block: &[u8], x: &IntegerRow, b: usize) -> KHeader {
+        let (d, dmin) = (half(block, 0), half(block, 2));
+        let (scales, mins) = k_scales_and_mins(&block[4..16]);
+        let mins = u16x8_extend_low_u8x16(u64x2(mins, 0));
+        let sums32: &[f32; 8] = x.sums32[b * 8..b * 8 + 8].try_into().expect("8");
+        let minimums = f32x4_add(
+            f32x4_mul(f32x4_convert_i32x4(u32x4_extend_low_u16x8(mins)), load(sums32, 0)),
+            f32x4_mul(f32x4_convert_i32x4(u32x4_extend_high_u16x8(mins)), load(sums32, 4)),
+        );
+        KHeader { scale: d * x.scale(SUPER_BLOCK, b), scales, minimums: f32x4_mul(minimums, f32x4_splat(dmin)) }
+    }
+
+    /// Group `group` of a Q4_K block: 64 quants, the low sub-block's 32 then the high one's, 16 to
+    /// a register.
+    #[inline(always)]
+    pub(super) fn q4_k_group(block: &[u8; 144], group: usize, c: &Constants) -> [v128; 4] {
+        let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
+        [v128_and(first, c.nibbles), v128_and(second, c.nibbles), c.high_nibbles(first), c.high_nibbles(second)]
+    }
+
+    /// A Q5_K block's fifth bits (`qh`): its two registers, read once a block.
+    #[inline(always)]
+    pub(super) fn q5_k_fifth_bits(block: &[u8; 176]) -> [v128; 2] {
+        [load(block, 16), load(block, 32)]
+    }
+
+    /// Group `group` of a Q5_K block, as [`q4_k_group`], with `qh` its [`q5_k_fifth_bits`].
+    #[inline(always)]
+    pub(super) fn q5_k_group(block: &[u8; 176], qh: &[v128; 2], group: usize, c: &Constants) -> [v128; 4] {
+        // 16 where bit `shift` of the quant's `qh` byte is set (16-bit shifts: the bits one
+        // brings across a byte are masked off, and a 1 shifted by 4 stays in its byte).
+        let fifth = |half: usize, shift: u32| u16x8_shl(v128_and(u16x8_shr(qh[half], shift), c.one), 4);
+        let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
+        let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
+        [
+            v128_or(v128_and(first, c.nibbles), fifth(0, low)),
+            v128_or(v128_and(second, c.nibbles), fifth(1, low)),
+            v128_or(c.high_nibbles(first), fifth(0, high)),
+            v128_or(c.high_nibbles(second), fifth(1, high)),
+        ]
+    }
+
+    /// A quarter of a Q6_K block: quants `16·sixteen..` of each run of 32 in half `half_block`
+    /// (as `dequant.rs` reads them: four sub-blocks of 16), unsigned (0..64), a register each,
+    /// with where each one's sub-block (its scale: byte `192 + sub`) and its activations start.
+    #[inline(always)]
+    pub(super) fn q6_k_quarter(
+        block: &[u8; 210],
+        half_block: usize,
+        sixteen: usize,
+        c: &Constants,
+    ) -> [(v128, usize, usize); 4] {
+        let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
+        let (low, high) = (load(block, ql + 16 * sixteen), load(block, ql + 32 + 16 * sixteen));
+        let upper = load(block, qh + 16 * sixteen);
+        // Each quant's two upper bits moved to bits 4 and 5 of its byte by 16-bit shifts: what
+        // one brings across a byte falls outside `two_bits`.
+        let runs = [
+            (v128_and(low, c.nibbles), u16x8_shl(upper, 4)),
+            (v128_and(high, c.nibbles), u16x8_shl(upper, 2)),
+            (c.high_nibbles(low), upper),
+            (c.high_nibbles(high), u16x8_shr(upper, 2)),
+        ];
+        let run = |run: usize| {
+            let (four_bits, upper) = runs[run];
+            let quants = v128_or(four_bits, v128_and(upper, c.two_bits));
+            (quants, 8 * half_block + 2 * run + sixteen, 128 * half_block + 32 * run + 16 * sixteen)
+        };
+        [run(0), run(1), run(2), run(3)]
+    }
+
+    /// What Q6_K block `b`'s offset of 32 takes off: `32 · d · Σ scale · Σx` over its sixteen
+    /// sub-blocks, in four lanes.
+    #[inline(always)]
+    pub(super) fn q6_k_offsets(block: &[u8; 210], x: &IntegerRow, b: usize) -> v128 {
+        let scales = load(block, 192);
+        let (low, high) = (i16x8_extend_low_i8x16(scales), i16x8_extend_high_i8x16(scales));
+        let sums16: &[f32; 16] = x.sums[b * 16..b * 16 + 16].try_into().expect("16");
+        let offsets = [
+            i32x4_extend_low_i16x8(low),
+            i32x4_extend_high_i16x8(low),
+            i32x4_extend_low_i16x8(high),
+            i32x4_extend_high_i16x8(high),
+        ]
+        .into_iter()
+        .enumerate()
+        .fold(f32x4_splat(0.0), |sum, (k, scales)| {
+            f32x4_add(sum, f32x4_mul(f32x4_convert_i32x4(scales), load(sums16, 4 * k)))
+        });
+        f32x4_mul(offsets, f32x4_splat(32.0 * half(block, 208)))
+    }
+
+    /// Plain SIMD's K-quant products: each sub-block's quants widened to 16 bits in registers,
+    /// multiplied there by the sub-block's scale (`i16x8.mul`: at most 63 · 128), and against the
+    /// high and the low halves by `i32x4.dot_i16x8_s`. The low halves' sums stay in i32 for the
+    /// block; the high ones' go to f32 every 64 quants of Q4_K and Q5_K, every 32 of Q6_K (16
+    /// products a lane of at most 31 · 63 · 2¹⁵, 8 of 63 · 128 · 2¹⁵: within i32).
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[inline(always)]
+    pub(super) fn k_quants(ggml_type: GgmlType, row: &[u8], x: &IntegerRow) -> f32 {
+        match ggml_type {
+            GgmlType::Q4K => apart(|| k_row::<144>(ggml_type, row, x, q4_k)),
+            GgmlType::Q5K => apart(|| k_row::<176>(ggml_type, row, x, q5_k)),
+            GgmlType::Q6K => apart(|| k_row::<210>(ggml_type, row, x, q6_k)),
+            other => unreachable!("{other} is not a K-quant"),
+        }
+    }
+
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[inline(always)]
+    fn q4_k(block: &[u8; 144], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
+        k_block(block, x, b, c, |group| q4_k_group(block, group, c))
+    }
+
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[inline(always)]
+    fn q5_k(block: &[u8; 176], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
+        let qh = q5_k_fifth_bits(block);
+        k_block(block, x, b, c, |group| q5_k_group(block, &qh, group, c))
+    }
+
+    /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the low sub-block's
+    /// 32 then the high one's; the block's products and what its minimums take off. The groups a
+    /// loop, which LLVM keeps: written out, as relaxed SIMD's are, a block's 64 loads of the
+    /// halves went ahead of the arithmetic, and WebKit (this module's browser: the others have
+    /// relaxed SIMD) ran Q4_K at 5.9 GMAC/s instead of 6.4 (Chromium at 7.5 instead of 6.6).
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[inline(always)]
+    fn k_block(
+        block: &[u8],
+        x: &IntegerRow,
+        b: usize,
+        c: &Constants,
+        quants: impl Fn(usize) -> [v128; 4],
+    ) -> (v128, v128) {
+        let header = k_header(block, x, b);
+        let halves = x.block_halves(b);
+        let scale = |sub: usize| ((header.scales >> (8 * sub)) as u8).into();
+        let mut sums = HalfSums::default();
+        for group in [0, 1, 2, 3] {
+            let q = quants(group);
+            sums.add([q[0], q[1]], scale(2 * group), &halves, 64 * group);
+            sums.add([q[2], q[3]], scale(2 * group + 1), &halves, 64 * group + 32);
+            sums.settle();
+        }
+        (f32x4_mul(sums.joined(c), f32x4_splat(header.scale)), header.minimums)
+    }
+
+    /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as
+    /// [`q6_k_offsets`].
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    #[inline(always)]
+    fn q6_k(block: &[u8; 210], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
+        let halves = x.block_halves(b);
+        let mut sums = HalfSums::default();
+        let scale = |sub: usize| i16::from(block[192 + sub] as i8);
+        for (half_block, sixteen) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
+            // The runs written out, the quarters a loop (WebKit's products ran at 3.9 GMAC/s with
+            // both loops, 4.9 so: `sums`'s bound lets two runs go between conversions).
+            let [(q0, s0, at0), (q1, s1, at1), (q2, s2, at2), (q3, s3, at3)] =
+                q6_k_quarter(block, half_block, sixteen, c);
+            sums.add([q0], scale(s0), &halves, at0);
+            sums.add([q1], scale(s1), &halves, at1);
+            sums.settle();
+            sums.add([q2], scale(s2), &halves, at2);
+            sums.add([q3], scale(s3), &halves, at3);
+            sums.settle();
+        }
+        let scale = half(block, 208) * x.scale(SUPER_BLOCK, b);
+        (f32x4_mul(sums.joined(c), f32x4_splat(scale)), q6_k_offsets(block, x, b))
+    }
+
+    /// A K-quant block's products against the halves as they are summed: the high halves' in
+    /// i32 since the last [`settle`](Self::settle) and in f32 before it, the low halves' in i32.
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    struct HalfSums {
+        high: v128,
+        settled: v128,
+        low: v128,
+    }
+
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    impl Default for HalfSums {
+        #[inline(always)]
+        fn default() -> Self {
+            Self { high: i32x4_splat(0), settled: f32x4_splat(0.0), low: i32x4_splat(0) }
+        }
+    }
+
+    #[cfg(not(target_feature = "relaxed-simd"))]
+    impl HalfSums {
+        /// `N` registers of quants (bytes, 0..64) of one sub-block, times its `scale`, against
+        /// the halves at `at..`.
+        #[inline(always)]
+        fn add<const N: usize>(
+            &mut self,
+            quants: [v128; N],
+            scale: i16,
+            [high, low]: &[&[i16; SUPER_BLOCK]; 2],
+            at: usize,
+        ) {
+            // One register's quants are multiplied by the scale before (two `i16x8.mul`s), more
+            // registers' sums after (two `i32x4.mul`s).
+            let before = if N == 1 { i16x8_splat(scale) } else { i16x8_splat(1) };
+            let (mut h, mut l) = (i32x4_splat(0), i32x4_splat(0));
+            for (k, quants) in quants.into_iter().enumerate() {
+                for (half, widened) in
+                    [u16x8_extend_low_u8x16(quants), u16x8_extend_high_u8x16(quants)].into_iter().enumerate()
+                {
+                    let from = at + 16 * k + 8 * half;
+                    let widened = if N == 1 { i16x8_mul(widened, before) } else { widened };
+                    h = i32x4_add(h, i32x4_dot_i16x8(widened, load(*high, from)));
+                    l = i32x4_add(l, i32x4_dot_i16x8(widened, load(*low, from)));
+                }
+            }
+            if N > 1 {
+                let after = i32x4_splat(scale.into());
+                (h, l) = (i32x4_mul(h, after), i32x4_mul(l, after));
+            }
+            self.high = i32x4_add(self.high, h);
+            self.low = i32x4_add(self.low, l);
+        }
+
+        /// The high halves' sums so far into f32.
+        #[inline(always)]
+        fn settle(&mut self) {
+            self.settled = f32x4_add(self.settled, f32x4_convert_i32x4(self.high));
+            self.high = i32x4_splat(0);
+        }
+
+        /// `256 · high + low`, in f32 lanes (after a [`settle`](Self::settle)).
+        #[inline(always)]
+        fn joined(&self, c: &Constants) -> v128 {
+            f32x4_add(f32x4_mul(self.settled, c.places[0]), f32x4_convert_i32x4(self.low))
+        }
     }
 }
 
@@ -2049,8 +2313,8 @@ impl<S: relaxed::Sums> RowDot for Relaxed<S> {
 pub(crate) mod relaxed {
     use std::arch::wasm32::*;
 
-    use super::simd128::Constants;
-    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, k_scales_and_mins, load, sum_lanes};
+    use super::simd128::{self, Constants, k_header, k_row, q4_k_group, q5_k_fifth_bits, q5_k_group, q6_k_offsets};
+    use super::{GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, apart, half, load, sum_lanes};
 
     /// The byte products' sums, one way per [`ByteDot`](super::ByteDot): 16 quants (< 64, so
     /// 7-bit) times 16 digits (signed bytes). Exact either way: a pair of products is at most
@@ -2134,39 +2398,12 @@ pub(crate) mod relaxed {
         }
     }
 
-    /// A row of K-quant `ggml_type`'s blocks (`BYTES` each) against `x` (rounded per 256):
-    /// `block(bytes, x, b, constants)` gives block `b`'s products and what its minimums or
-    /// offsets take off, each in four f32 lanes. Each block's bytes an array, so that every
-    /// constant offset into it is checked by the compiler, not per block.
-    #[inline(always)]
-    fn k_row<const BYTES: usize>(
-        ggml_type: GgmlType,
-        row: &[u8],
-        x: &IntegerRow,
-        block: impl Fn(&[u8; BYTES], &IntegerRow, usize, &Constants) -> (v128, v128),
-    ) -> f32 {
-        assert_eq!(ggml_type.block_layout().1 as usize, BYTES, "{ggml_type}'s blocks");
-        let constants = Constants::new();
-        let (mut lanes, mut offsets) = (f32x4_splat(0.0), f32x4_splat(0.0));
-        for (b, bytes) in row.as_chunks::<BYTES>().0.iter().take(x.blocks_of(ggml_type)).enumerate() {
-            let (products, offset) = block(bytes, x, b, &constants);
-            (lanes, offsets) = (f32x4_add(lanes, products), f32x4_add(offsets, offset));
-        }
-        sum_lanes(f32x4_sub(lanes, offsets))
-    }
-
     /// `(d₀·2¹⁶ + d₁·2⁸ + d₂)` of the three digits' sums, in f32 lanes.
     #[inline(always)]
     fn joined(c: &Constants, sums: [v128; 3]) -> v128 {
         let [d0, d1, d2] = sums.map(|s| f32x4_convert_i32x4(s));
         let [second, first] = c.places;
         f32x4_relaxed_madd(d0, first, f32x4_relaxed_madd(d1, second, d2))
-    }
-
-    /// Eight bytes as the low eight 16-bit lanes' values, zero-extended.
-    #[inline(always)]
-    fn bytes_as_u16(bytes: u64) -> v128 {
-        u16x8_extend_low_u8x16(u64x2(bytes, 0))
     }
 
     /// A row of `format`'s blocks (`d·q + m`) against `x` (rounded per 32): each block's digits'
@@ -2193,59 +2430,36 @@ pub(crate) mod relaxed {
 
     #[inline(always)]
     fn q4_k<S: Sums>(block: &[u8; 144], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
-        k_block::<S, 144>(block, x, b, c, |group| {
-            let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
-            [v128_and(first, c.nibbles), v128_and(second, c.nibbles), c.high_nibbles(first), c.high_nibbles(second)]
-        })
+        k_block::<S>(block, x, b, c, |group| q4_k_group(block, group, c))
     }
 
     #[inline(always)]
     fn q5_k<S: Sums>(block: &[u8; 176], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
-        let qh = [load(block, 16), load(block, 32)];
-        // 16 where bit `shift` of the quant's `qh` byte is set (16-bit shifts: the bits one
-        // brings across a byte are masked off, and a 1 shifted by 4 stays in its byte).
-        let fifth = |half: usize, shift: u32| u16x8_shl(v128_and(u16x8_shr(qh[half], shift), c.one), 4);
-        k_block::<S, 176>(block, x, b, c, |group| {
-            let (first, second) = (load(block, 48 + 32 * group), load(block, 64 + 32 * group));
-            let (low, high) = (2 * group as u32, 2 * group as u32 + 1);
-            [
-                v128_or(v128_and(first, c.nibbles), fifth(0, low)),
-                v128_or(v128_and(second, c.nibbles), fifth(1, low)),
-                v128_or(c.high_nibbles(first), fifth(0, high)),
-                v128_or(c.high_nibbles(second), fifth(1, high)),
-            ]
-        })
+        let qh = q5_k_fifth_bits(block);
+        k_block::<S>(block, x, b, c, |group| q5_k_group(block, &qh, group, c))
     }
 
     /// What Q4_K and Q5_K share: four groups of 64 quants, `quants(group)` the low sub-block's
-    /// 32 then the high one's, 16 to a register; the block's products and `dmin · Σ min · Σx`.
-    /// The groups written out (each group's offsets constants, no loop to check), the scales and
-    /// minimums unpacked once a block, the minimums' sums in lanes.
+    /// 32 then the high one's, 16 to a register; the block's products and what its minimums take
+    /// off. The groups written out (each group's offsets constants, no loop to check).
     #[inline(always)]
-    fn k_block<S: Sums, const BYTES: usize>(
-        block: &[u8; BYTES],
+    fn k_block<S: Sums>(
+        block: &[u8],
         x: &IntegerRow,
         b: usize,
         c: &Constants,
         quants: impl Fn(usize) -> [v128; 4],
     ) -> (v128, v128) {
-        let (d, dmin) = (half(block, 0), half(block, 2));
-        let (scales, mins) = k_scales_and_mins(&block[4..16]);
+        let header = k_header(block, x, b);
         let xs = x.block_digits(b);
         let mut sums = [i32x4_splat(0); 3];
         // Written out: as a loop (even over `[0, 1, 2, 3]`) LLVM keeps it one, its offsets
         // variables and their bounds checked.
-        k_group::<S>(quants(0), scales, 0, &xs, &mut sums);
-        k_group::<S>(quants(1), scales, 1, &xs, &mut sums);
-        k_group::<S>(quants(2), scales, 2, &xs, &mut sums);
-        k_group::<S>(quants(3), scales, 3, &xs, &mut sums);
-        let mins = bytes_as_u16(mins);
-        let sums32: &[f32; 8] = x.sums32[b * 8..b * 8 + 8].try_into().expect("8");
-        let minimums = f32x4_add(
-            f32x4_mul(f32x4_convert_i32x4(u32x4_extend_low_u16x8(mins)), load(sums32, 0)),
-            f32x4_mul(f32x4_convert_i32x4(u32x4_extend_high_u16x8(mins)), load(sums32, 4)),
-        );
-        (f32x4_mul(joined(c, sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))), f32x4_mul(minimums, f32x4_splat(dmin)))
+        k_group::<S>(quants(0), header.scales, 0, &xs, &mut sums);
+        k_group::<S>(quants(1), header.scales, 1, &xs, &mut sums);
+        k_group::<S>(quants(2), header.scales, 2, &xs, &mut sums);
+        k_group::<S>(quants(3), header.scales, 3, &xs, &mut sums);
+        (f32x4_mul(joined(c, sums), f32x4_splat(header.scale)), header.minimums)
     }
 
     /// Group `group` of a Q4_K or Q5_K block (64 quants, `q`: the low sub-block's 32 then the
@@ -2265,41 +2479,22 @@ pub(crate) mod relaxed {
         }
     }
 
-    /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as `32 ·
-    /// scale · Σx` of each sub-block of 16, in lanes. Its four quarters written out, as in
-    /// [`k_block`].
+    /// One Q6_K block: the quants unsigned (0..64) in the products, the 32 taken off as
+    /// [`q6_k_offsets`]. Its four quarters written out, as in [`k_block`].
     #[inline(always)]
     fn q6_k<S: Sums>(block: &[u8; 210], x: &IntegerRow, b: usize, c: &Constants) -> (v128, v128) {
-        let d = half(block, 208);
         let xs = x.block_digits(b);
         let mut sums = [i32x4_splat(0); 3];
         q6_k_quarter::<S>(block, 0, 0, &xs, c, &mut sums);
         q6_k_quarter::<S>(block, 0, 1, &xs, c, &mut sums);
         q6_k_quarter::<S>(block, 1, 0, &xs, c, &mut sums);
         q6_k_quarter::<S>(block, 1, 1, &xs, c, &mut sums);
-        // 32 · Σ scale · Σx over the sixteen sub-blocks.
-        let scales = load(block, 192);
-        let (low, high) = (i16x8_extend_low_i8x16(scales), i16x8_extend_high_i8x16(scales));
-        let sums16: &[f32; 16] = x.sums[b * 16..b * 16 + 16].try_into().expect("16");
-        let offsets = [
-            i32x4_extend_low_i16x8(low),
-            i32x4_extend_high_i16x8(low),
-            i32x4_extend_low_i16x8(high),
-            i32x4_extend_high_i16x8(high),
-        ]
-        .into_iter()
-        .enumerate()
-        .fold(f32x4_splat(0.0), |sum, (k, scales)| {
-            f32x4_add(sum, f32x4_mul(f32x4_convert_i32x4(scales), load(sums16, 4 * k)))
-        });
-        (
-            f32x4_mul(joined(c, sums), f32x4_splat(d * x.scale(SUPER_BLOCK, b))),
-            f32x4_mul(offsets, f32x4_splat(32.0 * d)),
-        )
+        let scale = half(block, 208) * x.scale(SUPER_BLOCK, b);
+        (f32x4_mul(joined(c, sums), f32x4_splat(scale)), q6_k_offsets(block, x, b))
     }
 
-    /// Quants `16·sixteen..` of each run of 32 in half `half_block` of a Q6_K block (as
-    /// `dequant.rs` reads them: four sub-blocks of 16) against the block's digits, added to `sums`.
+    /// A quarter of a Q6_K block ([`simd128::q6_k_quarter`]) against the block's digits, added to
+    /// `sums`.
     #[inline(always)]
     fn q6_k_quarter<S: Sums>(
         block: &[u8; 210],
@@ -2309,22 +2504,8 @@ pub(crate) mod relaxed {
         c: &Constants,
         sums: &mut [v128; 3],
     ) {
-        let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
-        let (low, high) = (load(block, ql + 16 * sixteen), load(block, ql + 32 + 16 * sixteen));
-        let upper = load(block, qh + 16 * sixteen);
-        // Each quant's two upper bits moved to bits 4 and 5 of its byte by 16-bit shifts: what
-        // one brings across a byte falls outside `two_bits`.
-        let runs = [
-            (v128_and(low, c.nibbles), u16x8_shl(upper, 4)),
-            (v128_and(high, c.nibbles), u16x8_shl(upper, 2)),
-            (c.high_nibbles(low), upper),
-            (c.high_nibbles(high), u16x8_shr(upper, 2)),
-        ];
-        for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
-            let quants = v128_or(four_bits, v128_and(upper, c.two_bits));
-            let sub = 8 * half_block + 2 * run + sixteen;
+        for (quants, sub, at) in simd128::q6_k_quarter(block, half_block, sixteen, c) {
             let scale = i16::from(block[192 + sub] as i8);
-            let at = 128 * half_block + 32 * run + 16 * sixteen;
             for (digits, sum) in xs.iter().zip(&mut *sums) {
                 // At most 16 · 16·63·128·128 per lane: within i32.
                 *sum = i32x4_add(*sum, S::scaled16(quants, load(*digits, at), scale));
