@@ -7,7 +7,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer } from 'node:http';
 
-import { HEADER_FIRST_BYTES, STORE_SLICE_BYTES, downloadModel, storeModel } from '../../www/download.js';
+import { APPEND_BYTES, HEADER_FIRST_BYTES, STORE_SLICE_BYTES, downloadModel, readFile, storeModel } from '../../www/download.js';
 import { codedError } from '../../www/protocol.js';
 
 const FILE = Uint8Array.from({ length: 3 * HEADER_FIRST_BYTES }, (_, i) => (i < 4 ? 'GGUF'.charCodeAt(i) : (i * 13) % 256));
@@ -114,6 +114,35 @@ test('the file failing while it fills ends the download with that failure, never
   };
   await assert.rejects(downloadModel(server.url, file, () => {}), trap);
   assert.equal(server.requests.length, 1, 'not resumed');
+});
+
+test('a body handed over in chunks larger than APPEND_BYTES (as WebKit hands them) goes into the file a slice at a time, planned and reserved after the first', async () => {
+  const bytes = Uint8Array.from({ length: 2 * APPEND_BYTES + 3 * HEADER_FIRST_BYTES + 7 }, (_, i) => (i < 4 ? 'GGUF'.charCodeAt(i) : (i * 7) % 256));
+  // A given file whose stream has two chunks, the first larger than two slices.
+  const given = {
+    size: bytes.length,
+    stream: () => new ReadableStream({
+      start(controller) {
+        controller.enqueue(bytes.slice(0, 2 * APPEND_BYTES + 5));
+        controller.enqueue(bytes.slice(2 * APPEND_BYTES + 5));
+        controller.close();
+      },
+    }),
+  };
+  const file = recordingFile();
+  const sizes = [];
+  const append = file.append.bind(file);
+  file.append = (chunk) => {
+    sizes.push(chunk.length);
+    append(chunk);
+  };
+  const planned = [];
+  await readFile(given, 'm.gguf', file, () => {}, (f) => planned.push(f.length));
+  assert.ok(sizes.every((n) => n <= APPEND_BYTES), `appended ${sizes.join(', ')} bytes at a time`);
+  assert.deepEqual(new Uint8Array(file.bytes()), bytes);
+  // Planned, and the whole room taken, once the header's first bytes are in: not after the chunk.
+  assert.deepEqual(planned, [HEADER_FIRST_BYTES]);
+  assert.deepEqual(file.reserved, [{ length: bytes.length, at: HEADER_FIRST_BYTES }]);
 });
 
 test("the stored copy's read failing is that failure, never taken for a full storage quota", async () => {

@@ -18,9 +18,9 @@
 
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { BLANK_PAGE, MODEL_NAME, REPO, VERSION, startServer } from './server.mjs';
+import { BLANK_PAGE, MODEL_NAME, MODEL_PATH, REPO, VERSION, startServer } from './server.mjs';
 import { ENGINES, keptThreads, within } from './browser.mjs';
 import { packagePath, startOrigins } from './origins.mjs';
 import { installFresh } from '../package/fresh.mjs';
@@ -34,6 +34,13 @@ const qwen3Capital = fixture('tiny/qwen3.json').logit_cases.capital;
 const LOAD_LIMIT_MS = 60_000;
 /** Tokens each cycle generates, every step's logits row returned. */
 const CYCLE_TOKENS = 16;
+/**
+ * The most wasm memory a cycle's engine may hold, per byte of the model's file: its weights are
+ * the file's bytes, held once (1.20-1.26x in every engine here; WebKit's was 1.3-2.2x while its
+ * bodies' large chunks went into wasm memory whole: download.js, APPEND_BYTES).
+ */
+const MEMORY_PER_FILE_BYTE = 1.35;
+const MODEL_BYTES = statSync(MODEL_PATH).size;
 const engines = (process.env.NUCLEUS_ENGINES ?? Object.keys(ENGINES).join(',')).split(',');
 
 /** The packed package (`./build.sh dist`) on a CDN origin, the static example on a site's. */
@@ -68,19 +75,23 @@ const cycle = (page) => within(LOAD_LIMIT_MS, 'a load, a generation and a dispos
     rows.push(step.logits.length);
   }
   const { backend, vocabSize } = lm.info;
+  const { wasmMemoryBytes } = await lm.diagnostics();
   lm.dispose();
   const shares = globalThis.crossOriginIsolated && typeof SharedArrayBuffer === 'function';
-  return { ids, rows, vocabSize, backend, possible: shares ? navigator.hardwareConcurrency : 1 };
+  return { ids, rows, vocabSize, backend, wasmMemoryBytes, possible: shares ? navigator.hardwareConcurrency : 1 };
 }, { prompt: capital.text, maxTokens: CYCLE_TOKENS }));
 
 /**
- * A cycle's outcome against the reference. Where the page can share memory, every helper started
- * and was timed, and the threads kept are the fewest within 10 % of the fastest step.
+ * A cycle's outcome against the reference, the model's file held once in wasm memory. Where the
+ * page can share memory, every helper started and was timed, and the threads kept are the fewest
+ * within 10 % of the fastest step.
  */
-function assertCycle({ ids, rows, vocabSize, backend, possible }, what) {
+function assertCycle({ ids, rows, vocabSize, backend, wasmMemoryBytes, possible }, what) {
   assert.deepEqual(ids, capital.greedy32.slice(0, CYCLE_TOKENS), what);
   assert.ok(rows.every((n) => n === vocabSize), `${what}: every logits row whole`);
   assert.equal(backend.kind, 'cpu', what);
+  assert.ok(wasmMemoryBytes <= MEMORY_PER_FILE_BYTE * MODEL_BYTES,
+    `${what}: ${(wasmMemoryBytes / 2 ** 20).toFixed(1)} MiB of wasm memory for a file of ${(MODEL_BYTES / 2 ** 20).toFixed(1)} MiB`);
   if (possible === 1) {
     assert.equal(backend.threads, 1, what);
     assert.match(backend.reason, /one thread: /, `${what}: says why one thread`);
