@@ -12,8 +12,9 @@
 #                       modules, the service worker, types) in dist/nucleus-lm/, packed beside it
 #   ./build.sh bench    every engine on this machine side by side, for SmolLM2-135M, Gemma 3 270M
 #                       and the Qwen3.5-0.8B-shaped file: Nucleus and wllama in headless
-#                       Chromium, `nucleus bench` natively (the CPU engine, Burn's CPU backend),
-#                       llama.cpp natively (llama-cpp-python, built once)
+#                       Chromium (Nucleus in Firefox and WebKit too with `--browser
+#                       auto,cpu-1,firefox,webkit`), `nucleus bench` natively (the CPU engine,
+#                       Burn's CPU backend), llama.cpp natively (llama-cpp-python, built once)
 #   ./build.sh cli      build the native `nucleus` binary
 #   ./build.sh model    fetch the models (SmolLM2-135M, Gemma 3 270M) into the cache, checked by sha256,
 #                       and make the Qwen3.5-0.8B-shaped file (random weights) beside them
@@ -498,6 +499,8 @@ cmd_bench() {
   # The 2.49 GB one only when it is asked for.
   case " $* " in *gemma4b*) ensure_gemma_shaped 4b ;; esac
   ensure_chromium
+  # Firefox and WebKit only for their rows (`--browser ...,firefox,webkit`).
+  case " $* " in *firefox* | *webkit*) ensure_other_engines ;; esac
   export NUCLEUS_MODEL="$(model_path)" NUCLEUS_GEMMA="$(gemma_path)" NUCLEUS_QWEN35="$(qwen35_path)" \
     NUCLEUS_GEMMA1B="$(gemma1b_path)" NUCLEUS_GEMMA4B="$(gemma4b_path)"
   cmd_web

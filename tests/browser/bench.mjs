@@ -2,11 +2,15 @@
 // model, prompt and settings, one table per model (SmolLM2-135M, Gemma 3 270M, and the files with
 // Qwen3.5-0.8B's and Gemma 3 1B's shapes and random weights):
 //   node tests/browser/bench.mjs [--prompt-tokens 32] [--gen-tokens 32] [--runs 3]
-//     [--models default,gemma3,qwen35,gemma1b (and gemma4b, asked only)] [--browser auto,cpu-1] [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
+//     [--models default,gemma3,qwen35,gemma1b (and gemma4b, asked only)] [--browser auto,cpu-1 (and firefox,webkit)]
+//     [--peer-threads 1,2] [--native cpu,cpu-1,burn-cpu]
 // (`./build.sh bench` builds what it needs and fetches the peer first.) Rows:
 // - headless Chromium, Nucleus: `auto` (what Nucleus.load() picks: here the CPU engine on every
 //   core, SwiftShader being a CPU emulation), `cpu-1` (the CPU engine on one thread: a page that
 //   is not cross-origin isolated), `webgpu` (the GPU path on whatever adapter there is);
+// - Firefox and WebKit (browser.mjs's engines, the cross-engine suite's), Nucleus, `firefox` and
+//   `webkit`: what Nucleus.load() picks in a cross-origin isolated page there (the CPU engine
+//   here: threaded in Firefox, on one thread in WebKitGTK, which has no SharedArrayBuffer);
 // - headless Chromium, wllama (llama.cpp compiled to wasm, the peer; WLLAMA_DIR, which
 //   ./build.sh bench fills), each thread count of --peer-threads, cross-origin isolated;
 // - native, `nucleus bench`: `cpu` (the CPU engine, every core), `cpu-1` (one thread), `burn-cpu`
@@ -25,7 +29,7 @@ import os from 'node:os';
 import { parseArgs } from 'node:util';
 import { startServer, REPO, MODEL_PATH, MODEL_NAME, GEMMA_PATH, GEMMA_NAME, QWEN35_PATH, QWEN35_NAME, GEMMA1B_PATH,
   GEMMA1B_NAME, GEMMA4B_PATH, GEMMA4B_NAME, BLANK_PAGE, ISOLATION_HEADERS } from './server.mjs';
-import { launch, open } from './browser.mjs';
+import { ENGINES, launch, open } from './browser.mjs';
 
 const MODELS = {
   default: { name: 'SmolLM2-135M', url: `/models/${MODEL_NAME}`, file: MODEL_PATH },
@@ -40,7 +44,9 @@ const MODELS = {
 };
 /** Rows that run in Burn's operations, which a `noBurn` model skips. */
 const BURN_ROWS = new Set(['burn-cpu']);
-const BROWSER_ROWS = ['auto', 'cpu-1', 'webgpu'];
+const BROWSER_ROWS = ['auto', 'cpu-1', 'webgpu', 'firefox', 'webkit'];
+/** The browser rows run in another engine than Chromium: the key of its engine in `ENGINES`. */
+const OTHER_ENGINES = new Set(['firefox', 'webkit']);
 const NATIVE_ROWS = {
   cpu: { label: 'Nucleus CPU engine', args: ['--backend', 'cpu'], env: {} },
   'cpu-1': { label: 'Nucleus CPU engine', args: ['--backend', 'cpu'], env: { NUCLEUS_THREADS: '1' } },
@@ -115,35 +121,61 @@ async function rendererPeak(work) {
 }
 
 /**
- * Nucleus in a fresh page of `server`: load with `backend` (the renderer's peak memory measured
- * while it loads), then `runs` greedy runs after a warm-up.
+ * Nucleus in a fresh Chromium page of `server`: load with `backend` (the renderer's peak memory
+ * measured while it loads), then `runs` greedy runs after a warm-up.
  */
 async function nucleusRow(context, server, model, backend, prompt) {
   const page = await open(context, `${server.url}blank.html`);
   try {
-    const { result: loadMs, peakBytes } = await rendererPeak(page.evaluate(async ({ url, backend }) => {
-      const { Nucleus } = await import('/nucleus.js');
-      const started = performance.now();
-      window.lm = await Nucleus.load({ model: url, cache: false, backend });
-      return performance.now() - started;
-    }, { url: model.url, backend }));
-    const measured = await page.evaluate(async ({ prompt, genTokens, runs }) => {
-      const { lm } = window;
-      const results = [];
-      for (let run = 0; run <= runs; run++) {
-        // A different first word each run, so the KV cache does not hold the prompt already.
-        const result = await lm.generate({ prompt: `${run}${prompt}`, maxTokens: genTokens, temperature: 0,
-          ignoreEos: true, topLogprobs: 0 }).result;
-        if (run > 0) results.push(result);
-      }
-      const { wasmMemoryBytes } = await lm.diagnostics();
-      lm.dispose();
-      return { info: lm.info, results, wasmMemoryBytes };
-    }, { prompt, genTokens, runs });
-    return { ...measured, loadMs, rendererPeakBytes: peakBytes };
+    return await measureNucleus({ run: (fn, arg) => page.evaluate(fn, arg) }, model, backend, prompt, rendererPeak);
   } finally {
     await page.close();
   }
+}
+
+/**
+ * `nucleusRow` in a page of another engine (`ENGINES[key]`, a fresh browser), Nucleus's own
+ * choice of backend; no renderer's peak (that sampling knows Chromium's processes).
+ */
+async function otherEngineRow(key, server, model, prompt) {
+  const browser = await ENGINES[key].launch();
+  try {
+    const page = await browser.open(`${server.url}blank.html`);
+    try {
+      return await measureNucleus(page, model, 'auto', prompt, async (work) => ({ result: await work }));
+    } finally {
+      await page.close();
+    }
+  } finally {
+    await browser.close();
+  }
+}
+
+/**
+ * Nucleus in `page` (`run(fn, arg)`: `fn(arg)` there, awaited): load with `backend`, `sample`
+ * watching the load, then `runs` greedy runs after a warm-up.
+ */
+async function measureNucleus(page, model, backend, prompt, sample) {
+  const { result: loadMs, peakBytes } = await sample(page.run(async ({ url, backend }) => {
+    const { Nucleus } = await import('/nucleus.js');
+    const started = performance.now();
+    window.lm = await Nucleus.load({ model: url, cache: false, backend });
+    return performance.now() - started;
+  }, { url: model.url, backend }));
+  const measured = await page.run(async ({ prompt, genTokens, runs }) => {
+    const { lm } = window;
+    const results = [];
+    for (let run = 0; run <= runs; run++) {
+      // A different first word each run, so the KV cache does not hold the prompt already.
+      const result = await lm.generate({ prompt: `${run}${prompt}`, maxTokens: genTokens, temperature: 0,
+        ignoreEos: true, topLogprobs: 0 }).result;
+      if (run > 0) results.push(result);
+    }
+    const { wasmMemoryBytes } = await lm.diagnostics();
+    lm.dispose();
+    return { info: lm.info, results, wasmMemoryBytes };
+  }, { prompt, genTokens, runs });
+  return { ...measured, loadMs, rendererPeakBytes: peakBytes };
 }
 
 /** The prompt's token count on Nucleus's tokenizer, in a page of `server`. */
@@ -276,15 +308,18 @@ try {
   for (const model of chosen) {
     const prompt = await nucleusPrompt(context, isolated, model);
     for (const backend of browserRows.filter((r) => !(model.noBurn && BURN_ROWS.has(r)))) {
-      console.error(`[bench] ${model.name}: Chromium, Nucleus ${backend}`);
-      const measured = backend === 'cpu-1'
-        ? await nucleusRow(context, plain, model, 'cpu', prompt)
-        : await nucleusRow(context, isolated, model, backend, prompt);
+      const where = OTHER_ENGINES.has(backend) ? ENGINES[backend].name : 'Chromium';
+      console.error(`[bench] ${model.name}: ${where}, Nucleus ${backend}`);
+      const measured = OTHER_ENGINES.has(backend) ? await otherEngineRow(backend, isolated, model, prompt)
+        : backend === 'cpu-1' ? await nucleusRow(context, plain, model, 'cpu', prompt)
+          : await nucleusRow(context, isolated, model, backend, prompt);
       const { info } = measured;
-      browserFacts ||= info.adapter ? `WebGPU adapter ${info.adapter.vendor}/${info.adapter.architecture}` : 'no WebGPU adapter';
-      const engine = info.backend.kind === 'cpu' ? `Nucleus CPU engine (${backend === 'auto' ? 'auto' : 'cpu'})`
+      if (where === 'Chromium') {
+        browserFacts ||= info.adapter ? `WebGPU adapter ${info.adapter.vendor}/${info.adapter.architecture}` : 'no WebGPU adapter';
+      }
+      const engine = info.backend.kind === 'cpu' ? `Nucleus CPU engine (${backend === 'cpu-1' ? 'cpu' : 'auto'})`
         : `Nucleus WebGPU (${info.adapter.vendor || info.adapter.architecture})`;
-      row(model, 'Chromium', engine, info.backend.threads, { loadMs: measured.loadMs, ...fromResults(measured.results),
+      row(model, where, engine, info.backend.threads, { loadMs: measured.loadMs, ...fromResults(measured.results),
         memoryMiB: measured.wasmMemoryBytes / 2 ** 20, rendererMiB: measured.rendererPeakBytes / 2 ** 20,
         promptTokens: measured.results[0].usage.promptTokens });
     }
