@@ -1,7 +1,7 @@
 //! The decode products' speed in WebAssembly, per format and per way the relaxed SIMD build sums
 //! its byte products (`nucleus_cpu::ByteDot`), timed by `tests/wasm/product-speed.mjs` in Node's
-//! V8, or with `--chromium` or `--firefox` in a page of that browser, whose compiler is the one
-//! that matters (natively, `matmul_speed` measures the same products):
+//! V8, or with `--chromium`, `--firefox` or `--webkit` in a page of that browser, whose compiler
+//! is the one that matters (natively, `matmul_speed` measures the same products):
 //!
 //! ```sh
 //! RUSTFLAGS="-C target-feature=+simd128,+relaxed-simd" CARGO_TARGET_DIR=target/wasm-speed \
