@@ -317,7 +317,8 @@ try {
       if (where === 'Chromium') {
         browserFacts ||= info.adapter ? `WebGPU adapter ${info.adapter.vendor}/${info.adapter.architecture}` : 'no WebGPU adapter';
       }
-      const engine = info.backend.kind === 'cpu' ? `Nucleus CPU engine (${backend === 'cpu-1' ? 'cpu' : 'auto'})`
+      const asked = backend === 'auto' || OTHER_ENGINES.has(backend) ? 'auto' : 'cpu';
+      const engine = info.backend.kind === 'cpu' ? `Nucleus CPU engine (${asked})`
         : `Nucleus WebGPU (${info.adapter.vendor || info.adapter.architecture})`;
       row(model, where, engine, info.backend.threads, { loadMs: measured.loadMs, ...fromResults(measured.results),
         memoryMiB: measured.wasmMemoryBytes / 2 ** 20, rendererMiB: measured.rendererPeakBytes / 2 ** 20,
@@ -377,7 +378,7 @@ for (const model of chosen) {
 const cpu = os.cpus()[0]?.model ?? 'unknown CPU';
 console.log(`\n${os.availableParallelism()} cores (${cpu}); headless Chromium (${browserFacts}); ${promptTokens}-token prompt, `
   + `${genTokens} tokens generated greedily, median of ${runs} runs after a warm-up`);
-console.log('memory: the wasm memory in Chromium (Nucleus), the process\'s peak resident memory natively; '
+console.log('memory: the wasm memory in the browser (Nucleus), the process\'s peak resident memory natively; '
   + 'renderer: the Chromium renderer\'s peak resident memory while Nucleus loads');
 const cell = (value, digits = 1) => (value === undefined || Number.isNaN(value) ? '-' : value.toFixed(digits));
 for (const model of chosen) {
