@@ -814,11 +814,16 @@ mod simd128 {
     /// into each format's `apart`) plain SIMD's Q4_1 ran at 4.3 GMAC/s instead of 8.5 (Chromium,
     /// with the release profile's 16 codegen units).
     pub(super) trait Widen32: Copy {
+        /// Whether a block's two halves' sums join in i32 (`256·h + l`) before their conversion:
+        /// quants below 32, at most 8 · 31 · 0x7F7F7F a lane. Q8_0's (magnitudes to 128) do not.
+        const JOIN_IN_I32: bool;
         fn widen(self, block: &[u8], c: &Constants) -> (f32, [v128; 4], f32);
     }
 
     #[cfg(not(target_feature = "relaxed-simd"))]
     impl Widen32 for Unsigned32 {
+        const JOIN_IN_I32: bool = true;
+
         #[inline(always)]
         fn widen(self, block: &[u8], c: &Constants) -> (f32, [v128; 4], f32) {
             let qs = load(block, self.nibbles);
@@ -843,6 +848,8 @@ mod simd128 {
     pub(super) struct Q8_0;
 
     impl Widen32 for Q8_0 {
+        const JOIN_IN_I32: bool = false;
+
         #[inline(always)]
         fn widen(self, block: &[u8], _: &Constants) -> (f32, [v128; 4], f32) {
             let (first, second) = (load(block, 2), load(block, 18));
@@ -937,7 +944,7 @@ mod simd128 {
     /// The products of a row of `bytes`-byte blocks of 32 (`d·q + m`, each block widened by
     /// `blocks`) in f32 lanes, and `Σ m · Σx`.
     #[inline(always)]
-    fn by_block(row: &[u8], bytes: usize, x: &IntegerRow, blocks: impl Widen32) -> (v128, f32) {
+    fn by_block<B: Widen32>(row: &[u8], bytes: usize, x: &IntegerRow, blocks: B) -> (v128, f32) {
         debug_assert_eq!(x.block, BLOCK);
         let [high, low] = &x.halves;
         let halves = high.chunks_exact(BLOCK).zip(low.chunks_exact(BLOCK));
@@ -951,8 +958,11 @@ mod simd128 {
                 h = i32x4_add(h, i32x4_dot_i16x8(quants, load(high, 8 * k)));
                 l = i32x4_add(l, i32x4_dot_i16x8(quants, load(low, 8 * k)));
             }
-            // Each half's sums in f32 (Q8_0's high ones times 2⁸ might not fit an i32).
-            let value = f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), c.places[0]), f32x4_convert_i32x4(l));
+            let value = if B::JOIN_IN_I32 {
+                f32x4_convert_i32x4(i32x4_add(i32x4_shl(h, 8), l))
+            } else {
+                f32x4_add(f32x4_mul(f32x4_convert_i32x4(h), c.places[0]), f32x4_convert_i32x4(l))
+            };
             lanes = f32x4_add(lanes, f32x4_mul(value, f32x4_splat(d * scale)));
             minimums += m * sum;
         }
