@@ -369,8 +369,9 @@ class BrokenBody extends Error {
 }
 
 /**
- * Reads a body into `file`, calling `received(bytes)` after each chunk; a failure cancels the
- * rest, and one of the body itself is a `BrokenBody`, as is no chunk for `stallMs` (when given).
+ * Reads a body into `file` in slices of at most APPEND_BYTES, calling `received(bytes)` after
+ * each; a failure cancels the rest, and one of the body itself is a `BrokenBody`, as is no chunk
+ * for `stallMs` (when given).
  */
 async function readInto(response, file, received, stallMs = null) {
   const reader = response.body.getReader();
