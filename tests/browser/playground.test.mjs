@@ -60,7 +60,7 @@ test('the page loads the model on the CPU engine, says why and what a GPU would 
   assert.equal(await page.textContent('[data-stat="runs on"]'), `the CPU engine, ${threads} thread${threads === 1 ? '' : 's'}`);
   assert.match(await page.textContent('[data-stat="WebGPU adapter"]'), /swiftshader.*\(a CPU emulation\)$/i);
   assert.match(await page.textContent('#backend-note'),
-    /^Runs on the CPU \(\d+ threads, WebAssembly relaxed SIMD\): the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU.*A hardware GPU runs it/);
+    /^Runs on the CPU \(\d+ threads?, WebAssembly relaxed SIMD\): the only WebGPU adapter \(swiftshader\) emulates a GPU on the CPU.*A hardware GPU runs it/);
   assert.equal(await page.inputValue('#backend-choice'), 'auto');
   assert.equal(await page.isEnabled('#generate'), true);
   // While it downloaded, the load line said what the model needs, from the file's first bytes,
@@ -770,8 +770,11 @@ test('without WebGPU the playground runs end to end on the CPU engine', async ()
     assert.match(await noGpu.textContent('[data-stat="runs on"]'), /^the CPU engine, \d+ threads?$/);
     assert.equal(await noGpu.textContent('[data-stat="WebGPU adapter"]'), 'none');
     // Threaded where the page shares memory (Chromium: the relaxed-SIMD build), else one thread.
-    assert.match(await noGpu.textContent('#backend-note'),
-      /^Runs on the CPU \((\d+ threads, WebAssembly relaxed SIMD|1 thread, WebAssembly SIMD)\): .*WebGPU/);
+    // The threads kept are those the worker's timing found worth it: one of the threaded build's,
+    // saying so, when a busy machine made more slower (seen once in CI).
+    const note = await noGpu.textContent('#backend-note');
+    assert.match(note, /^Runs on the CPU \((\d+ threads, WebAssembly relaxed SIMD|1 thread, WebAssembly (relaxed )?SIMD)\): .*WebGPU/);
+    if (/^Runs on the CPU \(1 thread, WebAssembly relaxed SIMD\)/.test(note)) assert.match(note, /\(1 of \d+ threads: more were slower\)/);
     await noGpu.check('input[name="mode"][value="raw"]');
     await noGpu.fill('#prompt', capital.text);
     await noGpu.click('[data-preset="greedy"]');
