@@ -20,7 +20,7 @@ import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, rmSync, statSync } from 'node:fs';
 import path from 'node:path';
-import { BLANK_PAGE, MODEL_NAME, MODEL_PATH, REPO, VERSION, startServer } from './server.mjs';
+import { BLANK_PAGE, MEMORY_PER_FILE_BYTE, MODEL_NAME, MODEL_PATH, REPO, VERSION, startServer } from './server.mjs';
 import { ENGINES, keptThreads, within } from './browser.mjs';
 import { packagePath, startOrigins } from './origins.mjs';
 import { installFresh } from '../package/fresh.mjs';
@@ -34,12 +34,6 @@ const qwen3Capital = fixture('tiny/qwen3.json').logit_cases.capital;
 const LOAD_LIMIT_MS = 60_000;
 /** Tokens each cycle generates, every step's logits row returned. */
 const CYCLE_TOKENS = 16;
-/**
- * The most wasm memory a cycle's engine may hold, per byte of the model's file: its weights are
- * the file's bytes, held once (1.20-1.26x in every engine here; WebKit's was 1.3-2.2x while its
- * bodies' large chunks went into wasm memory whole: download.js, APPEND_BYTES).
- */
-const MEMORY_PER_FILE_BYTE = 1.35;
 const MODEL_BYTES = statSync(MODEL_PATH).size;
 const engines = (process.env.NUCLEUS_ENGINES ?? Object.keys(ENGINES).join(',')).split(',');
 

@@ -15,6 +15,13 @@ export const MODEL_NAME = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 export const MODEL_PATH = process.env.NUCLEUS_MODEL
   ?? path.join(os.homedir(), '.cache/nucleus/models', MODEL_NAME);
 /** The default model file's digest: build.sh's, which checks the download against it. */
+/**
+ * The most wasm memory the CPU engine may hold after loading a model, per byte of its file: its
+ * weights are the file's bytes, held once (1.20-1.26x in every engine here; 2.1x while the
+ * weights were a copy, and WebKit's 1.3-2.2x while its bodies' large chunks went into wasm memory
+ * whole: download.js, APPEND_BYTES).
+ */
+export const MEMORY_PER_FILE_BYTE = 1.35;
 export const MODEL_SHA256 = /MODEL_SHA256="([0-9a-f]{64})"/.exec(readFileSync(path.join(REPO, 'build.sh'), 'utf8'))[1];
 /**
  * The package's version: Cargo.toml's workspace version, the one owner (build.sh writes
