@@ -134,7 +134,8 @@ fn product_mismatches(label: &str) -> Vec<String> {
             let rows = 133;
             let bytes = random_matrix(&mut rng, ggml_type, rows, cols);
             let w = Matrix::new(ggml_type, &bytes, rows, cols).expect("whole blocks");
-            for n in [1usize, 3, 7] {
+            // One row and a few in integers (`matmul.rs`, `integer_rows_most`), more through the tile.
+            for n in [1usize, 2, 3, 7] {
                 let x: Vec<f32> = (0..n * cols).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
                 found.extend(product_off(label, &w, &x, n));
             }

@@ -35,6 +35,34 @@ fn prefill_rows_per_task(rows: usize, threads: usize) -> usize {
 /// product is split").
 pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
 
+/// The most activation rows whose products of `ggml_type` go through the integer kernel (a decode
+/// step's, `integer.rs`) one row at a time, where the CPU has one; past it the tile's f32
+/// products, which dequantize each weight once for all the rows, are faster. Each row in integers
+/// costs about a decode step's product; the tile's first row costs the whole dequantization, each
+/// row more a little. The crossovers, measured (ARCHITECTURE.md, "A few rows in integers"):
+/// natively (AVX-512) the integers are as fast or faster up to five rows for Q5_0 and the
+/// K-quants, four for Q4_0 and Q4_1 (their tile is cheaper), three for Q8_0; in wasm (relaxed
+/// SIMD in Chromium, plain SIMD in WebKit) up to three for Q5_0 and the K-quants and two for the
+/// others. None for the formats without an integer kernel.
+fn integer_rows_most(ggml_type: GgmlType) -> usize {
+    let wasm = cfg!(target_family = "wasm");
+    match ggml_type {
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 if wasm => 2,
+        GgmlType::Q8_0 => 3,
+        GgmlType::Q4_0 | GgmlType::Q4_1 => 4,
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K if wasm => 3,
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => 5,
+        _ => 0,
+    }
+}
+
+/// Weight rows the integer kernel computes for one activation row before the next row reads
+/// them again, from the cache, where several rows go through it (`integer_rows_most`): 64
+/// measured as fast as the whole task per row on most shapes, and faster on the 262,144-row
+/// output layers, whose tasks do not fit in a cache (Gemma 3 1B's Q8_0 layer for three rows 24.5
+/// ms against 30.2, natively on two threads).
+const INTEGER_ROWS_RUN: usize = 64;
+
 /// Rows of each task of a decode product of `rows` weight rows in all: a share of
 /// [`DECODE_TASKS_PER_THREAD`] per thread, in whole 64-byte lines of output (no two threads
 /// write one line).
@@ -88,9 +116,11 @@ impl<'a> Matrix<'a> {
 }
 
 /// `y = x · Wᵀ` (or `y += x · Wᵀ` with `accumulate`) for `x`: `[n, w.cols]` and `y`: `[n, w.rows]`,
-/// row-major. Each weight row is dequantized a [`TILE`] at a time and every `x` row reads the tile;
-/// the weight rows are spread over the threads. Every sum is f32, in the order of the columns
-/// within 32 lanes, then the lanes pairwise, then the columns past the last whole 32 (`dot.rs`).
+/// row-major, the weight rows spread over the threads. One `x` row, or a few (`integer_rows_most`),
+/// go through the integer kernel where the CPU has one (`integer.rs`): each row rounded to
+/// integers as a decode step's is. More rows: each weight row is dequantized a [`TILE`] at a time
+/// and every `x` row reads the tile, every sum f32, in the order of the columns within 32 lanes,
+/// then the lanes pairwise, then the columns past the last whole 32 (`dot.rs`).
 ///
 /// # Panics
 /// When `x` or `y` is not whole rows of the matrix's shape.
@@ -120,42 +150,56 @@ pub fn matmuls(x: &[f32], products: &mut [(&Matrix, &mut [f32])], accumulate: bo
         return;
     }
     let kernel = rows_kernel();
-    if n == 1 {
-        // The integer products need the row in integers, rounded once per scale block that the
-        // products here read (`IntegerRow::scale_block`): per 256 values for the K-quants, per 32
-        // for the 32-value formats.
-        let integer = integer_rows_kernel();
-        let wanted = |block: usize| products.iter().any(|(w, _)| IntegerRow::scale_block(w.ggml_type) == Some(block));
-        let rounded: Vec<IntegerRow> = [integer::SUPER_BLOCK, integer::BLOCK]
-            .into_iter()
-            .filter(|&block| integer.is_some() && wanted(block))
-            .map(|block| IntegerRow::for_types(x, block, products.iter().map(|(w, _)| w.ggml_type)))
-            .collect();
-        let rounded_for = |w: &Matrix| {
-            let block = IntegerRow::scale_block(w.ggml_type)?;
-            Some((integer?, rounded.iter().find(|row| row.block() == block)?))
-        };
-        // y is the weight rows' outputs in order: each task writes its own rows in place.
-        let per_task = decode_rows_per_task(products.iter().map(|(w, _)| w.rows).sum());
-        let tasks = products
-            .iter_mut()
-            .flat_map(|(w, y)| y.chunks_mut(per_task).enumerate().map(move |(index, out)| (&**w, index, out)))
-            .collect();
-        for_each_task(tasks, |(w, index, out)| match rounded_for(w) {
-            Some((integer, rounded)) => integer(w, rounded, index * per_task, out, accumulate),
-            None => kernel(w, x, 1, index * per_task, Out::Row(out), accumulate),
-        });
-        return;
-    }
-    // Many rows: each task writes its weight rows' columns of `y` (`[n, rows]`) in place.
+    let integer = integer_rows_kernel();
+    // Which products go through the integer kernel, a row at a time (`integer_rows_most`).
+    let in_integers = |w: &Matrix| integer.is_some() && n <= integer_rows_most(w.ggml_type);
+    // The integer products need each row in integers, rounded once per scale block that the
+    // products here read (`IntegerRow::scale_block`): per 256 values for the K-quants, per 32 for
+    // the 32-value formats. `rounded[k][r]`: x row r rounded for the kth scale block wanted.
+    let wanted = |block: usize| {
+        products.iter().any(|(w, _)| in_integers(w) && IntegerRow::scale_block(w.ggml_type) == Some(block))
+    };
+    let rounded: Vec<Vec<IntegerRow>> = [integer::SUPER_BLOCK, integer::BLOCK]
+        .into_iter()
+        .filter(|&block| wanted(block))
+        .map(|block| {
+            let types = || products.iter().filter(|(w, _)| in_integers(w)).map(|(w, _)| w.ggml_type);
+            x.chunks_exact(cols).map(|x| IntegerRow::for_types(x, block, types())).collect()
+        })
+        .collect();
+    let rounded_for = |w: &Matrix| {
+        let block = IntegerRow::scale_block(w.ggml_type).filter(|_| in_integers(w))?;
+        Some((integer?, rounded.iter().find(|rows| rows[0].block() == block)?.as_slice()))
+    };
+    // A row at a time (one x row, or a few in integers), a product is one pass over its weights:
+    // each thread takes long runs of rows, the products' rows counted together. Several x rows
+    // through the tile: each product's rows shared evenly, in tasks of at least a few fours.
+    let by_rows = |w: &Matrix| n == 1 || in_integers(w);
+    let rows_per_task = decode_rows_per_task(products.iter().filter(|(w, _)| by_rows(w)).map(|(w, _)| w.rows).sum());
     let tasks = products
         .iter_mut()
         .flat_map(|(w, y)| {
-            let per_task = prefill_rows_per_task(w.rows, threads());
+            let per_task = if by_rows(w) { rows_per_task } else { prefill_rows_per_task(w.rows, threads()) };
             Columns::of(y, n, w.rows, per_task).map(move |columns| (&**w, columns))
         })
         .collect();
-    for_each_task(tasks, |(w, columns)| kernel(w, x, n, columns.first, Out::Columns(columns), accumulate));
+    // Each task writes its weight rows' outputs of every x row in place.
+    for_each_task(tasks, |(w, mut columns)| match rounded_for(w) {
+        // One x row: the task's weight rows in one pass (two streams from memory, `integer_rows`).
+        Some((integer, [rounded])) => integer(w, rounded, columns.first, columns.row(0), accumulate),
+        // A few: a run of weight rows for each x row in turn, read from the cache after the first.
+        Some((integer, rounded)) => {
+            let (first, len) = (columns.first, columns.len);
+            for from in (0..len).step_by(INTEGER_ROWS_RUN) {
+                let count = INTEGER_ROWS_RUN.min(len - from);
+                for (r, rounded) in rounded.iter().enumerate() {
+                    integer(w, rounded, first + from, &mut columns.row(r)[from..from + count], accumulate);
+                }
+            }
+        }
+        None if n == 1 => kernel(w, x, 1, columns.first, Out::Row(columns.row(0)), accumulate),
+        None => kernel(w, x, n, columns.first, Out::Columns(columns), accumulate),
+    });
 }
 
 /// Where a kernel writes the outputs of its weight rows `first..`.
@@ -166,8 +210,8 @@ enum Out<'a> {
     Columns(Columns<'a>),
 }
 
-/// Columns `first..first + len` of an output `y` (`[n, rows]`): one task's share of a prefill's
-/// product, written in place (through a copy in `[row, n]` order and a reordering after, that copy
+/// Columns `first..first + len` of an output `y` (`[n, rows]`): one task's share of a product,
+/// written in place (through a copy in `[row, n]` order and a reordering after, that copy
 /// and its zeroing were 7 % of SmolLM2's 32-token prefill).
 struct Columns<'a> {
     y: *mut f32,
@@ -195,6 +239,15 @@ impl<'a> Columns<'a> {
             len: per_task.min(rows - first),
             _y: std::marker::PhantomData,
         })
+    }
+
+    /// X row `r`'s outputs of this task's weight rows.
+    #[inline(always)]
+    fn row(&mut self, r: usize) -> &mut [f32] {
+        assert!(r < self.n);
+        // SAFETY: `r·rows + first + len <= n·rows`, `y`'s length, in columns no other `Columns` of
+        // `y` writes (`of`), borrowed from `self` while `y` is.
+        unsafe { std::slice::from_raw_parts_mut(self.y.add(r * self.rows + self.first), self.len) }
     }
 
     /// Writes (or adds) `value` as x row `r`'s output of weight row `first + i`.
@@ -639,6 +692,55 @@ mod tests {
                 assert!(per_task >= ROWS_PER_TASK.min(rows / threads), "{shown}");
                 if rows >= 4 * threads {
                     assert!(most * 10 <= rows.div_ceil(threads) * 11, "{shown}: one thread takes {most}");
+                }
+            }
+        }
+    }
+
+    /// A few x rows in integers: each row's outputs are those of the row alone (a decode step's
+    /// product), bit for bit, added to what `y` held where asked, in tasks of several runs of
+    /// weight rows and a short last one.
+    #[test]
+    fn a_few_rows_in_integers_sum_each_row_as_alone() {
+        if integer_rows_kernel().is_none() {
+            return;
+        }
+        let (height, cols) = (300, 512);
+        for ggml_type in [
+            GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_0,
+            GgmlType::Q5_1,
+            GgmlType::Q8_0,
+            GgmlType::Q4K,
+            GgmlType::Q5K,
+            GgmlType::Q6K,
+        ] {
+            let (block, block_bytes) = ggml_type.block_layout();
+            let mut bytes: Vec<u8> =
+                (0..height * cols / block as usize * block_bytes as usize).map(|i| (i * 37 % 251) as u8).collect();
+            // Finite f16 scales (and minimums) wherever a block keeps them.
+            for b in bytes.chunks_exact_mut(block_bytes as usize) {
+                let at = if ggml_type == GgmlType::Q6K { 208 } else { 0 };
+                b[at..at + 2].copy_from_slice(&0x2000u16.to_le_bytes());
+                if matches!(ggml_type, GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K) {
+                    b[2..4].copy_from_slice(&0xa000u16.to_le_bytes());
+                }
+            }
+            let w = Matrix::new(ggml_type, &bytes, height, cols).unwrap();
+            let most = integer_rows_most(ggml_type);
+            assert!(most >= 2, "{ggml_type}: {most}");
+            for n in 2..=most {
+                let x: Vec<f32> = (0..n * cols).map(|i| (i as f32 * 0.37).sin()).collect();
+                let held: Vec<f32> = (0..n * height).map(|i| i as f32 * 0.5).collect();
+                for accumulate in [false, true] {
+                    let mut y = held.clone();
+                    matmul(&w, &x, &mut y, accumulate);
+                    for (r, (x, y)) in x.chunks_exact(cols).zip(y.chunks_exact(height)).enumerate() {
+                        let mut alone = held[r * height..(r + 1) * height].to_vec();
+                        matmul(&w, x, &mut alone, accumulate);
+                        assert!(alone == y, "{ggml_type}, x row {r} of {n}, accumulating {accumulate}");
+                    }
                 }
             }
         }
