@@ -2,7 +2,9 @@
 // a load had to be tried again in a new worker (its engine crashed), a load or a generation
 // failed, or the ids differ from the reference. A tool for the engines' rare faults (ARCHITECTURE.md,
 // "WebKit"), not a test: `node tests/browser/load-loop.mjs [cycles=20]`, ENGINE=webkit (default),
-// firefox or chromium; after `./build.sh web`.
+// firefox or chromium; after `./build.sh web`. HOLD_MEMORIES=N first makes and keeps N WebAssembly
+// memories in the page: past JavaScriptCore's fast memories (8 a process on Linux, 3 on iOS) the
+// engine's memory is a bounds-checked one, which every grow copies whole.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { BLANK_PAGE, REPO, startServer } from './server.mjs';
@@ -16,6 +18,9 @@ const engine = ENGINES[process.env.ENGINE ?? 'webkit'];
 const server = await startServer({ extra: BLANK_PAGE });
 const browser = await engine.launch();
 const page = await browser.open(`${server.url}blank.html`);
+await page.run((count) => {
+  globalThis.heldMemories = Array.from({ length: count }, () => new WebAssembly.Memory({ initial: 1 }));
+}, Number(process.env.HOLD_MEMORIES ?? 0));
 const counts = { ok: 0, retried: 0, load: 0, generate: 0, wrong: 0 };
 const started = Date.now();
 for (let i = 1; i <= cycles; i += 1) {

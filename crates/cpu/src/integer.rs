@@ -1,4 +1,5 @@
-//! A decode step's products in integers: the activation row rounded to 24-bit integers (one f32
+//! A decode step's products in integers (and a pass's of a few rows, one row at a time:
+//! `matmul::integer_rows_most`): the activation row rounded to 24-bit integers (one f32
 //! scale per block of values, [`IntegerRow`]), each weight block's quants multiplied by them in
 //! integer instructions, one f32 conversion per block. The K-quants (Q4_K, Q5_K, Q6_K: the bulk of
 //! a Q4_K_M file) with one activation scale per 256 values, their sub-blocks' scales applied in
