@@ -67,7 +67,7 @@ const INTEGER_ROWS_RUN: usize = 64;
 /// [`DECODE_TASKS_PER_THREAD`] per thread, in whole 64-byte lines of output (no two threads
 /// write one line).
 fn decode_rows_per_task(rows: usize) -> usize {
-    rows.div_ceil(threads() * DECODE_TASKS_PER_THREAD).next_multiple_of(16)
+    rows.div_ceil(threads() * DECODE_TASKS_PER_THREAD).next_multiple_of(16).max(16)
 }
 
 /// A weight matrix `[rows, cols]` as a GGUF file stores it: `rows` rows of `cols` values in the
@@ -694,6 +694,15 @@ mod tests {
                     assert!(most * 10 <= rows.div_ceil(threads) * 11, "{shown}: one thread takes {most}");
                 }
             }
+        }
+    }
+
+    /// A matrix of no rows is a product with no outputs, for one x row, a few and many.
+    #[test]
+    fn a_matrix_of_no_rows_has_no_outputs() {
+        let w = Matrix::new(GgmlType::Q4K, &[], 0, 256).unwrap();
+        for n in [1, 2, 7] {
+            matmul(&w, &vec![1.0; n * 256], &mut [], false);
         }
     }
 
