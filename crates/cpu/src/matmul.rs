@@ -715,16 +715,11 @@ mod tests {
             return;
         }
         let (height, cols) = (300, 512);
-        for ggml_type in [
-            GgmlType::Q4_0,
-            GgmlType::Q4_1,
-            GgmlType::Q5_0,
-            GgmlType::Q5_1,
-            GgmlType::Q8_0,
-            GgmlType::Q4K,
-            GgmlType::Q5K,
-            GgmlType::Q6K,
-        ] {
+        // Every format the integer kernel reads.
+        let formats: Vec<GgmlType> =
+            (0..64).filter_map(GgmlType::from_id).filter(|&t| IntegerRow::scale_block(t).is_some()).collect();
+        assert!(formats.len() >= 8, "{formats:?}");
+        for ggml_type in formats {
             let (block, block_bytes) = ggml_type.block_layout();
             let mut bytes: Vec<u8> =
                 (0..height * cols / block as usize * block_bytes as usize).map(|i| (i * 37 % 251) as u8).collect();
