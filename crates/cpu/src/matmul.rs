@@ -26,7 +26,8 @@ fn prefill_rows_per_task(rows: usize, threads: usize) -> usize {
     rows.div_ceil(tasks).next_multiple_of(4).max(4)
 }
 
-/// Tasks per thread of a decode step's products (one activation row): each thread streams long
+/// Tasks per thread of a decode step's products (one activation row; a few in integers split
+/// alike, `integer_rows_most`): each thread streams long
 /// runs of consecutive weight rows from memory. With 64-row tasks the two threads took turns
 /// along the matrix, and a decode step ran hardly faster on two threads than on one (SmolLM2
 /// natively: 8.7 → 8.2 ms a token, the output layer 1.83 → 1.70 ms); in two tasks a thread the
@@ -65,7 +66,7 @@ const INTEGER_ROWS_RUN: usize = 64;
 
 /// Rows of each task of a decode product of `rows` weight rows in all: a share of
 /// [`DECODE_TASKS_PER_THREAD`] per thread, in whole 64-byte lines of output (no two threads
-/// write one line).
+/// write one line), at least one line (a product of no rows is still split in tasks of some).
 fn decode_rows_per_task(rows: usize) -> usize {
     rows.div_ceil(threads() * DECODE_TASKS_PER_THREAD).next_multiple_of(16).max(16)
 }
