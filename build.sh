@@ -445,7 +445,7 @@ build_wasm_module() {
       cargo build "${cargo_args[@]}" --no-default-features -Z build-std=panic_abort,std
   else
     # SIMD in the whole module, as in the threaded ones: a kernel that is a function of its own
-    # (for V8's registers: nucleus-cpu's integer.rs, `RowDot`) without a #[target_feature] of
+    # (for V8's registers: nucleus-cpu's `integer::RowDot`) without a #[target_feature] of
     # its own takes its SIMD intrinsics inline only so; without it they stayed calls (the
     # one-thread page decoded at 0.4 tok/s). 0.12 MB smaller, too.
     RUSTFLAGS="-C target-feature=+simd128" cargo build "${cargo_args[@]}"

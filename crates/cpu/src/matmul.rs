@@ -37,7 +37,7 @@ fn prefill_rows_per_task(rows: usize, threads: usize) -> usize {
 pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
 
 /// The most activation rows whose products of `ggml_type` go through the integer kernel (a decode
-/// step's, `integer.rs`) one row at a time, where the CPU has one; past it the tile's f32
+/// step's, `integer/`) one row at a time, where the CPU has one; past it the tile's f32
 /// products, which dequantize each weight once for all the rows, are faster. Each row in integers
 /// costs about a decode step's product; the tile's first row costs the whole dequantization, each
 /// row more a little. The crossovers, measured (ARCHITECTURE.md, "A few rows in integers"):
@@ -118,7 +118,7 @@ impl<'a> Matrix<'a> {
 
 /// `y = x · Wᵀ` (or `y += x · Wᵀ` with `accumulate`) for `x`: `[n, w.cols]` and `y`: `[n, w.rows]`,
 /// row-major, the weight rows spread over the threads. One `x` row, or a few (`integer_rows_most`),
-/// go through the integer kernel where the CPU has one (`integer.rs`): each row rounded to
+/// go through the integer kernel where the CPU has one (`integer/`): each row rounded to
 /// integers as a decode step's is. More rows: each weight row is dequantized a [`TILE`] at a time
 /// and every `x` row reads the tile, every sum f32, in the order of the columns within 32 lanes,
 /// then the lanes pairwise, then the columns past the last whole 32 (`dot.rs`).
@@ -265,7 +265,7 @@ impl<'a> Columns<'a> {
 /// [`rows`] for one activation row of Q4_1, whose blocks go straight into the dot product instead
 /// of through the tile (`add` takes one block's bytes and its 32 activations): the same products
 /// in the same lanes, without writing the block out and reading it back. Where a build has no
-/// integer products (`integer.rs`: x86 without AVX2, other CPUs), natively 1.5× as fast as the
+/// integer products (`integer/`: x86 without AVX2, other CPUs), natively 1.5× as fast as the
 /// tile in cache, 1.35× streaming from memory.
 #[inline(always)]
 fn rows_by_block<D: Dot>(
@@ -422,7 +422,7 @@ unsafe fn rows_simd128(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, 
 }
 
 /// The kernel computing weight rows `first..` (as many as `out` holds) of a K-quant matrix for
-/// one activation row rounded to integers (`integer.rs`).
+/// one activation row rounded to integers (`integer/`).
 type IntegerRowsKernel = fn(&Matrix, &IntegerRow, usize, &mut [f32], bool);
 
 /// The fastest build of the integer kernel this CPU runs, where there is one: without AVX2 (or
