@@ -6,6 +6,8 @@
 //! in order. AVX2 multiplies and adds in one rounding (FMA); the others round twice: results differ
 //! in the last bits between builds, far inside the 1e-3 the references allow.
 
+use nucleus_gguf::{GgmlType, dequantize_into};
+
 /// A build of the dot product: sums kept in vector lanes across calls ([`Dot::add`]), added
 /// together once at the end ([`Dot::total`]), so a row of several tiles pays for one reduction.
 pub(crate) trait Dot {
@@ -57,6 +59,13 @@ pub(crate) trait Dot {
     }
     /// The lanes added pairwise.
     fn total(lanes: Self::Lanes) -> f32;
+    /// The weights of `bytes` (whole blocks of `ggml_type`) into `out`, bit for bit as
+    /// `nucleus_gguf::dequantize_into` writes them: the build's own way where it has one
+    /// (`crate::dequant`).
+    #[inline(always)]
+    fn dequantize(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+        dequantize_into(ggml_type, bytes, out);
+    }
     /// `lanes[i] += ((nibble_i·d) + m)·x[i]` for one Q4_1 block (`d` its scale, `m` its minimum,
     /// the low nibbles of `qs` the values 0..16, the high ones 16..32): the products `add` makes
     /// of the block dequantized, without writing it out first.
@@ -156,6 +165,11 @@ impl Dot for Avx2 {
     #[inline(always)]
     fn total(lanes: Self::Lanes) -> f32 {
         unsafe { total_avx2(lanes) }
+    }
+
+    #[inline(always)]
+    fn dequantize(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+        unsafe { crate::dequant::avx2(ggml_type, bytes, out) }
     }
 
     #[inline(always)]
@@ -381,6 +395,11 @@ impl Dot for Simd128 {
         let sum = f32x4_add(quarter(0), quarter(1));
         (f32x4_extract_lane::<0>(sum) + f32x4_extract_lane::<2>(sum))
             + (f32x4_extract_lane::<1>(sum) + f32x4_extract_lane::<3>(sum))
+    }
+
+    #[inline(always)]
+    fn dequantize(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+        crate::dequant::simd128(ggml_type, bytes, out);
     }
 }
 

@@ -42,6 +42,7 @@
 #[cfg(not(target_family = "wasm"))]
 mod bandwidth;
 pub mod delta_net;
+mod dequant;
 mod dot;
 pub mod elementwise;
 pub mod integer;

@@ -543,7 +543,7 @@ fn rows<D: Dot>(w: &Matrix, x: &[f32], n: usize, first: usize, out: Out, accumul
             let start = t * TILE;
             let len = (cols - start).min(TILE);
             let values = &mut tile[..len];
-            dequantize_into(w.ggml_type, bytes, values);
+            D::dequantize(w.ggml_type, bytes, values);
             // Whole 32s in the lanes, the row's last few (a width not a multiple of 32) in order.
             let vector = whole.saturating_sub(start).min(len);
             let x = &x[start..start + len];
@@ -599,7 +599,7 @@ fn fours_in_block<D: Dot>(
         // by one).
         for (j, row) in weights.chunks_exact_mut(cols).enumerate().take(count) {
             for (bytes, values) in w.row(first + 4 * i4 + j).chunks(tile_bytes).zip(row.chunks_mut(TILE)) {
-                dequantize_into(w.ggml_type, bytes, values);
+                D::dequantize(w.ggml_type, bytes, values);
             }
         }
         // The four weight rows' whole 32s, and x row `r`'s (arrays written out: built with `map`,

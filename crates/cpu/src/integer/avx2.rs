@@ -346,6 +346,32 @@ pub(super) unsafe fn q8_0_scaled(block: &[u8], [high, low]: [__m256i; 2], scale:
     }
 }
 
+/// The 128 quants of half `half_block` of a Q6_K block, unsigned (0..64), in its four runs of 32
+/// (as `nucleus_gguf`'s `dequant.rs` reads them): each quant's low four bits and, moved to bits 4
+/// and 5 of its byte by 16-bit shifts (what one brings across a byte falls outside the mask), its
+/// two upper bits. The tile's dequantization reads them too (`crate::dequant`).
+#[inline(always)]
+pub(crate) unsafe fn q6_k_runs(block: &[u8], half_block: usize) -> [__m256i; 4] {
+    unsafe {
+        let (nibbles, two_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+        let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
+        let (low, high, qh) = (load(block, ql), load(block, ql + 32), load(block, qh));
+        let (low_high, high_high) = (_mm256_srli_epi16(low, 4), _mm256_srli_epi16(high, 4));
+        [
+            or_masked(_mm256_and_si256(low, nibbles), _mm256_slli_epi16(qh, 4), two_bits),
+            or_masked(_mm256_and_si256(high, nibbles), _mm256_slli_epi16(qh, 2), two_bits),
+            or_masked(_mm256_and_si256(low_high, nibbles), qh, two_bits),
+            or_masked(_mm256_and_si256(high_high, nibbles), _mm256_srli_epi16(qh, 2), two_bits),
+        ]
+    }
+}
+
+/// `bits | (upper & mask)`.
+#[inline(always)]
+unsafe fn or_masked(bits: __m256i, upper: __m256i, mask: __m256i) -> __m256i {
+    unsafe { _mm256_or_si256(bits, _mm256_and_si256(upper, mask)) }
+}
+
 /// 32 bytes from `at`.
 #[inline(always)]
 pub(super) unsafe fn load<T>(bytes: &[T], at: usize) -> __m256i {
@@ -402,20 +428,20 @@ unsafe fn q4_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m25
 /// One Q5_K block (Q4_K's with a fifth bit per quant in `qh`) against block `b` of `x`.
 #[inline(always)]
 unsafe fn q5_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m256) -> __m256 {
-    unsafe { k_block::<P>(block, x, b, lanes, Q5kGroups { block, qh: load(block, 16) }) }
+    unsafe { k_block::<P>(block, x, b, lanes, Q5kGroups::new(block)) }
 }
 
 /// A Q4_K or Q5_K block's groups of 64 quants, the low and the high 32 as unsigned bytes: a
 /// trait, not a closure (a closure was called out of line, without the build's target
 /// features, once the K-quant loop had two copies).
-trait Groups {
+pub(crate) trait Groups {
     /// # Safety
     /// Only inlined into a function with the build's target features.
     unsafe fn group(&self, group: usize) -> (__m256i, __m256i);
 }
 
 /// Q4_K's block: the group's 32 bytes, low nibbles then high.
-struct Q4kGroups<'a>(&'a [u8]);
+pub(crate) struct Q4kGroups<'a>(pub(crate) &'a [u8]);
 
 impl Groups for Q4kGroups<'_> {
     #[inline(always)]
@@ -428,7 +454,7 @@ impl Groups for Q4kGroups<'_> {
 }
 
 /// Q5_K's block and its 32 bytes of fifth bits.
-struct Q5kGroups<'a> {
+pub(crate) struct Q5kGroups<'a> {
     block: &'a [u8],
     qh: __m256i,
 }
@@ -446,7 +472,13 @@ impl Groups for Q5kGroups<'_> {
     }
 }
 
-impl Q5kGroups<'_> {
+impl<'a> Q5kGroups<'a> {
+    /// A Q5_K block, its fifth bits loaded.
+    #[inline(always)]
+    pub(crate) unsafe fn new(block: &'a [u8]) -> Self {
+        Self { block, qh: unsafe { load(block, 16) } }
+    }
+
     /// 16 where bit `shift` of the quant's `qh` byte is set.
     #[inline(always)]
     unsafe fn fifths(&self, shift: usize) -> __m256i {
@@ -497,7 +529,6 @@ unsafe fn q6_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m25
     unsafe {
         let d = half(block, 208);
         let xs = x.block_digits(b);
-        let (nibbles, two_bits) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
         // The sixteen scales as 16-bit lanes; sub-blocks `2k` and `2k + 1` (a run of 32) are
         // 32-bit lane `k`, broadcast, then the low half of the register takes the first scale
         // and the high half the second (the products of a run's first 16 quants land in the
@@ -509,17 +540,7 @@ unsafe fn q6_k<P: PairSums>(block: &[u8], x: &IntegerRow, b: usize, lanes: __m25
         );
         let mut sums = [_mm256_setzero_si256(); 3];
         for half_block in 0..2 {
-            let (ql, qh) = (64 * half_block, 128 + 32 * half_block);
-            let (low, high, qh) = (load(block, ql), load(block, ql + 32), load(block, qh));
-            // The 128 values of this half, in four runs of 32 (as `dequant.rs` reads them).
-            let runs = [
-                (_mm256_and_si256(low, nibbles), _mm256_slli_epi16(qh, 4)),
-                (_mm256_and_si256(high, nibbles), _mm256_slli_epi16(qh, 2)),
-                (_mm256_and_si256(_mm256_srli_epi16(low, 4), nibbles), qh),
-                (_mm256_and_si256(_mm256_srli_epi16(high, 4), nibbles), _mm256_srli_epi16(qh, 2)),
-            ];
-            for (run, (four_bits, upper)) in runs.into_iter().enumerate() {
-                let quants = _mm256_or_si256(four_bits, _mm256_and_si256(upper, two_bits));
+            for (run, quants) in q6_k_runs(block, half_block).into_iter().enumerate() {
                 let pair = _mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(4 * half_block as i32 + run as i32));
                 let scale = _mm256_shuffle_epi8(pair, split);
                 let at = 128 * half_block + 32 * run;

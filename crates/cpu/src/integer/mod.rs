@@ -60,7 +60,7 @@ use nucleus_gguf::{GgmlType, f16_to_f32};
 // One file per build of the products (the portable one the tests' reference), and the choice
 // between relaxed SIMD's two ways of summing.
 #[cfg(target_arch = "x86_64")]
-mod avx2;
+pub(crate) mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx512;
 mod byte_dot;
@@ -69,7 +69,7 @@ mod portable;
 #[cfg(all(target_arch = "wasm32", target_feature = "relaxed-simd"))]
 pub(crate) mod relaxed;
 #[cfg(target_arch = "wasm32")]
-mod simd128;
+pub(crate) mod simd128;
 #[cfg(test)]
 mod tests;
 
@@ -582,8 +582,9 @@ fn apart<R>(product: impl FnOnce() -> R) -> R {
     product()
 }
 
+/// The f16 at `at` of a block, as f32.
 #[inline(always)]
-fn half(block: &[u8], at: usize) -> f32 {
+pub(crate) fn half(block: &[u8], at: usize) -> f32 {
     f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
 }
 

@@ -88,7 +88,7 @@ pub(super) fn hoisted<T>(value: T) -> T {
 /// builds. A byte shift is a 16-bit one and a mask from here: V8 makes `u8x16.shr`'s and
 /// `u8x16.shl`'s own mask at each use.
 #[derive(Clone, Copy)]
-pub(super) struct Constants {
+pub(crate) struct Constants {
     /// 0x0F in each byte: a nibble.
     pub(super) nibbles: v128,
     /// 0x30 in each byte: Q6_K's two upper bits, in place.
@@ -105,7 +105,7 @@ pub(super) struct Constants {
 
 impl Constants {
     #[inline(always)]
-    pub(super) fn new() -> Self {
+    pub(crate) fn new() -> Self {
         hoisted(Self {
             nibbles: u8x16_splat(0x0F),
             two_bits: u8x16_splat(0x30),
@@ -223,20 +223,20 @@ pub(super) fn k_header(block: &[u8], x: &IntegerRow, b: usize) -> KHeader {
 /// Group `group` of a Q4_K block: 64 quants, the low sub-block's 32 then the high one's, 16 to
 /// a register.
 #[inline(always)]
-pub(super) fn q4_k_group(block: &[u8; 144], group: usize, c: &Constants) -> [v128; 4] {
+pub(crate) fn q4_k_group(block: &[u8; 144], group: usize, c: &Constants) -> [v128; 4] {
     let (first, second) = (load(block, 16 + 32 * group), load(block, 32 + 32 * group));
     [v128_and(first, c.nibbles), v128_and(second, c.nibbles), c.high_nibbles(first), c.high_nibbles(second)]
 }
 
 /// A Q5_K block's fifth bits (`qh`): its two registers, read once a block.
 #[inline(always)]
-pub(super) fn q5_k_fifth_bits(block: &[u8; 176]) -> [v128; 2] {
+pub(crate) fn q5_k_fifth_bits(block: &[u8; 176]) -> [v128; 2] {
     [load(block, 16), load(block, 32)]
 }
 
 /// Group `group` of a Q5_K block, as [`q4_k_group`], with `qh` its [`q5_k_fifth_bits`].
 #[inline(always)]
-pub(super) fn q5_k_group(block: &[u8; 176], qh: &[v128; 2], group: usize, c: &Constants) -> [v128; 4] {
+pub(crate) fn q5_k_group(block: &[u8; 176], qh: &[v128; 2], group: usize, c: &Constants) -> [v128; 4] {
     // 16 where bit `shift` of the quant's `qh` byte is set (16-bit shifts: the bits one
     // brings across a byte are masked off, and a 1 shifted by 4 stays in its byte).
     let fifth = |half: usize, shift: u32| u16x8_shl(v128_and(u16x8_shr(qh[half], shift), c.one), 4);
@@ -254,7 +254,7 @@ pub(super) fn q5_k_group(block: &[u8; 176], qh: &[v128; 2], group: usize, c: &Co
 /// (as `dequant.rs` reads them: four sub-blocks of 16), unsigned (0..64), a register each,
 /// with where each one's sub-block (its scale: byte `192 + sub`) and its activations start.
 #[inline(always)]
-pub(super) fn q6_k_quarter(
+pub(crate) fn q6_k_quarter(
     block: &[u8; 210],
     half_block: usize,
     sixteen: usize,
