@@ -2,7 +2,7 @@
 //! block's quants as unsigned bytes against the three digits, `vpmaddubsw` on 32 at a time,
 //! `vpmaddwd` by the sub-block's scale (AVX-VNNI's `vpdpwssd` also adds), the digits' sums joined
 //! in f32 once per block. The AVX-512 build takes its loads, its f32 total and an odd last block
-//! from here.
+//! from here, and the tile's dequantization (`crate::dequant`) the K-quants' block readers.
 
 use std::arch::x86_64::*;
 

@@ -1,8 +1,9 @@
 //! The WebAssembly SIMD build (WebKit's: no relaxed SIMD there): each block's quants widened to
 //! 16 bits in registers against the activations' two 16-bit halves by `i32x4.dot_i16x8_s`. And
 //! what both wasm builds share: the vector loads, the constants made once a row, the K-quants'
-//! blocks unpacked in registers, Q5_0's and Q5_1's fifth bits as bytes, and the 32-value
-//! formats' widened products, through which relaxed SIMD takes Q8_0 (`relaxed::row_dot`).
+//! blocks unpacked in registers (which the tile's dequantization reads too, `crate::dequant`),
+//! Q5_0's and Q5_1's fifth bits as bytes, and the 32-value formats' widened products, through
+//! which relaxed SIMD takes Q8_0 (`relaxed::row_dot`).
 
 use std::arch::wasm32::*;
 
