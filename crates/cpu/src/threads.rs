@@ -36,6 +36,26 @@ use std::sync::{Condvar, Mutex, OnceLock};
 /// Polls of the job counter a helper makes before it parks: about a millisecond.
 const SPIN_POLLS: u32 = 1 << 18;
 
+/// Polls between two offers of the core to another thread (`yield_now`) while a thread spins
+/// (waiting for a job, or for the helpers to finish one): about 4 µs. On an idle machine a yield
+/// returns at once; on a busy one the thread it waits for (a helper that holds a task, descheduled)
+/// or another program gets the core instead of a spin. Natively with one of two cores kept busy by
+/// another process, two threads decoded SmolLM2 at 75-80 tok/s without yields (one thread: 118),
+/// 100-105 yielding every 16 µs, 102-108 every 4 µs, 79-88 every 1 µs; the Gemma 3 1B shape 12.5-13.5
+/// -> 16.1-16.4 (one thread: 15.2); idle, the same within the runs' noise (ARCHITECTURE.md, "The
+/// pool on a busy machine"). The browser's `yield_now` does nothing.
+const YIELD_POLLS: u32 = 1 << 10;
+
+/// One poll of a spin: a pause, or every [`YIELD_POLLS`] polls the core offered to others.
+#[inline(always)]
+fn spin(poll: u32) {
+    if poll % YIELD_POLLS == YIELD_POLLS - 1 {
+        std::thread::yield_now();
+    } else {
+        std::hint::spin_loop();
+    }
+}
+
 /// The next task of an epoch that has none to claim: between two jobs (`Pool::run`).
 const CLOSED: u32 = u32::MAX;
 
@@ -180,12 +200,12 @@ impl Pool {
 
     /// Spins, then parks, until the epoch is not `seen`; returns the new one.
     fn wait_for_job(&self, seen: u32) -> u32 {
-        for _ in 0..SPIN_POLLS {
+        for poll in 0..SPIN_POLLS {
             let epoch = self.epoch();
             if epoch != seen {
                 return epoch;
             }
-            std::hint::spin_loop();
+            spin(poll);
         }
         let mut guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
         self.parked.fetch_add(1, Ordering::SeqCst);
@@ -244,8 +264,10 @@ impl Pool {
             task(index);
             mine += 1;
         }
+        let mut poll = 0u32;
         while self.done.load(Ordering::Acquire) + mine < tasks {
-            std::hint::spin_loop();
+            spin(poll);
+            poll = poll.wrapping_add(1);
         }
         *self.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
     }
