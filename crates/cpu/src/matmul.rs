@@ -43,15 +43,16 @@ pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
 /// row more a little. The crossovers, measured (ARCHITECTURE.md, "A few rows in integers"):
 /// natively (AVX-512) the integers are as fast or faster up to five rows for Q5_0 and the
 /// K-quants, four for Q4_0 and Q4_1 (their tile is cheaper), three for Q8_0; in wasm (relaxed
-/// SIMD in Chromium, plain SIMD in WebKit) up to three for Q5_0 and the K-quants and two for the
-/// others. None for the formats without an integer kernel.
+/// SIMD in Chromium, plain SIMD in WebKit) up to three for Q5_0, Q5_1, Q4_K and Q5_K, and two for
+/// the others (Q6_K's since its tile is unpacked in registers, `crate::dequant`). None for the
+/// formats without an integer kernel.
 fn integer_rows_most(ggml_type: GgmlType) -> usize {
     let wasm = cfg!(target_family = "wasm");
     match ggml_type {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 if wasm => 2,
+        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q6K if wasm => 2,
         GgmlType::Q8_0 => 3,
         GgmlType::Q4_0 | GgmlType::Q4_1 => 4,
-        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K if wasm => 3,
+        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K if wasm => 3,
         GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => 5,
         _ => 0,
     }
