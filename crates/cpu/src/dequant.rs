@@ -1,20 +1,23 @@
 //! The tile's weights in f32 (`matmul.rs`: a pass of many activation rows dequantizes each
 //! weight once for all of them, then multiplies in f32), bit for bit what
 //! `nucleus_gguf::dequantize_into` (the reference, plain loops) writes: the same products and sums
-//! in the same order, a multiply and an add never fused. AVX2 and WebAssembly SIMD (both wasm
-//! builds) unpack the K-quants' blocks in registers as their integer products do
-//! (`integer::avx2`, `integer::simd128`: one reader of each layout per build), widen them to f32
-//! eight or four at a time and scale them there; the other formats go through the reference,
-//! whose loops compile about as well for them.
+//! in the same order, a multiply and an add never fused. AVX2 unpacks the K-quants' blocks in
+//! registers as its integer products do, and WebAssembly SIMD (both wasm builds) the K-quants'
+//! and Q4_0's, Q4_1's, Q5_0's and Q5_1's (`integer::avx2`, `integer::simd128`: one reader of each
+//! layout per build); both widen the quants to f32 eight or four at a time and scale them there.
+//! The other formats go through the reference, whose loops compile about as well for them.
 //!
 //! Why: the K-quants' plain loops read each sub-block's scale and minimum and each value on its
 //! own; a tile of 256 values took 0.168 ns a value for Q4_K, 0.194 for Q5_K and 0.136 for Q6_K,
 //! in registers 0.106, 0.127 and 0.109 (one thread). A 32-row product of Gemma 3 1B's shapes, two
 //! threads, best of five: Q4_K (6,912 × 1,152) 75.6 -> 82.1 GMAC/s, Q6_K (1,152 × 6,912) 68.2 ->
 //! 75.3; the 32-value formats' own AVX2 dequantization measured within 2 % of the plain loops',
-//! either way, and was left out. In Chromium, one thread, 32 rows: Q4_K (3,584 × 1,024) 17.3 ->
-//! 19.6 GMAC/s, Q6_K (1,024 × 3,584) 18.3 -> 20.2; in WebKit (plain SIMD) Q6_K 13.8 -> 17.4 (2-core
-//! AMD EPYC Zen 4; ARCHITECTURE.md, "The K-quants' tiles unpacked in registers").
+//! either way, and was left out. In wasm (one thread, 32 rows) the plain loops cost more: in
+//! Chromium Q4_K (3,584 × 1,024) 17.3 -> 19.6 GMAC/s, Q6_K (1,024 × 3,584) 18.3 -> 20.2, Q5_0
+//! (6,912 × 1,152) 16.5-16.9 -> 17.2-19.8, Q4_1 (576 × 1,536) 16.8 -> 20.2-20.5, Q4_0 (2,048 ×
+//! 640) 15.9-16.2 -> 18.6-18.9; in WebKit (plain SIMD) Q6_K 13.8 -> 17.4, Q5_0 14.2 -> 17.0, Q4_1
+//! 12.9 -> 16.2. Q8_0's own measured 1.03-1.05x in Chromium and 0.97x in WebKit, and was left out
+//! (2-core AMD EPYC Zen 4; ARCHITECTURE.md, "The tiles unpacked in registers").
 
 use nucleus_gguf::{GgmlType, dequantize_into};
 
@@ -55,15 +58,20 @@ pub(crate) unsafe fn avx2(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
 }
 
 /// WebAssembly SIMD's (both builds') dequantization of `bytes` (whole blocks of `ggml_type`) into
-/// `out`: the K-quants in registers, the other formats by the reference.
+/// `out`: the K-quants and the unsigned 32-value formats in registers, the others by the reference.
 #[cfg(target_arch = "wasm32")]
 #[inline(always)]
 pub(crate) fn simd128(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    use crate::integer::Unsigned32;
     assert_whole_blocks(ggml_type, bytes, out);
     match ggml_type {
         GgmlType::Q4K => wasm::q4_k(bytes, out),
         GgmlType::Q5K => wasm::q5_k(bytes, out),
         GgmlType::Q6K => wasm::q6_k(bytes, out),
+        GgmlType::Q4_0 => wasm::unsigned32(Unsigned32::Q4_0, bytes, out),
+        GgmlType::Q4_1 => wasm::unsigned32(Unsigned32::Q4_1, bytes, out),
+        GgmlType::Q5_0 => wasm::unsigned32(Unsigned32::Q5_0, bytes, out),
+        GgmlType::Q5_1 => wasm::unsigned32(Unsigned32::Q5_1, bytes, out),
         _ => {
             dequantize_into(ggml_type, bytes, out);
         }
@@ -76,8 +84,49 @@ mod wasm {
 
     use nucleus_gguf::k_scale_min;
 
-    use crate::integer::half;
     use crate::integer::simd128::{Constants, q4_k_group, q5_k_fifth_bits, q5_k_group, q6_k_quarter};
+    use crate::integer::{Unsigned32, half};
+
+    /// Four i32 lanes as f32 times `d`, into `out[at..at + 4]`.
+    #[inline(always)]
+    fn store4(out: &mut [f32], at: usize, values: v128, d: v128) {
+        let out = &mut out[at..at + 4];
+        // SAFETY: four values in bounds (sliced above).
+        unsafe { v128_store(out.as_mut_ptr().cast(), f32x4_mul(f32x4_convert_i32x4(values), d)) };
+    }
+
+    /// Eight i16 lanes as f32 times `d`, into `out[at..at + 8]`.
+    #[inline(always)]
+    fn store8(out: &mut [f32], at: usize, values: v128, d: v128) {
+        store4(out, at, i32x4_extend_low_i16x8(values), d);
+        store4(out, at + 4, i32x4_extend_high_i16x8(values), d);
+    }
+
+    /// Q4_0, Q4_1, Q5_0, Q5_1: `(q − offset)·d` (the offset taken off in integers, exactly), or
+    /// `q·d + m`.
+    #[inline(always)]
+    pub(super) fn unsigned32(format: Unsigned32, bytes: &[u8], out: &mut [f32]) {
+        let c = Constants::new();
+        for (block, out) in bytes.chunks_exact(format.bytes()).zip(out.chunks_exact_mut(32)) {
+            let d = half(block, 0);
+            let quants = c.unsigned32_quants(format, block);
+            match format.offset() {
+                Some(offset) => {
+                    let (offset, d) = (i16x8_splat(offset as i16), f32x4_splat(d));
+                    for (k, q) in quants.into_iter().enumerate() {
+                        store8(out, 16 * k, i16x8_sub(u16x8_extend_low_u8x16(q), offset), d);
+                        store8(out, 16 * k + 8, i16x8_sub(u16x8_extend_high_u8x16(q), offset), d);
+                    }
+                }
+                None => {
+                    // `q·d − (−m)`: `q·d + m`, exactly.
+                    let (d, minus) = (f32x4_splat(d), f32x4_splat(-half(block, 2)));
+                    store16(out, 0, quants[0], d, minus);
+                    store16(out, 16, quants[1], d, minus);
+                }
+            }
+        }
+    }
 
     /// 16 unsigned bytes as f32, in order, into `out[at..at + 16]` as `scale·q − minus` (each
     /// rounded: never fused).

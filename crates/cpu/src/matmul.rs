@@ -41,19 +41,24 @@ pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
 /// products, which dequantize each weight once for all the rows, are faster. Each row in integers
 /// costs about a decode step's product; the tile's first row costs the whole dequantization, each
 /// row more a little. The crossovers, measured (ARCHITECTURE.md, "A few rows in integers"):
-/// natively (AVX-512) the integers are as fast or faster up to five rows for Q5_0 and the
+/// natively (AVX-512) the integers are as fast or faster up to five rows for Q5_0, Q5_1 and the
 /// K-quants, four for Q4_0 and Q4_1 (their tile is cheaper), three for Q8_0; in wasm (relaxed
-/// SIMD in Chromium, plain SIMD in WebKit) up to three for Q5_0, Q5_1, Q4_K and Q5_K, and two for
-/// the others (Q6_K's since its tile is unpacked in registers, `crate::dequant`). None for the
-/// formats without an integer kernel.
+/// SIMD in Chromium, plain SIMD in WebKit) up to three for Q4_K and Q5_K and two for the others
+/// (Q5_0's, Q5_1's and Q6_K's since their tiles are unpacked in registers, `crate::dequant`).
+/// None for the formats without an integer kernel.
 fn integer_rows_most(ggml_type: GgmlType) -> usize {
-    let wasm = cfg!(target_family = "wasm");
+    use GgmlType::*;
+    if cfg!(target_family = "wasm") {
+        return match ggml_type {
+            Q4K | Q5K => 3,
+            Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q6K => 2,
+            _ => 0,
+        };
+    }
     match ggml_type {
-        GgmlType::Q4_0 | GgmlType::Q4_1 | GgmlType::Q8_0 | GgmlType::Q6K if wasm => 2,
-        GgmlType::Q8_0 => 3,
-        GgmlType::Q4_0 | GgmlType::Q4_1 => 4,
-        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K if wasm => 3,
-        GgmlType::Q5_0 | GgmlType::Q5_1 | GgmlType::Q4K | GgmlType::Q5K | GgmlType::Q6K => 5,
+        Q5_0 | Q5_1 | Q4K | Q5K | Q6K => 5,
+        Q4_0 | Q4_1 => 4,
+        Q8_0 => 3,
         _ => 0,
     }
 }

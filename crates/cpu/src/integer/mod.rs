@@ -102,10 +102,23 @@ pub(crate) struct Unsigned32 {
 }
 
 impl Unsigned32 {
-    const Q4_0: Self = Self { bytes: 18, nibbles: 2, fifth_bits: None, offset: Some(8.0) };
-    const Q4_1: Self = Self { bytes: 20, nibbles: 4, fifth_bits: None, offset: None };
-    const Q5_0: Self = Self { bytes: 22, nibbles: 6, fifth_bits: Some(2), offset: Some(16.0) };
-    const Q5_1: Self = Self { bytes: 24, nibbles: 8, fifth_bits: Some(4), offset: None };
+    pub(crate) const Q4_0: Self = Self { bytes: 18, nibbles: 2, fifth_bits: None, offset: Some(8.0) };
+    pub(crate) const Q4_1: Self = Self { bytes: 20, nibbles: 4, fifth_bits: None, offset: None };
+    pub(crate) const Q5_0: Self = Self { bytes: 22, nibbles: 6, fifth_bits: Some(2), offset: Some(16.0) };
+    pub(crate) const Q5_1: Self = Self { bytes: 24, nibbles: 8, fifth_bits: Some(4), offset: None };
+
+    /// Bytes a block.
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn bytes(self) -> usize {
+        self.bytes
+    }
+
+    /// What the quants are offset by (`d·(q − offset)`: Q4_0's 8, Q5_0's 16), or (`None`) a
+    /// minimum the format keeps (`d·q + m`, `m` the f16 after `d`).
+    #[cfg(target_arch = "wasm32")]
+    pub(crate) fn offset(self) -> Option<f32> {
+        self.offset
+    }
 
     /// `d` and `m` of a block from its first two f16s (`d`, and the one after it, which is `m`
     /// where the format stores one).

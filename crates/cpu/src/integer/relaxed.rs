@@ -108,12 +108,7 @@ fn unsigned32<S: Sums>(format: Unsigned32, row: &[u8], x: &IntegerRow) -> f32 {
     let c = Constants::new();
     for (block, [d0, d1, d2], scale, sum) in x.blocks32(row, format.bytes) {
         let (d, m) = format.scale_and_min((half(block, 0), half(block, 2)));
-        let qs = load(block, format.nibbles);
-        let (mut low, mut high) = (v128_and(qs, c.nibbles), c.high_nibbles(qs));
-        if format.fifth_bits.is_some() {
-            let [first, second] = c.fifth_bits(format.fifth_word(block));
-            (low, high) = (v128_or(low, first), v128_or(high, second));
-        }
+        let [low, high] = c.unsigned32_quants(format, block);
         let place = |digits: &[i8]| S::sum32([low, high], [load(digits, 0), load(digits, 16)]);
         let sum32 = i32x4_add(i32x4_shl(i32x4_add(i32x4_shl(place(d0), 8), place(d1)), 8), place(d2));
         lanes = f32x4_add(lanes, f32x4_mul(f32x4_convert_i32x4(sum32), f32x4_splat(d * scale)));

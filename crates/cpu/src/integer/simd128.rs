@@ -7,9 +7,9 @@
 
 use std::arch::wasm32::*;
 
-use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, half, k_scales_and_mins};
 #[cfg(not(target_feature = "relaxed-simd"))]
-use super::{Unsigned32, apart};
+use super::apart;
+use super::{BLOCK, GgmlType, IntegerRow, SUPER_BLOCK, Unsigned32, half, k_scales_and_mins};
 
 /// A 32-value format's block as these products take it: its `d`, its quants widened to four
 /// i16x8, its `m`. A method of a type, not a closure: a closure of a non-generic function is
@@ -29,12 +29,7 @@ impl Widen32 for Unsigned32 {
 
     #[inline(always)]
     fn widen(self, block: &[u8], c: &Constants) -> (f32, [v128; 4], f32) {
-        let qs = load(block, self.nibbles);
-        let (mut low, mut high) = (v128_and(qs, c.nibbles), c.high_nibbles(qs));
-        if self.fifth_bits.is_some() {
-            let [first, second] = c.fifth_bits(self.fifth_word(block));
-            (low, high) = (v128_or(low, first), v128_or(high, second));
-        }
+        let [low, high] = c.unsigned32_quants(self, block);
         let quants = [
             u16x8_extend_low_u8x16(low),
             u16x8_extend_high_u8x16(low),
@@ -119,6 +114,21 @@ impl Constants {
                 u8x16_splat(16),
             ],
         })
+    }
+
+    /// The 32 quants of a block of `format` as bytes (0..32), the first 16 then the last 16: each
+    /// byte's low nibble, then its high one, with Q5_0's and Q5_1's fifth bits.
+    #[inline(always)]
+    pub(crate) fn unsigned32_quants(&self, format: Unsigned32, block: &[u8]) -> [v128; 2] {
+        let qs = load(block, format.nibbles);
+        let (low, high) = (v128_and(qs, self.nibbles), self.high_nibbles(qs));
+        match format.fifth_bits {
+            Some(_) => {
+                let [first, second] = self.fifth_bits(format.fifth_word(block));
+                [v128_or(low, first), v128_or(high, second)]
+            }
+            None => [low, high],
+        }
     }
 
     /// The high nibble of each byte.
