@@ -4,7 +4,9 @@
 //! it exports `failures()`, which `tests/wasm/cpu-parity.mjs` runs in Node (`./build.sh test`):
 //! so the wasm kernels, which no native test compiles, meet the same reference.
 //!
-//! `matmul` against the reference (the matrix dequantized whole by `nucleus-gguf`, f64 sums):
+//! The weights the tile reads (`tile_weights`, each build's own dequantization) against
+//! `nucleus-gguf`'s, bit for bit. `matmul` against the reference (the matrix dequantized whole by
+//! `nucleus-gguf`, f64 sums):
 //! random blocks, one and several activation rows, widths that are not multiples of the tile or of
 //! eight lanes, more weight rows than one task holds, accumulating or not. `ops::attention` against
 //! its f64 reference: grouped heads, causal rows, windows, heads narrower than the lanes and wider
@@ -79,6 +81,38 @@ pub fn widths(ggml_type: GgmlType) -> Vec<usize> {
         32 => vec![96, 640],
         _ => vec![256, 768],
     }
+}
+
+/// Every weight the tile reads (`tile_weights`: this build's own dequantization) that is not the
+/// reference's value bit for bit, described: random blocks and blocks at their extremes of every
+/// format, a tile of 256 values at a time as the products read them.
+pub fn tile_mismatches() -> Vec<String> {
+    let mut found = Vec::new();
+    let mut rng = Rng(11);
+    for ggml_type in TYPES {
+        let (block, block_bytes) = ggml_type.block_layout();
+        let tile_bytes = nucleus_cpu::TILE / block as usize * block_bytes as usize;
+        let cols = widths(ggml_type).into_iter().max().expect("a width");
+        for (label, bytes) in
+            [("random", random_matrix(&mut rng, ggml_type, 8, cols)), ("extreme", extreme_matrix(ggml_type, 8, cols))]
+        {
+            let values = bytes.len() / block_bytes as usize * block as usize;
+            let mut expected = vec![0f32; values];
+            assert!(nucleus_gguf::dequantize_into(ggml_type, &bytes, &mut expected));
+            let mut got = vec![f32::NAN; values];
+            for (bytes, out) in bytes.chunks(tile_bytes).zip(got.chunks_mut(nucleus_cpu::TILE)) {
+                nucleus_cpu::tile_weights(ggml_type, bytes, out);
+            }
+            let off = expected.iter().zip(&got).position(|(e, g)| e.to_bits() != g.to_bits());
+            if let Some(i) = off {
+                found.push(format!(
+                    "{ggml_type} tile ({label} blocks): weight {i} = {}, reference {}",
+                    got[i], expected[i]
+                ));
+            }
+        }
+    }
+    found
 }
 
 /// Every output of `matmul` further from the reference than `1e-5` of the product's largest
@@ -246,7 +280,8 @@ pub fn elementwise_mismatches() -> Vec<String> {
     found
 }
 
-/// How many outputs `mismatches`, `attention_mismatches` and `elementwise_mismatches` find, and
+/// How many outputs `tile_mismatches`, `mismatches`, `attention_mismatches` and
+/// `elementwise_mismatches` find, and
 /// the first five described, one per line (the wasm build's export): the text's length, in bytes,
 /// written at `out` (`cap` bytes at most).
 ///
@@ -254,7 +289,7 @@ pub fn elementwise_mismatches() -> Vec<String> {
 /// `out` must point to `cap` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn failures(out: *mut u8, cap: usize) -> u64 {
-    let found = [mismatches(), attention_mismatches(), elementwise_mismatches()].concat();
+    let found = [tile_mismatches(), mismatches(), attention_mismatches(), elementwise_mismatches()].concat();
     let text = found.iter().take(5).cloned().collect::<Vec<_>>().join("\n");
     let len = text.len().min(cap);
     // SAFETY: the caller provides `cap` bytes at `out`.

@@ -54,7 +54,7 @@ mod threads;
 #[cfg(not(target_family = "wasm"))]
 pub use bandwidth::{Bandwidth, memory_bandwidth};
 pub use integer::{ByteDot, byte_dot, byte_dot_choices, byte_dot_probe, set_byte_dot};
-pub use matmul::{Matrix, TILE, matmul, matmuls, simd};
+pub use matmul::{Matrix, TILE, matmul, matmuls, simd, tile_weights};
 #[cfg(all(target_family = "wasm", target_feature = "atomics"))]
 pub use threads::{expect_helpers, help, helpers_running};
 pub use threads::{for_each_chunk, for_each_task, threads};

@@ -122,6 +122,28 @@ impl<'a> Matrix<'a> {
     }
 }
 
+/// The weights of `bytes` (whole blocks of `ggml_type`) into `out` as the tile of a pass of many
+/// rows reads them: this CPU's own build where it has one (`dequant.rs`), which must write
+/// `nucleus_gguf::dequantize_into`'s values bit for bit (`kernel_parity` holds every build to it).
+///
+/// # Panics
+/// When `bytes` are not whole blocks or `out` is not as long as they are.
+pub fn tile_weights(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if has_avx2() {
+        #[target_feature(enable = "avx2,fma")]
+        unsafe fn avx2(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+            dot::Avx2::dequantize(ggml_type, bytes, out);
+        }
+        // SAFETY: the CPU has AVX2 and FMA (checked above).
+        return unsafe { avx2(ggml_type, bytes, out) };
+    }
+    #[cfg(target_arch = "wasm32")]
+    return dot::Simd128::dequantize(ggml_type, bytes, out);
+    #[allow(unreachable_code)]
+    dot::Portable::dequantize(ggml_type, bytes, out);
+}
+
 /// `y = x · Wᵀ` (or `y += x · Wᵀ` with `accumulate`) for `x`: `[n, w.cols]` and `y`: `[n, w.rows]`,
 /// row-major, the weight rows spread over the threads. One `x` row, or a few (`integer_rows_most`),
 /// go through the integer kernel where the CPU has one (`integer/`): each row rounded to

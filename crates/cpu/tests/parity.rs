@@ -11,6 +11,12 @@ mod kernel_parity;
 use kernel_parity::{Rng, TYPES, random_matrix, widths};
 
 #[test]
+fn the_tiles_weights_are_the_references_bit_for_bit() {
+    let found = kernel_parity::tile_mismatches();
+    assert!(found.is_empty(), "{} formats off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
+}
+
+#[test]
 fn matmul_equals_the_dequantized_product_on_every_format() {
     let found = kernel_parity::mismatches();
     assert!(found.is_empty(), "{} outputs off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
