@@ -38,12 +38,12 @@ const SPIN_POLLS: u32 = 1 << 18;
 
 /// Polls between two offers of the core to another thread (`yield_now`) while a thread spins
 /// (waiting for a job, or for the helpers to finish one): about 4 µs. On an idle machine a yield
-/// returns at once; on a busy one the thread it waits for (a helper that holds a task, descheduled)
-/// or another program gets the core instead of a spin. Natively with one of two cores kept busy by
-/// another process, two threads decoded SmolLM2 at 75-80 tok/s without yields (one thread: 118),
-/// 100-105 yielding every 16 µs, 102-108 every 4 µs, 79-88 every 1 µs; the Gemma 3 1B shape 12.5-13.5
-/// -> 16.1-16.4 (one thread: 15.2); idle, the same within the runs' noise (ARCHITECTURE.md, "The
-/// pool on a busy machine"). The browser's `yield_now` does nothing.
+/// returns at once; on a busy one the thread it waits for (a helper that holds a task,
+/// descheduled) or another program gets the core instead of a spin. Natively with one of two
+/// cores kept busy by another process, two threads decoded SmolLM2 at 75-80 tok/s without yields
+/// (one thread: 118), 100-105 yielding every 16 µs, 102-108 every 4 µs, 79-88 every 1 µs; the
+/// Gemma 3 1B shape 12.5-13.5 -> 16.1-16.4 (one thread: 15.2); idle, the same within the runs'
+/// noise (ARCHITECTURE.md, "The pool on a busy machine"). The browser's `yield_now` does nothing.
 const YIELD_POLLS: u32 = 1 << 10;
 
 /// One poll of a spin: a pause, or every [`YIELD_POLLS`] polls the core offered to others.
