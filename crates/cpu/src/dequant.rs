@@ -22,9 +22,10 @@
 use nucleus_gguf::{GgmlType, dequantize_into};
 
 /// Panics unless `bytes` are whole blocks of `ggml_type` and `out` holds their values (as
-/// `dequantize_into` does): the builds' loops below then read and write whole blocks only.
-#[cfg(any(target_arch = "x86_64", target_arch = "wasm32"))]
-fn assert_whole_blocks(ggml_type: GgmlType, bytes: &[u8], out: &[f32]) {
+/// `dequantize_into` does): checked where weights come in from outside (`matmul::tile_weights`),
+/// and in debug builds on every tile; the products' own tiles are whole blocks of a `Matrix`,
+/// checked once when it was made.
+pub(crate) fn assert_whole_blocks(ggml_type: GgmlType, bytes: &[u8], out: &[f32]) {
     let (values, block_bytes) = ggml_type.block_layout();
     assert_eq!(
         (bytes.len() / block_bytes as usize * values as usize, bytes.len() % block_bytes as usize),
@@ -43,8 +44,10 @@ fn assert_whole_blocks(ggml_type: GgmlType, bytes: &[u8], out: &[f32]) {
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
 pub(crate) unsafe fn avx2(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
-    assert_whole_blocks(ggml_type, bytes, out);
-    // SAFETY (every call): the caller's AVX2; each block and its values whole (checked above).
+    if cfg!(debug_assertions) {
+        assert_whole_blocks(ggml_type, bytes, out);
+    }
+    // SAFETY (every call): the caller's AVX2 (the loops slice every block and its values).
     unsafe {
         match ggml_type {
             GgmlType::Q4K => x86::q4_k(bytes, out),
@@ -63,7 +66,9 @@ pub(crate) unsafe fn avx2(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
 #[inline(always)]
 pub(crate) fn simd128(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
     use crate::integer::Unsigned32;
-    assert_whole_blocks(ggml_type, bytes, out);
+    if cfg!(debug_assertions) {
+        assert_whole_blocks(ggml_type, bytes, out);
+    }
     match ggml_type {
         GgmlType::Q4K => wasm::q4_k(bytes, out),
         GgmlType::Q5K => wasm::q5_k(bytes, out),
@@ -194,20 +199,8 @@ mod wasm {
             for (half_block, sixteen) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
                 for (quants, sub, at) in q6_k_quarter(block, half_block, sixteen, &c) {
                     let scale = f32x4_splat(d * f32::from(block[192 + sub] as i8));
-                    let (low, high) = (u16x8_extend_low_u8x16(quants), u16x8_extend_high_u8x16(quants));
-                    let (low, high) = (i16x8_sub(low, offset), i16x8_sub(high, offset));
-                    let quarters = [
-                        i32x4_extend_low_i16x8(low),
-                        i32x4_extend_high_i16x8(low),
-                        i32x4_extend_low_i16x8(high),
-                        i32x4_extend_high_i16x8(high),
-                    ];
-                    let out = &mut out[at..at + 16];
-                    for (k, quarter) in quarters.into_iter().enumerate() {
-                        let value = f32x4_mul(scale, f32x4_convert_i32x4(quarter));
-                        // SAFETY: four values in bounds (sliced above).
-                        unsafe { v128_store(out.as_mut_ptr().add(4 * k).cast(), value) };
-                    }
+                    store8(out, at, i16x8_sub(u16x8_extend_low_u8x16(quants), offset), scale);
+                    store8(out, at + 8, i16x8_sub(u16x8_extend_high_u8x16(quants), offset), scale);
                 }
             }
         }

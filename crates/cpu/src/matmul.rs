@@ -129,6 +129,7 @@ impl<'a> Matrix<'a> {
 /// # Panics
 /// When `bytes` are not whole blocks or `out` is not as long as they are.
 pub fn tile_weights(ggml_type: GgmlType, bytes: &[u8], out: &mut [f32]) {
+    crate::dequant::assert_whole_blocks(ggml_type, bytes, out);
     #[cfg(target_arch = "x86_64")]
     if has_avx2() {
         #[target_feature(enable = "avx2,fma")]
