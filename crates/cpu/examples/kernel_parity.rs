@@ -5,8 +5,8 @@
 //! so the wasm kernels, which no native test compiles, meet the same reference.
 //!
 //! The weights the tile reads (`tile_weights`, each build's own dequantization) against
-//! `nucleus-gguf`'s, bit for bit. `matmul` against the reference (the matrix dequantized whole by
-//! `nucleus-gguf`, f64 sums):
+//! `nucleus-gguf`'s, bit for bit. Every f16 as a 32-value block's scales through a decode product.
+//! `matmul` against the reference (the matrix dequantized whole by `nucleus-gguf`, f64 sums):
 //! random blocks, one and several activation rows, widths that are not multiples of the tile or of
 //! eight lanes, more weight rows than one task holds, accumulating or not. `ops::attention` against
 //! its f64 reference: grouped heads, causal rows, windows, heads narrower than the lanes and wider
@@ -109,6 +109,49 @@ pub fn tile_mismatches() -> Vec<String> {
                     "{ggml_type} tile ({label} blocks): weight {i} = {}, reference {}",
                     got[i], expected[i]
                 ));
+            }
+        }
+    }
+    found
+}
+
+/// Every f16 as a 32-value block's `d` (and, in Q4_1 and Q5_1, as its `m`), through a decode
+/// product (one activation row), that does not come out as the reference does, described: finite
+/// within `1e-5` of it, or not finite where it is not (`d·Σq·x + m·Σx` may give NaN where the
+/// reference's sum of `w·x` gives an infinity). The products convert these f16s their own ways
+/// (relaxed SIMD's Q4_1 four lanes at a time).
+pub fn scale_mismatches() -> Vec<String> {
+    let mut found = Vec::new();
+    let formats = [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q5_0, GgmlType::Q5_1, GgmlType::Q8_0];
+    for ggml_type in formats {
+        let has_m = matches!(ggml_type, GgmlType::Q4_1 | GgmlType::Q5_1);
+        for (which, at) in [("d", 0), ("m", 2)].into_iter().take(if has_m { 2 } else { 1 }) {
+            // One block a row, its quants nonzero (all their bits set; Q8_0's −128), the other
+            // f16 zero, row `i`'s f16 at `at` being `i`.
+            let rows = 1 << 16;
+            let mut bytes = extreme_matrix(ggml_type, rows, 32);
+            let block_bytes = bytes.len() / rows;
+            for (i, block) in bytes.chunks_exact_mut(block_bytes).enumerate() {
+                block[0..2].fill(0);
+                if has_m {
+                    block[2..4].fill(0);
+                }
+                block[at..at + 2].copy_from_slice(&(i as u16).to_le_bytes());
+            }
+            let w = Matrix::new(ggml_type, &bytes, rows, 32).expect("whole blocks");
+            let x = vec![1.0f32; 32];
+            let expected = reference::matmul(&w, &x);
+            let mut y = vec![0f32; rows];
+            matmul(&w, &x, &mut y, false);
+            for (i, (&got, &want)) in y.iter().zip(&expected).enumerate() {
+                let right = if want.is_finite() {
+                    (f64::from(got) - want).abs() <= 1e-5 * want.abs()
+                } else {
+                    !got.is_finite()
+                };
+                if !right {
+                    found.push(format!("{ggml_type} with {which} = f16 {i:#06x}: {got}, reference {want}"));
+                }
             }
         }
     }
@@ -280,8 +323,8 @@ pub fn elementwise_mismatches() -> Vec<String> {
     found
 }
 
-/// How many outputs `tile_mismatches`, `mismatches`, `attention_mismatches` and
-/// `elementwise_mismatches` find, and
+/// How many outputs `tile_mismatches`, `scale_mismatches`, `mismatches`, `attention_mismatches`
+/// and `elementwise_mismatches` find, and
 /// the first five described, one per line (the wasm build's export): the text's length, in bytes,
 /// written at `out` (`cap` bytes at most).
 ///
@@ -289,7 +332,8 @@ pub fn elementwise_mismatches() -> Vec<String> {
 /// `out` must point to `cap` writable bytes.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn failures(out: *mut u8, cap: usize) -> u64 {
-    let found = [tile_mismatches(), mismatches(), attention_mismatches(), elementwise_mismatches()].concat();
+    let found = [tile_mismatches(), scale_mismatches(), mismatches(), attention_mismatches(), elementwise_mismatches()]
+        .concat();
     let text = found.iter().take(5).cloned().collect::<Vec<_>>().join("\n");
     let len = text.len().min(cap);
     // SAFETY: the caller provides `cap` bytes at `out`.

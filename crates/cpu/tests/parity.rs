@@ -17,6 +17,12 @@ fn the_tiles_weights_are_the_references_bit_for_bit() {
 }
 
 #[test]
+fn every_f16_as_a_blocks_scales_comes_out_as_the_references() {
+    let found = kernel_parity::scale_mismatches();
+    assert!(found.is_empty(), "{} scales off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);
+}
+
+#[test]
 fn matmul_equals_the_dequantized_product_on_every_format() {
     let found = kernel_parity::mismatches();
     assert!(found.is_empty(), "{} outputs off the reference, first: {:?}", found.len(), &found[..found.len().min(5)]);

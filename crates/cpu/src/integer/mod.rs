@@ -99,13 +99,21 @@ pub(crate) struct Unsigned32 {
     fifth_bits: Option<usize>,
     /// `m = −offset · d` (Q4_0's 8, Q5_0's 16), or (`None`) the f16 after `d`.
     offset: Option<f32>,
+    /// Whether relaxed SIMD's products convert a block's `d` and `m` from f16 together, in one
+    /// vector, or one at a time: measured faster for Q4_1 alone (ARCHITECTURE.md, "A Q4_1
+    /// block's two f16s in one vector").
+    #[cfg_attr(not(all(target_arch = "wasm32", target_feature = "relaxed-simd")), allow(dead_code))]
+    halves_together: bool,
 }
 
 impl Unsigned32 {
-    pub(crate) const Q4_0: Self = Self { bytes: 18, nibbles: 2, fifth_bits: None, offset: Some(8.0) };
-    pub(crate) const Q4_1: Self = Self { bytes: 20, nibbles: 4, fifth_bits: None, offset: None };
-    pub(crate) const Q5_0: Self = Self { bytes: 22, nibbles: 6, fifth_bits: Some(2), offset: Some(16.0) };
-    pub(crate) const Q5_1: Self = Self { bytes: 24, nibbles: 8, fifth_bits: Some(4), offset: None };
+    pub(crate) const Q4_0: Self =
+        Self { bytes: 18, nibbles: 2, fifth_bits: None, offset: Some(8.0), halves_together: false };
+    pub(crate) const Q4_1: Self = Self { bytes: 20, nibbles: 4, fifth_bits: None, offset: None, halves_together: true };
+    pub(crate) const Q5_0: Self =
+        Self { bytes: 22, nibbles: 6, fifth_bits: Some(2), offset: Some(16.0), halves_together: false };
+    pub(crate) const Q5_1: Self =
+        Self { bytes: 24, nibbles: 8, fifth_bits: Some(4), offset: None, halves_together: false };
 
     /// Bytes a block.
     #[cfg(target_arch = "wasm32")]
