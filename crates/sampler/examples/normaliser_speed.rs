@@ -1,7 +1,7 @@
 //! How long the sampler's work on one row of logits takes: the row's normaliser
-//! ([`LogSoftmax::of`], every exponential of the row), a greedy draw and a default one
-//! ([`Sampler::sample`] at temperature 1), on a Gemma 3-sized row of 262,144 logits (or the
-//! count given), best of 20.
+//! ([`LogSoftmax::of`], every exponential of the row), a greedy draw, a default one
+//! ([`Sampler::sample`] at temperature 1) and the playground's "balanced" one (temperature 0.7,
+//! top-p 0.9), on a Gemma 3-sized row of 262,144 logits (or the count given), best of 20.
 //!
 //!     cargo run --release -p nucleus-sampler --example normaliser_speed [-- LOGITS]
 
@@ -43,8 +43,9 @@ fn main() {
     };
     let greedy = draw_ms(SamplingParams::greedy());
     let draw = draw_ms(SamplingParams::default());
+    let balanced = draw_ms(SamplingParams { temperature: 0.7, top_p: 0.9, ..SamplingParams::default() });
     println!(
-        "{count} logits: normaliser {normaliser:.3} ms ({:.2} ns a logit), greedy draw {greedy:.3} ms, default draw {draw:.3} ms; log-probability of the first {:.17}",
+        "{count} logits: normaliser {normaliser:.3} ms ({:.2} ns a logit), greedy draw {greedy:.3} ms, default draw {draw:.3} ms, temperature 0.7 and top-p 0.9 {balanced:.3} ms; log-probability of the first {:.17}",
         normaliser * 1e6 / count as f64,
         norm.expect("measured").at(row[0]),
     );

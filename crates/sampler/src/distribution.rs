@@ -31,14 +31,18 @@
 //! Top-k, top-p and min-p always keep a prefix of the processed order, so their effect is
 //! recorded as three prefix lengths ([`StageCounts`]); typical-p's survivors are recorded as a
 //! set. No stage sorts the whole vocabulary: top-k and top-p select a prefix with
-//! `select_nth_unstable` and sort only that prefix, growing it when top-p needs more.
+//! `select_nth_unstable` and sort only that prefix, growing it when top-p needs more; where top-p
+//! cuts first, it lists only the tokens at or above a floor its prefix cannot end above
+//! (`math::nucleus_floor`), and everything only where rounding leaves those short.
 
 use std::cmp::Ordering;
 
 use serde::Serialize;
 
 use crate::error::SamplerError;
-use crate::math::{argmax, draw_with_total, ensure_sorted_prefix, ln, smallest_prefix_with_mass, temperature_weights};
+use crate::math::{
+    argmax, draw_with_total, ensure_sorted_prefix, ln, nucleus_floor, smallest_prefix_with_mass, temperature_weights,
+};
 use crate::params::SamplingParams;
 use crate::penalties::AdjustedLogits;
 
@@ -169,8 +173,9 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
     let entropy = (ln(total_weight) - weighted_scaled / total_weight).max(0.0);
 
     // Survivors as (adjusted value, id) pairs, so comparisons need no indirection. The list
-    // starts as every possible token in id order. `sorted` = length of the prefix known to be
-    // the first tokens of the processed order, sorted. `in_id_order` = still in id order.
+    // starts as every possible token in id order (where top-p cuts first, those at or above its
+    // floor). `sorted` = length of the prefix known to be the first tokens of the processed
+    // order, sorted. `in_id_order` = still in id order.
     let truncating = (params.top_k > 0 && params.top_k < possible)
         || params.top_p < 1.0
         || params.min_p > 0.0
@@ -189,23 +194,46 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
     } else {
         let mut order = |a: &(f64, u32), b: &(f64, u32)| -> Ordering { b.0.total_cmp(&a.0).then(a.1.cmp(&b.1)) };
         let weight_of = |item: &(f64, u32)| weights[item.1 as usize];
-        let mut survivors: Vec<(f64, u32)> =
-            (0..vocab_size as u32).filter(|&id| adjusted.is_possible(id)).map(|id| (values[id as usize], id)).collect();
+        // The possible tokens whose adjusted logit is at least `floor`: a prefix of the
+        // processed order, in id order.
+        let list = |floor: f64| -> Vec<(f64, u32)> {
+            (0..vocab_size as u32)
+                .filter(|&id| adjusted.is_possible(id) && values[id as usize] >= floor)
+                .map(|id| (values[id as usize], id))
+                .collect()
+        };
+        let top_k_cuts = params.top_k > 0 && params.top_k < possible;
+        // Where top-p cuts first, its total is every possible token's weight in id order (the
+        // others weigh 0), and at first only the tokens it can keep are listed: those at or
+        // above the lowest logit whose weight reaches the row's nucleus floor.
+        let top_p_total = (!top_k_cuts && params.top_p < 1.0 && possible > 1).then(|| weights.iter().sum::<f64>());
+        let floor = top_p_total.and_then(|total| nucleus_floor(&weights, total, params.top_p)).map(|floor| {
+            let at_or_above = (0..vocab_size).filter(|&id| weights[id] >= floor);
+            at_or_above.map(|id| values[id]).fold(f64::INFINITY, f64::min)
+        });
+        let mut survivors = list(floor.unwrap_or(f64::NEG_INFINITY));
         let mut sorted = 0usize;
         let mut in_id_order = true;
 
         // 1. top-k
-        if params.top_k > 0 && params.top_k < survivors.len() {
+        if top_k_cuts {
             sorted = ensure_sorted_prefix(&mut survivors, sorted, params.top_k, &mut order);
             survivors.truncate(params.top_k);
             in_id_order = false;
+            after_top_k = survivors.len();
         }
-        after_top_k = survivors.len();
 
         // 2. top-p
-        if params.top_p < 1.0 && survivors.len() > 1 {
-            let total: f64 = survivors.iter().map(weight_of).sum();
-            let n = smallest_prefix_with_mass(&mut survivors, sorted, &mut order, weight_of, total, params.top_p);
+        if params.top_p < 1.0 && after_top_k > 1 {
+            let total = top_p_total.unwrap_or_else(|| survivors.iter().map(weight_of).sum());
+            let mut prefix =
+                smallest_prefix_with_mass(&mut survivors, sorted, &mut order, weight_of, total, params.top_p);
+            if prefix.is_none() && floor.is_some() {
+                // Rounding kept the floor's tokens short of the mass: all of them, as below.
+                survivors = list(f64::NEG_INFINITY);
+                prefix = smallest_prefix_with_mass(&mut survivors, 0, &mut order, weight_of, total, params.top_p);
+            }
+            let n = prefix.unwrap_or(survivors.len());
             survivors.truncate(n);
             sorted = n;
             in_id_order = false;
@@ -245,7 +273,8 @@ pub fn process(adjusted: &AdjustedLogits, params: &SamplingParams) -> Result<Dis
                 weight_of,
                 total,
                 params.typical_p,
-            );
+            )
+            .unwrap_or(by_deviation.len());
             if n < by_deviation.len() {
                 let mut kept: Vec<u32> = by_deviation[..n].iter().map(|item| item.1).collect();
                 kept.sort_unstable();
@@ -487,6 +516,59 @@ mod tests {
         assert_eq!(d.removed_by(&a, 1, 2), Some(RemovedBy::Forbidden));
         let all_out = AdjustedLogits::new(vec![0.0, 1.0], Some(crate::mask::TokenSet::empty(2))).unwrap();
         assert_eq!(process(&all_out, &SamplingParams::default()).unwrap_err(), SamplerError::AllTokensExcluded);
+    }
+
+    /// Top-p's survivors as its definition reads, over the whole vocabulary: every possible
+    /// token in the processed order, the weights' total in id order, the cumulative in that order.
+    fn top_p_by_definition(d: &Distribution, adjusted: &AdjustedLogits, top_p: f64) -> Vec<u32> {
+        let values = adjusted.values();
+        let mut order: Vec<u32> = (0..values.len() as u32).filter(|&id| adjusted.is_possible(id)).collect();
+        order.sort_by(|&a, &b| values[b as usize].total_cmp(&values[a as usize]).then(a.cmp(&b)));
+        let in_id_order = (0..values.len() as u32).filter(|&id| adjusted.is_possible(id));
+        let total = in_id_order.fold(0.0, |sum, id| sum + d.weights[id as usize]);
+        let mut cumulative = 0.0;
+        let n = order
+            .iter()
+            .position(|&id| {
+                cumulative += d.weights[id as usize];
+                cumulative / total >= top_p
+            })
+            .map_or(order.len(), |at| at + 1);
+        let mut kept = order[..n].to_vec();
+        kept.sort_unstable();
+        kept
+    }
+
+    #[test]
+    fn top_p_over_its_floor_keeps_the_prefix_its_definition_keeps() {
+        // Rows of 20,000 logits: spread like a model's, flat (one exponent holds the boundary's
+        // many tokens), with ties, and with a mask; masses from a sliver to nearly all.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut uniform = move || {
+            state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let spread: Vec<f64> = (0..20_000).map(|_| (uniform() + uniform() + uniform() - 1.5) * 12.0).collect();
+        let flat: Vec<f64> = (0..20_000).map(|_| uniform() * 0.01).collect();
+        let tied: Vec<f64> = (0..20_000).map(|_| (uniform() * 8.0).floor()).collect();
+        let mask = crate::mask::TokenSet::from_ids(20_000, (0..20_000).filter(|id| id % 3 != 0)).unwrap();
+        let rows = [
+            adjusted(&spread),
+            adjusted(&flat),
+            adjusted(&tied),
+            AdjustedLogits::new(spread.clone(), Some(mask)).unwrap(),
+        ];
+        for (row, adjusted) in rows.iter().enumerate() {
+            for temperature in [0.3, 0.7, 1.0, 1.5] {
+                for top_p in [0.01, 0.5, 0.9, 0.95, 0.999_999] {
+                    let params = SamplingParams { temperature, top_p, ..SamplingParams::default() };
+                    let d = process(adjusted, &params).unwrap();
+                    let expected = top_p_by_definition(&d, adjusted, top_p);
+                    assert_eq!(d.kept_ids(), expected, "row {row}, T = {temperature}, top-p {top_p}");
+                    assert_eq!(d.counts().after_top_p, expected.len(), "row {row}, T = {temperature}, top-p {top_p}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -329,11 +329,18 @@ pub(crate) fn first_not_below<T: Copy + PartialOrd>(values: &[T], limit: T) -> O
     })
 }
 
-/// The largest of `values` (finite or -inf, no NaN) and the first index holding it: the maximum
-/// in [`lane_sum`]'s eight running lanes, which vectorises where a fold of `max` does not in wasm
-/// (its `max` must order NaN), then the first index equal to it.
+/// The largest of `values` (finite or -inf, no NaN) and the first index holding it: [`lane_max`],
+/// then the first index equal to it.
 pub(crate) fn argmax(values: &[f64]) -> (f64, usize) {
-    let mut lanes = [f64::NEG_INFINITY; SUM_LANES];
+    let max = lane_max(values, f64::NEG_INFINITY);
+    (max, values.iter().position(|&value| value == max).unwrap_or(0))
+}
+
+/// The largest of `values` (no NaN; `lowest` when there are none), in [`lane_sum`]'s eight
+/// running lanes: vectorised, where a fold of `max` is not in wasm (its `max` must order NaN, and
+/// was a call per value for the normaliser's 262,144 logits).
+fn lane_max<T: Copy + PartialOrd>(values: &[T], lowest: T) -> T {
+    let mut lanes = [lowest; SUM_LANES];
     let chunks = values.chunks_exact(SUM_LANES);
     let tail = chunks.remainder();
     for chunk in chunks {
@@ -344,8 +351,7 @@ pub(crate) fn argmax(values: &[f64]) -> (f64, usize) {
     for (lane, &value) in lanes.iter_mut().zip(tail) {
         *lane = if value > *lane { value } else { *lane };
     }
-    let max = lanes.into_iter().fold(f64::NEG_INFINITY, |max, lane| if lane > max { lane } else { max });
-    (max, values.iter().position(|&value| value == max).unwrap_or(0))
+    lanes.into_iter().fold(lowest, |max, lane| if lane > max { lane } else { max })
 }
 
 /// The softmax of `logits` (finite or -inf) in f64: `exp(z_i - max) / sum`, summed as [`lane_sum`]
@@ -379,7 +385,7 @@ impl LogSoftmax {
     /// The row's normaliser. Same errors as [`softmax`].
     pub fn of(logits: &[f32]) -> Result<Self, SamplerError> {
         validate_logits(logits)?;
-        let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        let max = lane_max(logits, f32::NEG_INFINITY);
         if max == f32::NEG_INFINITY {
             return Err(SamplerError::AllTokensExcluded);
         }
@@ -421,8 +427,8 @@ where
 }
 
 /// The smallest `n >= 1` such that the first `n` items under `cmp` carry at least `mass` of
-/// `total` (`cumulative / total >= mass`, the cumulative summed in that order), or all items if
-/// no prefix does. On return `items[..n]` are those items, sorted.
+/// `total` (`cumulative / total >= mass`, the cumulative summed in that order), or `None` if no
+/// prefix does (then all of them are sorted). On return `items[..n]` are those items, sorted.
 ///
 /// It never sorts more than it needs: it selects and sorts a prefix of 64 items, then grows the
 /// prefix four-fold at a time while the mass is not reached (a flat tail can need thousands).
@@ -433,7 +439,7 @@ pub(crate) fn smallest_prefix_with_mass<T, F, W>(
     weight: W,
     total: f64,
     mass: f64,
-) -> usize
+) -> Option<usize>
 where
     F: FnMut(&T, &T) -> Ordering,
     W: Fn(&T) -> f64,
@@ -449,10 +455,31 @@ where
         cumulative += weight(&items[i]);
         i += 1;
         if cumulative / total >= mass {
-            return i;
+            return Some(i);
         }
     }
-    items.len()
+    None
+}
+
+/// A weight top-p's prefix cannot end above: the largest power of two such that the weights at
+/// or above it (of `weights`, each in `[0, 1]`) carry at least `mass` of `total`, summed by
+/// binary exponent, largest first; `None` when rounding leaves every exponent's sum short. One
+/// pass over the row, which spares top-p listing and selecting among a 262,144-token vocabulary
+/// when its prefix is a few hundred tokens: the caller lists the tokens at or above the floor's
+/// logit, checks that their mass in the processed order reaches `mass` too, and lists the rest
+/// only where it does not.
+pub(crate) fn nucleus_floor(weights: &[f64], total: f64, mass: f64) -> Option<f64> {
+    const EXPONENTS: usize = 1 << 11;
+    let mut by_exponent = [0.0f64; EXPONENTS];
+    for &weight in weights {
+        by_exponent[(weight.to_bits() >> 52) as usize % EXPONENTS] += weight;
+    }
+    let mut cumulative = 0.0;
+    // Down from 2^0 (no weight is above 1), not into the subnormals' and zero's exponent.
+    (1..EXPONENTS).rev().find_map(|exponent| {
+        cumulative += by_exponent[exponent];
+        (cumulative / total >= mass).then(|| f64::from_bits((exponent as u64) << 52))
+    })
 }
 
 /// An entry of a top-n heap, ordered so that the worst entry (lowest key, then highest id) is
@@ -816,13 +843,27 @@ mod tests {
     fn smallest_prefix_grows_past_the_first_chunk() {
         // 1000 equal weights: reaching half the mass needs 500 items, more than one chunk.
         let mut items: Vec<u32> = (0..1000).rev().collect();
-        let n = smallest_prefix_with_mass(&mut items, 0, |a, b| a.cmp(b), |_| 1.0, 1000.0, 0.5);
+        let n = smallest_prefix_with_mass(&mut items, 0, |a, b| a.cmp(b), |_| 1.0, 1000.0, 0.5).unwrap();
         assert_eq!(n, 500);
         assert_eq!(items[..n], (0..500).collect::<Vec<u32>>()[..]);
         // Unreachable mass keeps everything.
         let mut items: Vec<u32> = (0..10).collect();
         let n = smallest_prefix_with_mass(&mut items, 0, |a, b| a.cmp(b), |_| 1.0, 20.0, 0.9);
-        assert_eq!(n, 10);
+        assert_eq!(n, None);
+        assert!(items.is_sorted());
+    }
+
+    #[test]
+    fn the_nucleus_floor_is_the_highest_power_of_two_whose_weights_reach_the_mass() {
+        // Weights 1, 0.75 (exponent -1), 0.3 and 0.26 (-2), 0.1 (-4): total 2.41.
+        let weights = [0.3, 1.0, 0.1, 0.75, 0.26];
+        let total: f64 = weights.iter().sum();
+        assert_eq!(nucleus_floor(&weights, total, 0.4), Some(1.0));
+        assert_eq!(nucleus_floor(&weights, total, 0.5), Some(0.5));
+        assert_eq!(nucleus_floor(&weights, total, 0.9), Some(0.25));
+        assert_eq!(nucleus_floor(&weights, total, 0.99), Some(0.0625));
+        // Only zeros and subnormals left to reach it: no floor.
+        assert_eq!(nucleus_floor(&[0.0, 1e-310], 1e-310, 0.5), None);
     }
 
     #[test]
