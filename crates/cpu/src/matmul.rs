@@ -33,8 +33,12 @@ fn prefill_rows_per_task(rows: usize, threads: usize) -> usize {
 /// natively: 8.7 → 8.2 ms a token, the output layer 1.83 → 1.70 ms); in two tasks a thread the
 /// output layer takes 0.92 ms and the step about 5.5. One task a thread measured the same (two
 /// leave the caller half of a late helper's rows to take); four, slower (ARCHITECTURE.md, "How a
-/// product is split").
-pub(crate) const DECODE_TASKS_PER_THREAD: usize = 2;
+/// product is split"). In the browser, four: its threads share the cores with the browser's own,
+/// and with two tasks a thread the engine's worker spent a fifth of Gemma 3 270M's decode waiting
+/// for a late helper's last quarter of a product; with four, 10 %, and Chromium decodes SmolLM2
+/// at 77.6-87.6 tok/s against 62.8-81.3 and Gemma 3 270M at 39.5-45.9 against 31.2-38.5
+/// (ARCHITECTURE.md, "A late helper's last task, in the browser").
+pub(crate) const DECODE_TASKS_PER_THREAD: usize = if cfg!(target_family = "wasm") { 4 } else { 2 };
 
 /// The most activation rows whose products of `ggml_type` go through the integer kernel (a decode
 /// step's, `integer/`) one row at a time, where the CPU has one; past it the tile's f32

@@ -33,7 +33,14 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, OnceLock};
 
-/// Polls of the job counter a helper makes before it parks: about a millisecond.
+/// Polls of the job counter a helper makes before it parks: about a millisecond natively, where
+/// each poll pauses (`spin_loop`). wasm has no pause instruction, so there a poll is a load and a
+/// compare: 2^18 such polls took 0.09 ms in Node's V8 (a 2.6 GHz Zen 4), and a helper parks
+/// whenever the engine's thread works alone for longer (the sampler, each step). 2^22 (1.5 ms)
+/// measured a little faster in Chromium but is not taken: a helper spinning that long takes a
+/// core the browser's own threads want, and the load's one-step timing of the pool then chose
+/// one thread for SmolLM2 in two of nineteen loads (ARCHITECTURE.md, "A late helper's last task,
+/// in the browser").
 const SPIN_POLLS: u32 = 1 << 18;
 
 /// Polls between two offers of the core to another thread (`yield_now`) while a thread spins
