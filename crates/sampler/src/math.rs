@@ -465,7 +465,7 @@ where
 /// or above it (of `weights`, each in `[0, 1]`) carry at least `mass` of `total`, summed by
 /// binary exponent, largest first; `None` when rounding leaves every exponent's sum short. One
 /// pass over the row, which spares top-p listing and selecting among a 262,144-token vocabulary
-/// when its prefix is a few hundred tokens: the caller lists the tokens at or above the floor's
+/// for a prefix most often far shorter: the caller lists the tokens at or above the floor's
 /// logit, checks that their mass in the processed order reaches `mass` too, and lists the rest
 /// only where it does not.
 pub(crate) fn nucleus_floor(weights: &[f64], total: f64, mass: f64) -> Option<f64> {
