@@ -156,7 +156,7 @@ mod wasm {
     #[inline(always)]
     pub(super) fn q4_k(bytes: &[u8], out: &mut [f32]) {
         let c = Constants::new();
-        for (block, out) in bytes.as_chunks::<144>().0.iter().zip(out.chunks_exact_mut(256)) {
+        for (block, out) in bytes.as_chunks::<144>().0.iter().zip(out.as_chunks_mut::<256>().0) {
             k_block(block, out, |group| q4_k_group(block, group, &c));
         }
     }
@@ -165,7 +165,7 @@ mod wasm {
     #[inline(always)]
     pub(super) fn q5_k(bytes: &[u8], out: &mut [f32]) {
         let c = Constants::new();
-        for (block, out) in bytes.as_chunks::<176>().0.iter().zip(out.chunks_exact_mut(256)) {
+        for (block, out) in bytes.as_chunks::<176>().0.iter().zip(out.as_chunks_mut::<256>().0) {
             let qh = q5_k_fifth_bits(block);
             k_block(block, out, |group| q5_k_group(block, &qh, group, &c));
         }
@@ -194,7 +194,7 @@ mod wasm {
     pub(super) fn q6_k(bytes: &[u8], out: &mut [f32]) {
         let c = Constants::new();
         let offset = i16x8_splat(32);
-        for (block, out) in bytes.as_chunks::<210>().0.iter().zip(out.chunks_exact_mut(256)) {
+        for (block, out) in bytes.as_chunks::<210>().0.iter().zip(out.as_chunks_mut::<256>().0) {
             let d = half(block, 208);
             for (half_block, sixteen) in [(0, 0), (0, 1), (1, 0), (1, 1)] {
                 for (quants, sub, at) in q6_k_quarter(block, half_block, sixteen, &c) {
@@ -258,7 +258,7 @@ mod x86 {
     /// Q4_K: `d·scale · q − dmin·min` per sub-block of 32.
     #[inline(always)]
     pub(super) unsafe fn q4_k(bytes: &[u8], out: &mut [f32]) {
-        for (block, out) in bytes.chunks_exact(144).zip(out.chunks_exact_mut(256)) {
+        for (block, out) in bytes.as_chunks::<144>().0.iter().zip(out.as_chunks_mut::<256>().0) {
             unsafe { k_block(block, out, Q4kGroups(block)) }
         }
     }
@@ -266,7 +266,7 @@ mod x86 {
     /// Q5_K: Q4_K's with a fifth bit per quant.
     #[inline(always)]
     pub(super) unsafe fn q5_k(bytes: &[u8], out: &mut [f32]) {
-        for (block, out) in bytes.chunks_exact(176).zip(out.chunks_exact_mut(256)) {
+        for (block, out) in bytes.as_chunks::<176>().0.iter().zip(out.as_chunks_mut::<256>().0) {
             unsafe { k_block(block, out, Q5kGroups::new(block)) }
         }
     }
@@ -298,7 +298,7 @@ mod x86 {
     /// Q6_K: `d·scale · (q − 32)` per sub-block of 16, the scales signed.
     #[inline(always)]
     pub(super) unsafe fn q6_k(bytes: &[u8], out: &mut [f32]) {
-        for (block, out) in bytes.chunks_exact(210).zip(out.chunks_exact_mut(256)) {
+        for (block, out) in bytes.as_chunks::<210>().0.iter().zip(out.as_chunks_mut::<256>().0) {
             let d = half(block, 208);
             let scale = |sub: usize| d * f32::from(block[192 + sub] as i8);
             for half_block in 0..2 {

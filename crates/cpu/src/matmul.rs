@@ -629,10 +629,12 @@ fn fours_in_block<D: Dot>(
     for i4 in 0..out.len.div_ceil(4) {
         let count = (out.len - 4 * i4).min(4);
         // Each row a tile at a time (whole rows at once, the compiler inserted Q4_1's bytes one
-        // by one).
+        // by one). The tiles by index: zipped with the row's bytes in chunks, the zip was a call
+        // with two integer divisions per row (ARCHITECTURE.md, "No division per tile").
         for (j, row) in weights.chunks_exact_mut(cols).enumerate().take(count) {
-            for (bytes, values) in w.row(first + 4 * i4 + j).chunks(tile_bytes).zip(row.chunks_mut(TILE)) {
-                D::dequantize(w.ggml_type, bytes, values);
+            let bytes = w.row(first + 4 * i4 + j);
+            for (t, values) in row.chunks_mut(TILE).enumerate() {
+                D::dequantize(w.ggml_type, &bytes[t * tile_bytes..((t + 1) * tile_bytes).min(bytes.len())], values);
             }
         }
         // The four weight rows' whole 32s, and x row `r`'s (arrays written out: built with `map`,
