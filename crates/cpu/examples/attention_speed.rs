@@ -3,25 +3,37 @@
 //! heads of 256), a 512-token prompt's attention over itself and one decode step's over 512
 //! cached positions, on the pool's threads (`NUCLEUS_THREADS` to choose): milliseconds and GMAC/s
 //! (the scores' and the weighted values' multiply-adds), the best of three. `-- TOKENS` measures
-//! another length.
+//! another length, `-- TOKENS HEADS KV_HEADS HEAD_DIM LAYERS` another shape (`-- 1024 9 3 64 30`:
+//! SmolLM2's), its decode step over LAYERS blocks' caches in turn, as a model's step reads them
+//! (a layer's keys and values out of the cache by the time the step comes back to them).
 
 use std::time::Instant;
 
 use nucleus_cpu::ops::{AttentionShape, attention};
 
 fn main() {
-    let tokens: usize = std::env::args().nth(1).map_or(512, |t| t.parse().expect("TOKENS"));
-    let (heads, kv_heads, hd) = (8, 2, 256);
+    let args: Vec<usize> = std::env::args().skip(1).map(|a| a.parse().expect("a count")).collect();
+    let tokens = args.first().copied().unwrap_or(512);
+    let (heads, kv_heads, hd, layers) = match args[..] {
+        [_, heads, kv_heads, hd, layers] => (heads, kv_heads, hd, layers),
+        _ => (8, 2, 256, 1),
+    };
     let value = |i: usize| ((i * 37 % 101) as f32 / 50.0) - 1.0;
-    let keys: Vec<f32> = (0..tokens * kv_heads * hd).map(value).collect();
-    let values: Vec<f32> = (0..tokens * kv_heads * hd).map(|i| value(i + 5)).collect();
+    let cache: Vec<(Vec<f32>, Vec<f32>)> = (0..layers)
+        .map(|layer| {
+            let keys = (0..tokens * kv_heads * hd).map(|i| value(i + layer)).collect();
+            let values = (0..tokens * kv_heads * hd).map(|i| value(i + layer + 5)).collect();
+            (keys, values)
+        })
+        .collect();
+    let (keys, values) = &cache[0];
     let q: Vec<f32> = (0..tokens * heads * hd).map(|i| value(i + 3)).collect();
-    let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 1.0 / 16.0, window: None };
+    let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: (hd as f32).sqrt().recip(), window: None };
     let mut out = vec![0.0; q.len()];
     let row = heads * hd;
     // Two products (scores, values) of `head_dim` per key each head sees.
     let prefill_macs = 2 * heads * hd * tokens * (tokens + 1) / 2;
-    let decode_macs = 2 * heads * hd * tokens;
+    let decode_macs = 2 * heads * hd * tokens * layers;
     let best = |run: &mut dyn FnMut()| {
         (0..3)
             .map(|_| {
@@ -31,11 +43,15 @@ fn main() {
             })
             .fold(f64::INFINITY, f64::min)
     };
-    let prefill = best(&mut || attention(&q, &keys, &values, 0, shape, &mut out));
-    let decode = best(&mut || attention(&q[..row], &keys, &values, tokens - 1, shape, &mut out[..row]));
+    let prefill = best(&mut || attention(&q, keys, values, 0, shape, &mut out));
+    let decode = best(&mut || {
+        for (keys, values) in &cache {
+            attention(&q[..row], keys, values, tokens - 1, shape, &mut out[..row]);
+        }
+    });
     println!("{} threads, {}", nucleus_cpu::threads(), nucleus_cpu::simd());
     println!(
-        "prefill of {tokens} tokens {:.1} ms ({:.1} GMAC/s); decode at {tokens} {:.3} ms ({:.1} GMAC/s)",
+        "prefill of {tokens} tokens {:.1} ms ({:.1} GMAC/s); decode at {tokens} over {layers} blocks {:.3} ms ({:.1} GMAC/s)",
         prefill * 1e3,
         prefill_macs as f64 / prefill / 1e9,
         decode * 1e3,

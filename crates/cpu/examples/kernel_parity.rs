@@ -257,13 +257,15 @@ fn product_off(label: &str, w: &Matrix, x: &[f32], n: usize) -> Vec<String> {
 pub fn attention_mismatches() -> Vec<String> {
     let mut found = Vec::new();
     let mut rng = Rng(13);
-    // (heads, kv heads, head width, position of the first query row, query rows); the last is
-    // Qwen3.5's attention shape (a prompt's tail over a cache).
-    for (heads, kv_heads, hd, pos, rows) in [(4, 2, 8, 9, 3), (6, 3, 72, 33, 7), (8, 2, 256, 61, 3)] {
+    // (heads, kv heads, head width, position of the first query row, query rows); Qwen3.5's
+    // attention shape (a prompt's tail over a cache), and keys in several chunks, a prompt's
+    // rows and a decode step's row (`ops::keys_per_chunk`: 256 keys of 64).
+    let shapes = [(4, 2, 8, 9, 3), (6, 3, 72, 33, 7), (8, 2, 256, 61, 3), (4, 1, 64, 600, 2), (6, 2, 64, 700, 1)];
+    for (heads, kv_heads, hd, pos, rows) in shapes {
         let mut random = |len: usize| -> Vec<f32> { (0..len).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect() };
         let (keys, values) = (random((pos + rows) * kv_heads * hd), random((pos + rows) * kv_heads * hd));
         let q = random(rows * heads * hd);
-        for window in [None, Some(4), Some(6)] {
+        for window in [None, Some(4), Some(6), Some(300)] {
             let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window };
             let mut out = vec![0.0; q.len()];
             attention(&q, &keys, &values, pos, shape, &mut out);

@@ -505,6 +505,64 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
     }
 }
 
+/// `out[i] += Σ_t weights[t]·rows[t·stride + i]`: `weights.len()` rows of `rows` as long as `out`,
+/// `stride` apart, weighed and added (an attention's weights over one KV head's values in a cache
+/// of `[positions, kv_width]` rows). Four rows at a time, `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (`out`
+/// read and written once for the four), then the rest one at a time; a multiply and an add never
+/// fused, so every build gives the same bits. Built for the widest vectors the CPU has: as plain
+/// Rust in the caller (SSE2's four lanes natively) this loop was most of a long context's
+/// decode step.
+///
+/// # Panics
+/// When `rows` is shorter than the weights need.
+pub(crate) fn weighted_rows(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    if let Some(last) = weights.len().checked_sub(1) {
+        assert!(
+            rows.len() >= last * stride + out.len(),
+            "{} rows of {} every {stride} in {}",
+            weights.len(),
+            out.len(),
+            rows.len()
+        );
+    }
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::matmul::has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { weighted_rows_avx2(weights, rows, stride, out) };
+        }
+    }
+    #[allow(unreachable_code)]
+    weighted_rows_with(weights, rows, stride, out)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weighted_rows_avx2(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    weighted_rows_with(weights, rows, stride, out);
+}
+
+/// [`weighted_rows`]' one body, compiled into each build (wasm's with its SIMD, as the crate is
+/// built).
+#[inline(always)]
+fn weighted_rows_with(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+    let len = out.len();
+    let row = |t: usize| &rows[t * stride..t * stride + len];
+    let mut fours = weights.chunks_exact(4);
+    for (four, w) in (&mut fours).enumerate() {
+        let (a, b, c, d) = (row(4 * four), row(4 * four + 1), row(4 * four + 2), row(4 * four + 3));
+        for ((((o, a), b), c), d) in out.iter_mut().zip(a).zip(b).zip(c).zip(d) {
+            *o += (w[0] * a + w[1] * b) + (w[2] * c + w[3] * d);
+        }
+    }
+    let done = weights.len() / 4 * 4;
+    for (t, &weight) in (done..).zip(fours.remainder()) {
+        for (o, &v) in out.iter_mut().zip(row(t)) {
+            *o += weight * v;
+        }
+    }
+}
+
 /// `out[j] = Σ a[i]·b[j·stride + i]`: `a` against `out.len()` rows of `b` as long as `a`, `stride`
 /// apart (an attention's query against one KV head's keys in a cache of `[positions, kv_width]`
 /// rows). Four rows at a time through [`Dot::add4`] (`a` loaded once for the four), the row's

@@ -1,8 +1,9 @@
 //! The CPU engine's other operations: RMSNorm and attention over a KV cache held as f32 rows.
 //! Small beside the products, but the attention grows with the context, so it is spread over
-//! the threads too (one task per query row and head).
+//! the threads too (a prompt's rows a row and KV head at a time, a decode step's keys a KV head
+//! and chunk of keys at a time).
 
-use crate::dot::strided_dots;
+use crate::dot::{strided_dots, weighted_rows};
 use crate::elementwise::exp;
 use crate::threads::for_each_chunk;
 
@@ -58,39 +59,185 @@ pub struct AttentionShape {
 /// `pos + s`) of head `h` over the keys and values of kv head `h / (heads / kv_heads)` at positions
 /// `0..=pos + s` (`keys`, `values`: `[positions, kv_heads·head_dim]`), within its window; `out`:
 /// `[rows, heads·head_dim]`. Softmax with the maximum subtracted, f32.
+///
+/// The keys go in chunks of [`keys_per_chunk`] (at fixed positions), each met by every query
+/// head of its KV head while it is in the core's cache: a chunk's scores, their maximum, the
+/// exponentials' total and the values they weigh, then the chunks' results joined in order
+/// (rescaled to the larger maximum), then divided by the total. A prompt's rows go to the threads
+/// a row and KV head at a time; a decode step's one row a KV head and chunk at a time, joined
+/// after in the same order, so a row's outputs are the same bits either way, on any number of
+/// threads. Each query head once read its KV head's keys and values on its own, from memory at a
+/// long context: ARCHITECTURE.md, "Attention a chunk of keys at a time".
 pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: AttentionShape, out: &mut [f32]) {
     let AttentionShape { heads, kv_heads, head_dim: hd, .. } = shape;
-    let kv_width = kv_heads * hd;
     let group = heads / kv_heads;
-    // One task per (row, head): its output is the head's slice of the row. Spread over the
-    // threads only when there is enough of it to be worth the hand-over (a long context, a prompt).
     let rows = q.len() / (heads * hd);
-    let work = rows * heads * (pos + rows) * hd;
-    for_each_chunk(out, hd, work >= PARALLEL_ATTENTION_WORK, |task, out| {
-        let (s, h) = (task / heads, task % heads);
-        let kv_head = h / group;
-        let (first, scores, total) = head_exponentials(&q[task * hd..(task + 1) * hd], keys, pos + s, kv_head, shape);
-        let value = |t: usize| &values[t * kv_width + kv_head * hd..][..hd];
-        out.fill(0.0);
-        // Four values at a time: the output row is read and written once for the four (the
-        // compiler vectorises the lanes; one key at a time it was a load and a store per value).
-        let mut weights = scores.chunks_exact(4);
-        for (t, w) in (first..).step_by(4).zip(&mut weights) {
-            let (v0, v1, v2, v3) = (value(t), value(t + 1), value(t + 2), value(t + 3));
-            for ((((o, a), b), c), d) in out.iter_mut().zip(v0).zip(v1).zip(v2).zip(v3) {
-                *o += (w[0] * a + w[1] * b) + (w[2] * c + w[3] * d);
+    // Spread over the threads only when there is enough work to be worth the hand-over (a long
+    // context, a prompt).
+    let parallel = rows * heads * (pos + rows) * hd >= PARALLEL_ATTENTION_WORK;
+    let slot = group * (hd + 2);
+    let queries = |s: usize, kv_head: usize| &q[(s * heads + kv_head * group) * hd..][..group * hd];
+    if rows == 1 {
+        let chunks = key_chunks(pos, shape);
+        let mut slots = vec![0.0; kv_heads * chunks.len() * slot];
+        for_each_chunk(&mut slots, slot, parallel, |task, slot| {
+            let (kv_head, chunk) = (task / chunks.len(), task % chunks.len());
+            weigh_chunk(queries(0, kv_head), keys, values, kv_head, chunks[chunk].clone(), shape, slot);
+        });
+        for (slots, out) in slots.chunks_exact(chunks.len() * slot).zip(out.chunks_exact_mut(group * hd)) {
+            let mut running = slots[..slot].to_vec();
+            for next in slots.chunks_exact(slot).skip(1) {
+                join(&mut running, next, group, hd);
+            }
+            divide(&running, group, hd, out);
+        }
+        return;
+    }
+    for_each_chunk(out, group * hd, parallel, |task, out| {
+        let (s, kv_head) = (task / kv_heads, task % kv_heads);
+        let (mut running, mut next) = (vec![0.0; slot], vec![0.0; slot]);
+        for (c, chunk) in key_chunks(pos + s, shape).into_iter().enumerate() {
+            let into = if c == 0 { &mut running } else { &mut next };
+            weigh_chunk(queries(s, kv_head), keys, values, kv_head, chunk, shape, into);
+            if c > 0 {
+                join(&mut running, &next, group, hd);
             }
         }
-        let done = scores.len() / 4 * 4;
-        for (t, &weight) in (first + done..).zip(weights.remainder()) {
-            for (o, &v) in out.iter_mut().zip(value(t)) {
-                *o += weight * v;
-            }
-        }
-        for o in out.iter_mut() {
-            *o /= total;
-        }
+        divide(&running, group, hd, out);
     });
+}
+
+/// Keys [`attention`] weighs at a time: 64 KiB of them (and as many bytes of values), which stay
+/// in a core's cache while every query head of their KV head reads them. Set by the head width
+/// alone, never by the machine or the threads, so that every build and thread count sums alike.
+fn keys_per_chunk(head_dim: usize) -> usize {
+    ((1 << 14) / head_dim.max(1)).max(16)
+}
+
+/// The chunks of keys a query at `position` sees (`0..=position`, within its window), each within
+/// one of the fixed spans of [`keys_per_chunk`] keys.
+fn key_chunks(position: usize, shape: AttentionShape) -> Vec<std::ops::Range<usize>> {
+    let seen = position + 1;
+    let first = shape.window.map_or(0, |w| seen.saturating_sub(w));
+    let span = keys_per_chunk(shape.head_dim);
+    (first / span..seen.div_ceil(span)).map(|c| (c * span).max(first)..((c + 1) * span).min(seen)).collect()
+}
+
+/// The query heads `queries` (`[group, hd]`) of KV head `kv_head` over the keys `chunk`, each on
+/// its own: into `slot`, `[group · hd]` values weighed by `exp(score − max)`, then the `group`
+/// maxima, then the `group` totals of the exponentials. Built for the widest vectors the CPU has.
+fn weigh_chunk(
+    queries: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    kv_head: usize,
+    chunk: std::ops::Range<usize>,
+    shape: AttentionShape,
+    slot: &mut [f32],
+) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if crate::matmul::has_avx2() {
+            // SAFETY: the CPU has AVX2 and FMA (checked above).
+            return unsafe { weigh_chunk_avx2(queries, keys, values, kv_head, chunk, shape, slot) };
+        }
+    }
+    #[allow(unreachable_code)]
+    weigh_chunk_with(queries, keys, values, kv_head, chunk, shape, slot)
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn weigh_chunk_avx2(
+    queries: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    kv_head: usize,
+    chunk: std::ops::Range<usize>,
+    shape: AttentionShape,
+    slot: &mut [f32],
+) {
+    weigh_chunk_with(queries, keys, values, kv_head, chunk, shape, slot);
+}
+
+/// [`weigh_chunk`]'s one body, compiled into each build.
+#[inline(always)]
+fn weigh_chunk_with(
+    queries: &[f32],
+    keys: &[f32],
+    values: &[f32],
+    kv_head: usize,
+    chunk: std::ops::Range<usize>,
+    shape: AttentionShape,
+    slot: &mut [f32],
+) {
+    let AttentionShape { kv_heads, head_dim: hd, scale, .. } = shape;
+    let group = queries.len() / hd;
+    let kv_width = kv_heads * hd;
+    let at = chunk.start * kv_width + kv_head * hd;
+    let (outs, states) = slot.split_at_mut(group * hd);
+    let (maxima, totals) = states.split_at_mut(group);
+    let mut scores = vec![0.0; chunk.len()];
+    for (g, (query, out)) in queries.chunks_exact(hd).zip(outs.chunks_exact_mut(hd)).enumerate() {
+        strided_dots(query, &keys[at..], kv_width, &mut scores);
+        scores.iter_mut().for_each(|score| *score *= scale);
+        let max = in_lanes(&scores, f32::NEG_INFINITY, f32::max);
+        scores.iter_mut().for_each(|score| *score = exp(*score - max));
+        totals[g] = in_lanes(&scores, 0.0, |total, score| total + score);
+        maxima[g] = max;
+        out.fill(0.0);
+        weighted_rows(&scores, &values[at..], kv_width, out);
+    }
+}
+
+/// `values` folded by `f` in eight running lanes (value `i` into lane `i mod 8`), the lanes
+/// joined pairwise: a loop the compiler vectorises, where one running value waits on each step
+/// (a sum of 256 exponentials, 256 dependent additions, took as long as their 16,384 scores).
+#[inline(always)]
+fn in_lanes(values: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
+    let mut lanes = [start; 8];
+    let whole = values.chunks_exact(8);
+    let rest = whole.remainder();
+    for eight in whole {
+        for (lane, &v) in lanes.iter_mut().zip(eight) {
+            *lane = f(*lane, v);
+        }
+    }
+    for (lane, &v) in lanes.iter_mut().zip(rest) {
+        *lane = f(*lane, v);
+    }
+    let [a, b, c, d, e, g, h, i] = lanes;
+    f(f(f(a, b), f(c, d)), f(f(e, g), f(h, i)))
+}
+
+/// `running` ([`weigh_chunk`]'s layout) joined with the next chunk's `next`: each query's values
+/// and total rescaled to the larger of the two maxima and added.
+fn join(running: &mut [f32], next: &[f32], group: usize, hd: usize) {
+    let (outs, states) = running.split_at_mut(group * hd);
+    let (next_outs, next_states) = next.split_at(group * hd);
+    let (maxima, totals) = states.split_at_mut(group);
+    for g in 0..group {
+        let (max, next_max) = (maxima[g], next_states[g]);
+        let larger = max.max(next_max);
+        let (a, b) = (exp(max - larger), exp(next_max - larger));
+        totals[g] = totals[g] * a + next_states[group + g] * b;
+        maxima[g] = larger;
+        let out = &mut outs[g * hd..(g + 1) * hd];
+        for (o, &n) in out.iter_mut().zip(&next_outs[g * hd..(g + 1) * hd]) {
+            *o = *o * a + n * b;
+        }
+    }
+}
+
+/// Each query's weighed values in `running` ([`weigh_chunk`]'s layout) divided by its total, into
+/// `out` (`[group, hd]`).
+fn divide(running: &[f32], group: usize, hd: usize, out: &mut [f32]) {
+    let (outs, states) = running.split_at(group * hd);
+    for ((out, values), &total) in out.chunks_exact_mut(hd).zip(outs.chunks_exact(hd)).zip(&states[group..]) {
+        for (o, &v) in out.iter_mut().zip(values) {
+            *o = v / total;
+        }
+    }
 }
 
 /// One query's `exp(score − max)` over the keys it sees (kv head `kv_head`'s keys `0..=position`,
@@ -157,6 +304,29 @@ mod tests {
         assert!((out[0] as f64 - 3.0 * inv).abs() < 1e-6 && (out[1] as f64 - 8.0 * inv).abs() < 1e-6);
         let inv = 1.0 / (2.0f64 / 3.0).sqrt();
         assert!((out[5] as f64 - inv).abs() < 1e-6);
+    }
+
+    /// A row's attention is the same bits as a prompt's last row (a KV head's keys in one task,
+    /// chunk after chunk) and as a decode step's one row (its chunks in tasks of their own, joined
+    /// after): over one chunk of keys and several, with and without a window across a chunk's end.
+    #[test]
+    fn a_decode_step_attends_as_a_prompts_last_row() {
+        let (heads, kv_heads, hd) = (6, 2, 64);
+        let value = |i: usize| ((i * 37 % 101) as f32 / 50.0) - 1.0;
+        for (pos, window) in [(40, None), (700, None), (700, Some(300)), (513, Some(2))] {
+            let rows = 3;
+            let keys: Vec<f32> = (0..(pos + rows) * kv_heads * hd).map(value).collect();
+            let values: Vec<f32> = (0..(pos + rows) * kv_heads * hd).map(|i| value(i + 5)).collect();
+            let q: Vec<f32> = (0..rows * heads * hd).map(|i| value(i + 3)).collect();
+            let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 0.125, window };
+            let mut prompt = vec![0.0; q.len()];
+            attention(&q, &keys, &values, pos, shape, &mut prompt);
+            let last = (rows - 1) * heads * hd;
+            let mut step = vec![0.0; heads * hd];
+            attention(&q[last..], &keys, &values, pos + rows - 1, shape, &mut step);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&prompt[last..]), bits(&step), "position {pos}, window {window:?}");
+        }
     }
 
     /// The eight running sums against one, on widths that are not multiples of eight (the last
