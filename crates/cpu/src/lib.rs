@@ -55,6 +55,6 @@ mod threads;
 pub use bandwidth::{Bandwidth, memory_bandwidth};
 pub use integer::{ByteDot, byte_dot, byte_dot_choices, byte_dot_probe, set_byte_dot};
 pub use matmul::{Matrix, TILE, matmul, matmuls, simd, tile_weights};
+pub use threads::{alongside, for_each_chunk, for_each_task, threads};
 #[cfg(all(target_family = "wasm", target_feature = "atomics"))]
 pub use threads::{expect_helpers, help, helpers_running};
-pub use threads::{for_each_chunk, for_each_task, threads};

@@ -241,10 +241,17 @@ impl Pool {
     }
 
     fn run(&self, tasks: usize, task: Task<'_>) {
+        self.run_after(tasks, task, || ());
+    }
+
+    /// [`run`](Self::run), the caller running `first()` before it takes any task (the helpers
+    /// start on the tasks meanwhile); its result.
+    fn run_after<R>(&self, tasks: usize, task: Task<'_>, first: impl FnOnce() -> R) -> R {
         let Ok(_running) = self.running.try_lock() else {
             // Another job holds the pool (or this is a task of one): this caller's tasks are its own.
+            let result = first();
             (0..tasks).for_each(task);
-            return;
+            return result;
         };
         // SAFETY: the lifetime is erased for as long as the job is current; this function returns
         // only after every task it lent out has finished (`done == tasks` below), and a helper
@@ -266,6 +273,7 @@ impl Pool {
             let _guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
             self.wake.notify_all();
         }
+        let result = first();
         let mut mine = 0;
         while let Some(index) = self.claim(epoch) {
             task(index);
@@ -277,6 +285,7 @@ impl Pool {
             poll = poll.wrapping_add(1);
         }
         *self.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        result
     }
 }
 
@@ -298,6 +307,29 @@ pub fn for_each_task<T: Send>(tasks: Vec<T>, f: impl Fn(T) + Sync + Send) {
             f(task);
         }
     });
+}
+
+/// `here()` on the calling thread while a helper runs `there()`; both results. Where no helper
+/// takes `there` (there is none, or the pool is busy with another job), the caller runs it after
+/// `here`. For two pieces of work that only read what they share: a decode step's draw (the
+/// sampler) and the log-probabilities' normaliser over the same logits.
+pub fn alongside<A, B: Send>(here: impl FnOnce() -> A, there: impl FnOnce() -> B + Send) -> (A, B) {
+    if pool().helpers.load(Ordering::Relaxed) == 0 {
+        return (here(), there());
+    }
+    let there = Mutex::new(Some(there));
+    let result = Mutex::new(None);
+    let a = pool().run_after(
+        1,
+        &|_| {
+            if let Some(there) = there.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(there());
+            }
+        },
+        here,
+    );
+    let b = result.into_inner().unwrap_or_else(|e| e.into_inner()).expect("the task ran before `run` returned");
+    (a, b)
 }
 
 /// Calls `f(index, chunk)` for each chunk of `chunk_len` items of `items` (the last may be
@@ -392,6 +424,36 @@ mod tests {
                 counts[i].fetch_add(1, Ordering::Relaxed);
             });
             assert!(counts.iter().all(|c| c.load(Ordering::Relaxed) == 1), "round {round}");
+        }
+    }
+
+    /// Both pieces of work run once, whoever calls and however busy the pool is, and each result
+    /// comes back to its side (the native harness calls from several threads at once).
+    #[test]
+    fn alongside_runs_both_once_and_returns_both() {
+        let callers: Vec<_> = (0..3)
+            .map(|caller| {
+                std::thread::spawn(move || {
+                    for round in 0..500usize {
+                        let (here, there) = (AtomicUsize::new(0), AtomicUsize::new(0));
+                        let (a, b) = alongside(
+                            || {
+                                here.fetch_add(1, Ordering::Relaxed);
+                                round * 2
+                            },
+                            || {
+                                there.fetch_add(1, Ordering::Relaxed);
+                                vec![round; 3]
+                            },
+                        );
+                        assert_eq!((a, b), (round * 2, vec![round; 3]), "caller {caller}");
+                        assert_eq!((here.into_inner(), there.into_inner()), (1, 1), "caller {caller}, round {round}");
+                    }
+                })
+            })
+            .collect();
+        for caller in callers {
+            caller.join().unwrap();
         }
     }
 

@@ -116,23 +116,28 @@ impl GenerationState {
         }
         self.transfer.full_read_steps += 1;
         let mask = allowed.map(|allowed| allowed as &dyn TokenMask);
-        let sampled = self.sampler.sample(&row, mask, self.request.explain_top_n)?;
-        self.whole_row_choice(sampled, row, allowed, tokenizer)
+        // The draw and the row's normaliser (every exponential of the row, for the log-probabilities
+        // the step reports) at once, on two of the CPU engine's threads where it has them.
+        let explain_top_n = self.request.explain_top_n;
+        let (sampled, norm) =
+            nucleus_cpu::alongside(|| self.sampler.sample(&row, mask, explain_top_n), || LogSoftmax::of(&row));
+        self.whole_row_choice(sampled?, row, norm?, allowed, tokenizer)
     }
 
-    /// The step's [`Choice`] of `sampled` from the whole raw `row`: its top candidates, the
-    /// chosen token's raw log-probability, and what the constraint (`allowed`) removed.
+    /// The step's [`Choice`] of `sampled` from the whole raw `row` and its normaliser `norm`
+    /// (`LogSoftmax::of(&row)`): its top candidates, the chosen token's raw log-probability, and
+    /// what the constraint (`allowed`) removed.
     pub(super) fn whole_row_choice(
         &self,
         sampled: SampleStep,
         row: Vec<f32>,
+        norm: LogSoftmax,
         allowed: Option<&TokenSet>,
         tokenizer: &Tokenizer,
     ) -> Result<Choice, EngineError> {
         // The few log-probabilities a step reports, from the row's normaliser: the whole row of
         // them (2 MB a step for Gemma 3's 262,144) only where a constraint's removed mass is
         // summed, from the same normaliser.
-        let norm = LogSoftmax::of(&row)?;
         let top = top_k_ids(&row, self.request.top_logprobs)
             .into_iter()
             .map(|c| TopCandidate {

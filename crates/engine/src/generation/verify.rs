@@ -6,7 +6,7 @@
 //! ones; it is judged with the sampler's history holding exactly those, so penalties see the
 //! sequence plain decoding would have seen. The pass reads every row back whole.
 
-use nucleus_sampler::{SampleStep, TokenMask, TokenSet, Verdict, explain, judge_point_draft};
+use nucleus_sampler::{LogSoftmax, SampleStep, TokenMask, TokenSet, Verdict, explain, judge_point_draft};
 
 use super::GenerationState;
 use crate::{DraftReport, DraftedToken, Engine, EngineError, SpeculationStats, Step};
@@ -57,7 +57,10 @@ impl GenerationState {
                 }
             }
             let mask = allowed.as_ref().map(|allowed| allowed as &dyn TokenMask);
-            let (adjusted, dist) = self.sampler.distribution(&row, mask)?;
+            // The distribution and the row's normaliser at once, as a decode step's (`choose`).
+            let (distribution, norm) =
+                nucleus_cpu::alongside(|| self.sampler.distribution(&row, mask), || LogSoftmax::of(&row));
+            let (adjusted, dist) = distribution?;
             let (id, uniform, accepted) = match draft.get(position) {
                 Some(&drafted) => {
                     let (entry, replacement) = judge_point_draft(position, drafted, &dist, self.sampler.rng_mut());
@@ -76,7 +79,7 @@ impl GenerationState {
                 n => Some(explain(&row, &adjusted, &dist, id, n)?),
             };
             let sampled = SampleStep { id, logprob: dist.final_logprob(id), uniform, explanation };
-            let choice = self.whole_row_choice(sampled, row, allowed.as_ref(), &engine.tokenizer)?;
+            let choice = self.whole_row_choice(sampled, row, norm?, allowed.as_ref(), &engine.tokenizer)?;
             self.transfer.full_read_steps += 1;
             steps.push(self.emit(engine, choice)?);
             if accepted {
