@@ -510,8 +510,8 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
 /// of `[positions, kv_width]` rows). Four rows at a time, `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (`out`
 /// read and written once for the four), then the rest one at a time; a multiply and an add never
 /// fused, so every build gives the same bits. Built for the widest vectors the CPU has: as plain
-/// Rust in the caller (SSE2's four lanes natively) this loop was most of a long context's
-/// decode step.
+/// Rust in the caller (SSE2's four lanes natively) this loop was the larger part of a long
+/// context's attention.
 ///
 /// # Panics
 /// When `rows` is shorter than the weights need.
