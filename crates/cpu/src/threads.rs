@@ -31,7 +31,7 @@
 #![cfg_attr(all(target_family = "wasm", not(target_feature = "atomics")), allow(dead_code))]
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::{Condvar, Mutex, OnceLock, TryLockError};
 
 /// Polls of the job counter a helper makes before it parks: about a millisecond natively, where
 /// each poll pauses (`spin_loop`). wasm has no pause instruction, so there a poll is a load and a
@@ -245,17 +245,25 @@ impl Pool {
     }
 
     /// [`run`](Self::run), the caller running `first()` before it takes any task (the helpers
-    /// start on the tasks meanwhile); its result.
+    /// start on the tasks meanwhile); its result. A panic in `first` reaches the caller only
+    /// after the job has ended, as every lent task must have.
     fn run_after<R>(&self, tasks: usize, task: Task<'_>, first: impl FnOnce() -> R) -> R {
-        let Ok(_running) = self.running.try_lock() else {
-            // Another job holds the pool (or this is a task of one): this caller's tasks are its own.
-            let result = first();
-            (0..tasks).for_each(task);
-            return result;
+        let running = match self.running.try_lock() {
+            Ok(running) => running,
+            // A panic that left the lock poisoned left no job open (below): the pool is free.
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                // Another job holds the pool (or this is a task of one): this caller's tasks are
+                // its own.
+                let result = first();
+                (0..tasks).for_each(task);
+                return result;
+            }
         };
         // SAFETY: the lifetime is erased for as long as the job is current; this function returns
-        // only after every task it lent out has finished (`done == tasks` below), and a helper
-        // calls the function only for a task it claimed in this job's epoch.
+        // (or unwinds) only after every task a helper claimed has finished (`done + mine ==
+        // claimed` below), and a helper calls the function only for a task it claimed in this
+        // job's epoch.
         let lent: Task<'static> = unsafe { std::mem::transmute::<Task<'_>, Task<'static>>(task) };
         // The last job is closed for good (an epoch of its own, no task left to claim) before
         // this one's count is written: a helper still claiming in the last epoch that reads this
@@ -273,19 +281,31 @@ impl Pool {
             let _guard = self.park.lock().unwrap_or_else(|e| e.into_inner());
             self.wake.notify_all();
         }
-        let result = first();
+        // A panic here (in `first` or in one of the caller's tasks) goes on only once every task
+        // a helper claimed has finished: they borrow what the caller lent.
+        let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(first));
         let mut mine = 0;
-        while let Some(index) = self.claim(epoch) {
-            task(index);
-            mine += 1;
-        }
+        let own = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            while let Some(index) = self.claim(epoch) {
+                mine += 1;
+                task(index);
+            }
+        }));
+        // No task is left to claim (all were, or a panic cut the caller's claiming short): the
+        // job closed, the tasks claimed are those to wait for.
+        let counter = self.counter.swap(u64::from(epoch) << 32 | u64::from(CLOSED), Ordering::SeqCst);
+        let claimed = ((counter & 0xffff_ffff) as usize).min(tasks);
         let mut poll = 0u32;
-        while self.done.load(Ordering::Acquire) + mine < tasks {
+        while self.done.load(Ordering::Acquire) + mine < claimed {
             spin(poll);
             poll = poll.wrapping_add(1);
         }
         *self.job.lock().unwrap_or_else(|e| e.into_inner()) = None;
-        result
+        drop(running);
+        match (result, own) {
+            (Ok(result), Ok(())) => result,
+            (Err(panic), _) | (_, Err(panic)) => std::panic::resume_unwind(panic),
+        }
     }
 }
 
@@ -455,6 +475,43 @@ mod tests {
         for caller in callers {
             caller.join().unwrap();
         }
+    }
+
+    /// A panic on the caller's side reaches the caller only once the other side, if it started
+    /// (on a helper, borrowing what the caller lent), has finished; the pool goes on working. The
+    /// harness's other tests hold the pool at times (then the caller runs both sides itself), so
+    /// this tries until a helper has taken the other side a few times.
+    #[test]
+    fn a_panic_here_waits_for_there_and_leaves_the_pool_working() {
+        let mut on_a_helper = 0;
+        for _ in 0..200 {
+            let (started, finished) = (AtomicUsize::new(0), AtomicUsize::new(0));
+            let caller = std::thread::current().id();
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                alongside(
+                    || {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                        panic!("here")
+                    },
+                    || {
+                        if std::thread::current().id() != caller {
+                            started.fetch_add(1, Ordering::SeqCst);
+                            std::thread::sleep(std::time::Duration::from_millis(10));
+                            finished.fetch_add(1, Ordering::SeqCst);
+                        }
+                    },
+                )
+            }));
+            assert!(caught.is_err());
+            assert_eq!(started.load(Ordering::SeqCst), finished.load(Ordering::SeqCst), "`there` ended first");
+            assert_eq!(alongside(|| 1, || 2), (1, 2));
+            on_a_helper += started.into_inner();
+            if on_a_helper == 3 {
+                return;
+            }
+        }
+        // A machine of one core has no helper to take it.
+        assert!(pool().helpers.load(Ordering::SeqCst) == 0 || on_a_helper > 0, "no helper took `there`");
     }
 
     #[test]
