@@ -18,25 +18,33 @@ pub fn rms_norm(x: &[f32], gamma: &[f32], eps: f64, out: &mut [f32]) {
     }
 }
 
-/// `1 / sqrt(mean(x²) + eps)`, the sum of squares in f64: in eight running sums (value `i` into
-/// sum `i mod 8`, added pairwise at the end), which the compiler vectorises, where one sum was a
-/// chain of dependent adds, four cycles each (a 640-wide row 2,560 cycles; the norms were 0.7–1 %
-/// of a prefill on the calling thread).
+/// `1 / sqrt(mean(x²) + eps)`, the sum of squares in f64, in [`in_lanes`]' eight running sums
+/// (in one, the norms were 0.7–1 % of a prefill on the calling thread).
 pub fn inverse_rms(x: &[f32], eps: f64) -> f32 {
-    let mut sums = [0f64; 8];
-    let whole = x.chunks_exact(8);
+    let squares = in_lanes(x, 0.0, |sum, v| sum + f64::from(v) * f64::from(v), |a, b| a + b);
+    let mean = squares / x.len() as f64;
+    (1.0 / (mean + eps).sqrt()) as f32
+}
+
+/// `values` folded by `step` in eight running lanes (value `i` into lane `i mod 8`), the lanes
+/// joined by `join` pairwise, `((l₀·l₄)·(l₂·l₆))·((l₁·l₅)·(l₃·l₇))`: a loop the compiler vectorises,
+/// where one running value waits on each step, four cycles each (a 640-wide row's sum of squares
+/// took 2,560 cycles; a sum of 256 exponentials as long as their 16,384 scores).
+#[inline(always)]
+fn in_lanes<T: Copy, A: Copy>(values: &[T], start: A, step: impl Fn(A, T) -> A, join: impl Fn(A, A) -> A) -> A {
+    let mut lanes = [start; 8];
+    let whole = values.chunks_exact(8);
     let rest = whole.remainder();
     for eight in whole {
-        for (sum, &v) in sums.iter_mut().zip(eight) {
-            *sum += f64::from(v) * f64::from(v);
+        for (lane, &v) in lanes.iter_mut().zip(eight) {
+            *lane = step(*lane, v);
         }
     }
-    for (sum, &v) in sums.iter_mut().zip(rest) {
-        *sum += f64::from(v) * f64::from(v);
+    for (lane, &v) in lanes.iter_mut().zip(rest) {
+        *lane = step(*lane, v);
     }
-    let [a, b, c, d, e, f, g, h] = sums;
-    let mean = (((a + e) + (c + g)) + ((b + f) + (d + h))) / x.len() as f64;
-    (1.0 / (mean + eps).sqrt()) as f32
+    let [a, b, c, d, e, f, g, h] = lanes;
+    join(join(join(a, e), join(c, g)), join(join(b, f), join(d, h)))
 }
 
 /// Multiply-adds of an attention below which it runs on the calling thread: about 20 µs of work,
@@ -181,33 +189,13 @@ fn weigh_chunk_with(
     for (g, (query, out)) in queries.chunks_exact(hd).zip(outs.chunks_exact_mut(hd)).enumerate() {
         strided_dots(query, &keys[at..], kv_width, &mut scores);
         scores.iter_mut().for_each(|score| *score *= scale);
-        let max = in_lanes(&scores, f32::NEG_INFINITY, f32::max);
+        let max = in_lanes(&scores, f32::NEG_INFINITY, f32::max, f32::max);
         scores.iter_mut().for_each(|score| *score = exp(*score - max));
-        totals[g] = in_lanes(&scores, 0.0, |total, score| total + score);
+        totals[g] = in_lanes(&scores, 0.0, |total, score| total + score, |a, b| a + b);
         maxima[g] = max;
         out.fill(0.0);
         weighted_rows(&scores, &values[at..], kv_width, out);
     }
-}
-
-/// `values` folded by `f` in eight running lanes (value `i` into lane `i mod 8`), the lanes
-/// joined pairwise: a loop the compiler vectorises, where one running value waits on each step
-/// (a sum of 256 exponentials, 256 dependent additions, took as long as their 16,384 scores).
-#[inline(always)]
-fn in_lanes(values: &[f32], start: f32, f: impl Fn(f32, f32) -> f32) -> f32 {
-    let mut lanes = [start; 8];
-    let whole = values.chunks_exact(8);
-    let rest = whole.remainder();
-    for eight in whole {
-        for (lane, &v) in lanes.iter_mut().zip(eight) {
-            *lane = f(*lane, v);
-        }
-    }
-    for (lane, &v) in lanes.iter_mut().zip(rest) {
-        *lane = f(*lane, v);
-    }
-    let [a, b, c, d, e, g, h, i] = lanes;
-    f(f(f(a, b), f(c, d)), f(f(e, g), f(h, i)))
 }
 
 /// `running` ([`weigh_chunk`]'s layout) joined with the next chunk's `next`: each query's values
