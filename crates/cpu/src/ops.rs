@@ -90,7 +90,8 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
         let mut slots = vec![0.0; kv_heads * chunks.len() * slot];
         for_each_chunk(&mut slots, slot, parallel, |task, slot| {
             let (kv_head, chunk) = (task / chunks.len(), task % chunks.len());
-            weigh_chunk(queries(0, kv_head), keys, values, kv_head, chunks[chunk].clone(), shape, slot);
+            let chunk = chunks[chunk].clone();
+            weigh_chunk(Chunk { queries: queries(0, kv_head), keys, values, kv_head, chunk, shape }, slot);
         });
         for (slots, out) in slots.chunks_exact(chunks.len() * slot).zip(out.chunks_exact_mut(group * hd)) {
             let mut running = slots[..slot].to_vec();
@@ -106,7 +107,7 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
         let (mut running, mut next) = (vec![0.0; slot], vec![0.0; slot]);
         for (c, chunk) in key_chunks(pos + s, shape).into_iter().enumerate() {
             let into = if c == 0 { &mut running } else { &mut next };
-            weigh_chunk(queries(s, kv_head), keys, values, kv_head, chunk, shape, into);
+            weigh_chunk(Chunk { queries: queries(s, kv_head), keys, values, kv_head, chunk, shape }, into);
             if c > 0 {
                 join(&mut running, &next, group, hd);
             }
@@ -131,54 +132,41 @@ fn key_chunks(position: usize, shape: AttentionShape) -> Vec<std::ops::Range<usi
     (first / span..seen.div_ceil(span)).map(|c| (c * span).max(first)..((c + 1) * span).min(seen)).collect()
 }
 
-/// The query heads `queries` (`[group, hd]`) of KV head `kv_head` over the keys `chunk`, each on
-/// its own: into `slot`, `[group · hd]` values weighed by `exp(score − max)`, then the `group`
-/// maxima, then the `group` totals of the exponentials. Built for the widest vectors the CPU has.
-fn weigh_chunk(
-    queries: &[f32],
-    keys: &[f32],
-    values: &[f32],
+/// One task of an [`attention`]: the query heads `queries` (`[group, hd]`) of KV head `kv_head`
+/// over the keys `chunk`.
+struct Chunk<'a> {
+    queries: &'a [f32],
+    keys: &'a [f32],
+    values: &'a [f32],
     kv_head: usize,
     chunk: std::ops::Range<usize>,
     shape: AttentionShape,
-    slot: &mut [f32],
-) {
+}
+
+/// `task`'s query heads over its keys, each on its own: into `slot`, `[group · hd]` values weighed
+/// by `exp(score − max)`, then the `group` maxima, then the `group` totals of the exponentials.
+/// Built for the widest vectors the CPU has.
+fn weigh_chunk(task: Chunk<'_>, slot: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
         if crate::matmul::has_avx2() {
             // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { weigh_chunk_avx2(queries, keys, values, kv_head, chunk, shape, slot) };
+            return unsafe { weigh_chunk_avx2(task, slot) };
         }
     }
     #[allow(unreachable_code)]
-    weigh_chunk_with(queries, keys, values, kv_head, chunk, shape, slot)
+    weigh_chunk_with(task, slot)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn weigh_chunk_avx2(
-    queries: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    kv_head: usize,
-    chunk: std::ops::Range<usize>,
-    shape: AttentionShape,
-    slot: &mut [f32],
-) {
-    weigh_chunk_with(queries, keys, values, kv_head, chunk, shape, slot);
+unsafe fn weigh_chunk_avx2(task: Chunk<'_>, slot: &mut [f32]) {
+    weigh_chunk_with(task, slot);
 }
 
 /// [`weigh_chunk`]'s one body, compiled into each build.
 #[inline(always)]
-fn weigh_chunk_with(
-    queries: &[f32],
-    keys: &[f32],
-    values: &[f32],
-    kv_head: usize,
-    chunk: std::ops::Range<usize>,
-    shape: AttentionShape,
-    slot: &mut [f32],
-) {
+fn weigh_chunk_with(Chunk { queries, keys, values, kv_head, chunk, shape }: Chunk<'_>, slot: &mut [f32]) {
     let AttentionShape { kv_heads, head_dim: hd, scale, .. } = shape;
     let group = queries.len() / hd;
     let kv_width = kv_heads * hd;
