@@ -509,44 +509,18 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
 /// `stride` apart, weighed and added (an attention's weights over one KV head's values in a cache
 /// of `[positions, kv_width]` rows). Four rows at a time, `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (`out`
 /// read and written once for the four), then the rest one at a time; a multiply and an add never
-/// fused, so every build gives the same bits. Built for the widest vectors the CPU has: as plain
-/// Rust in the caller (SSE2's four lanes natively) this loop was the larger part of a long
-/// context's attention.
+/// fused, so every build gives the same bits. Inlined into its caller, which is built for the
+/// widest vectors the CPU has (`ops::weigh_chunk`): as plain Rust in a function built for none
+/// (SSE2's four lanes natively) this loop was the larger part of a long context's attention.
 ///
 /// # Panics
 /// When `rows` is shorter than the weights need.
-pub(crate) fn weighted_rows(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
-    if let Some(last) = weights.len().checked_sub(1) {
-        assert!(
-            rows.len() >= last * stride + out.len(),
-            "{} rows of {} every {stride} in {}",
-            weights.len(),
-            out.len(),
-            rows.len()
-        );
-    }
-    #[cfg(target_arch = "x86_64")]
-    {
-        if crate::matmul::has_avx2() {
-            // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { weighted_rows_avx2(weights, rows, stride, out) };
-        }
-    }
-    #[allow(unreachable_code)]
-    weighted_rows_with(weights, rows, stride, out)
-}
-
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn weighted_rows_avx2(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
-    weighted_rows_with(weights, rows, stride, out);
-}
-
-/// [`weighted_rows`]' one body, compiled into each build (wasm's with its SIMD, as the crate is
-/// built).
 #[inline(always)]
-fn weighted_rows_with(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
+pub(crate) fn weighted_rows(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
     let len = out.len();
+    if let Some(last) = weights.len().checked_sub(1) {
+        assert!(rows.len() >= last * stride + len, "{} rows of {len} every {stride} in {}", weights.len(), rows.len());
+    }
     let row = |t: usize| &rows[t * stride..t * stride + len];
     let mut fours = weights.chunks_exact(4);
     for (four, w) in (&mut fours).enumerate() {

@@ -93,12 +93,13 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
             let chunk = chunks[chunk].clone();
             weigh_chunk(Chunk { queries: queries(0, kv_head), keys, values, kv_head, chunk, shape }, slot);
         });
-        for (slots, out) in slots.chunks_exact(chunks.len() * slot).zip(out.chunks_exact_mut(group * hd)) {
-            let mut running = slots[..slot].to_vec();
-            for next in slots.chunks_exact(slot).skip(1) {
-                join(&mut running, next, group, hd);
+        // Each KV head's chunks joined into its first, in order.
+        for (slots, out) in slots.chunks_exact_mut(chunks.len() * slot).zip(out.chunks_exact_mut(group * hd)) {
+            let (running, rest) = slots.split_at_mut(slot);
+            for next in rest.chunks_exact(slot) {
+                join(running, next, group, hd);
             }
-            divide(&running, group, hd, out);
+            divide(running, group, hd, out);
         }
         return;
     }
