@@ -42,14 +42,15 @@ fn the_elementwise_functions_over_rows_equal_f64() {
 
 /// A prompt's rows are multiplied in blocks that stay in the cache (`matmul.rs`,
 /// `x_rows_in_cache`: 64 rows of 2,048 values natively); every row's sums are the same, bit for
-/// bit, as when its block is multiplied alone, and within the reference. (The last block is more
-/// rows than go through the integer kernel alone, `integer_rows_most`.)
+/// bit, as when its block is multiplied alone, and within the reference. (Q6_K, which goes through
+/// the tile in every build, not in integers in lanes; the last block is more rows than go through
+/// the integer kernel alone, `integer_rows_most`. Rows in lanes: `matmul.rs`'s own tests.)
 #[test]
 fn a_prompt_multiplied_in_blocks_of_rows_sums_each_row_as_alone() {
     let mut rng = Rng(17);
     let (rows, cols, n, first_block) = (9, 2048, 71, 64);
-    let bytes = random_matrix(&mut rng, GgmlType::Q4K, rows, cols);
-    let w = Matrix::new(GgmlType::Q4K, &bytes, rows, cols).unwrap();
+    let bytes = random_matrix(&mut rng, GgmlType::Q6K, rows, cols);
+    let w = Matrix::new(GgmlType::Q6K, &bytes, rows, cols).unwrap();
     let x: Vec<f32> = (0..n * cols).map(|_| (rng.unit() * 2.0 - 1.0) as f32).collect();
     let mut whole = vec![0.0; n * rows];
     nucleus_cpu::matmul(&w, &x, &mut whole, false);

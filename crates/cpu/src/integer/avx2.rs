@@ -182,7 +182,7 @@ impl KBlock for Q6k {
 
 /// The f16s at `at` and `at + 2` of a block (F16C).
 #[inline(always)]
-unsafe fn f16_pair(block: &[u8], at: usize) -> (f32, f32) {
+pub(super) unsafe fn f16_pair(block: &[u8], at: usize) -> (f32, f32) {
     let pair = i32::from_le_bytes(block[at..at + 4].try_into().expect("4"));
     unsafe {
         let both = _mm_cvtph_ps(_mm_cvtsi32_si128(pair));

@@ -5,6 +5,7 @@
 use std::arch::x86_64::*;
 
 use super::avx2::{self, Madd, load, load_f32, load8, total};
+use super::lanes::{FourRows, GROUP, LANES, Lanes};
 use super::{
     GgmlType, IntegerRow, KFormat, Pair, Q4k, Q5k, Q6k, SUPER_BLOCK, Unsigned32, half, k_rows, k_scales_and_mins,
     prefetch_ahead,
@@ -185,7 +186,7 @@ fn k_row<F: KBlock, const PREFETCH: bool>(row: &[u8], x: &IntegerRow) -> f32 {
             prefetch_ahead(row, b * bytes, bytes);
         }
         // SAFETY: the block's products need no more than this function's target features.
-        sums = unsafe { F::add(block, x, b, sums) };
+        sums = unsafe { F::add(block, F::quants(block), x, b, sums) };
     }
     _mm512_reduce_add_ps(sums.0) + unsafe { total(sums.1) }
 }
@@ -195,31 +196,56 @@ type Sums = (__m512, __m256);
 
 /// A K-quant format's block products in this build.
 trait KBlock: KFormat {
-    /// Block `b` of a row against `x`, added to `sums`.
+    /// A block's 256 quants as four registers of 64 unsigned bytes, in the order [`add`](Self::add)
+    /// takes them (and [`unpack_row`]'s, for a prompt's products in lanes).
     ///
     /// # Safety
     /// Only inlined into a function with this module's target features.
-    unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums;
+    unsafe fn quants(block: &[u8]) -> [__m512i; 4];
+
+    /// Block `b` of a row, its `quants` unpacked, against `x`, added to `sums`.
+    ///
+    /// # Safety
+    /// Only inlined into a function with this module's target features.
+    unsafe fn add(block: &[u8], quants: [__m512i; 4], x: &IntegerRow, b: usize, sums: Sums) -> Sums;
 }
 
 impl KBlock for Q4k {
     #[inline(always)]
-    unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
-        unsafe { q4_k(block, x, b, sums) }
+    unsafe fn quants(block: &[u8]) -> [__m512i; 4] {
+        unsafe { [nibbles64(block, 16), nibbles64(block, 48), nibbles64(block, 80), nibbles64(block, 112)] }
+    }
+
+    #[inline(always)]
+    unsafe fn add(block: &[u8], quants: [__m512i; 4], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
+        unsafe { k_block(block, x, b, sums, quants) }
     }
 }
 
 impl KBlock for Q5k {
     #[inline(always)]
-    unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
-        unsafe { q5_k(block, x, b, sums) }
+    unsafe fn quants(block: &[u8]) -> [__m512i; 4] {
+        unsafe {
+            let qh = _mm512_broadcast_i64x4(load(block, 16));
+            [fifths64(block, qh, 0), fifths64(block, qh, 1), fifths64(block, qh, 2), fifths64(block, qh, 3)]
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn add(block: &[u8], quants: [__m512i; 4], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
+        unsafe { k_block(block, x, b, sums, quants) }
     }
 }
 
 impl KBlock for Q6k {
     #[inline(always)]
-    unsafe fn add(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
-        unsafe { q6_k(block, x, b, sums) }
+    unsafe fn quants(block: &[u8]) -> [__m512i; 4] {
+        unsafe { q6_k_quants(block) }
+    }
+
+    #[inline(always)]
+    unsafe fn add(block: &[u8], quants: [__m512i; 4], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
+        unsafe { q6_k(block, quants, x, b, sums) }
     }
 }
 
@@ -249,23 +275,6 @@ unsafe fn products64(quants: __m512i, [d0, d1, d2]: [&[i8; SUPER_BLOCK]; 3], at:
         let sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), quants, load64(d0, at));
         let sum = _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d1, at));
         _mm512_dpbusd_epi32(_mm512_slli_epi32(sum, 8), quants, load64(d2, at))
-    }
-}
-
-#[inline(always)]
-unsafe fn q4_k(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
-    unsafe {
-        let quants = [nibbles64(block, 16), nibbles64(block, 48), nibbles64(block, 80), nibbles64(block, 112)];
-        k_block(block, x, b, sums, quants)
-    }
-}
-
-#[inline(always)]
-unsafe fn q5_k(block: &[u8], x: &IntegerRow, b: usize, sums: Sums) -> Sums {
-    unsafe {
-        let qh = _mm512_broadcast_i64x4(load(block, 16));
-        let quants = [fifths64(block, qh, 0), fifths64(block, qh, 1), fifths64(block, qh, 2), fifths64(block, qh, 3)];
-        k_block(block, x, b, sums, quants)
     }
 }
 
@@ -315,33 +324,53 @@ unsafe fn k_block(block: &[u8], x: &IntegerRow, b: usize, (lanes, offsets): Sums
     }
 }
 
-/// Q6_K: each half's four runs of 32 as two registers of 64 (runs 0 and 1, then 2 and 3,
-/// as `dequant.rs` reads them), each 16 values' scale spread over their four i32 lanes.
+/// Q6_K's quants: each half's four runs of 32 as two registers of 64 (runs 0 and 1, then 2 and
+/// 3, as `dequant.rs` reads them).
 #[inline(always)]
-unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, (lanes, offsets): Sums) -> Sums {
+unsafe fn q6_k_quants(block: &[u8]) -> [__m512i; 4] {
+    unsafe {
+        let [a, b] = q6_k_half(block, 0);
+        let [c, d] = q6_k_half(block, 1);
+        [a, b, c, d]
+    }
+}
+
+/// Half `at` of a Q6_K block's quants, as two registers of 64 (a function, not a closure: a
+/// closure does not take the caller's target features).
+#[inline(always)]
+unsafe fn q6_k_half(block: &[u8], at: usize) -> [__m512i; 2] {
+    unsafe {
+        let (nibbles, two_bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
+        let halves = |low: i16, high: i16| _mm512_inserti64x4(_mm512_set1_epi16(low), _mm256_set1_epi16(high), 1);
+        let ql = load64(block, 64 * at);
+        let qh = _mm512_broadcast_i64x4(load(block, 128 + 32 * at));
+        let first = _mm512_or_si512(
+            _mm512_and_si512(ql, nibbles),
+            _mm512_and_si512(_mm512_sllv_epi16(qh, halves(4, 2)), two_bits),
+        );
+        let second = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi16(ql, 4), nibbles),
+            _mm512_and_si512(_mm512_srlv_epi16(qh, halves(0, 2)), two_bits),
+        );
+        [first, second]
+    }
+}
+
+/// Q6_K: its quants ([`q6_k_quants`]) against the digits, each 16 values' scale spread over
+/// their four i32 lanes.
+#[inline(always)]
+unsafe fn q6_k(block: &[u8], quants: [__m512i; 4], x: &IntegerRow, b: usize, (lanes, offsets): Sums) -> Sums {
     unsafe {
         let d = half(block, 208);
         let xs = x.block_digits(b);
-        let (nibbles, two_bits) = (_mm512_set1_epi8(0x0F), _mm512_set1_epi8(0x30));
         let (low_scales, high_scales) = (load8(block, 192), load8(block, 200));
         // The 16 sub-blocks' scales times `d` and the activations' scale.
         let scales = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_unpacklo_epi64(low_scales, high_scales)));
         let scales = _mm512_mul_ps(scales, _mm512_set1_ps(d * x.scale(SUPER_BLOCK, b)));
-        let halves = |low: i16, high: i16| _mm512_inserti64x4(_mm512_set1_epi16(low), _mm256_set1_epi16(high), 1);
         let mut lanes = lanes;
-        for half_block in 0..2 {
-            let ql = load64(block, 64 * half_block);
-            let qh = _mm512_broadcast_i64x4(load(block, 128 + 32 * half_block));
-            let pairs = [
-                (_mm512_and_si512(ql, nibbles), _mm512_sllv_epi16(qh, halves(4, 2))),
-                (_mm512_and_si512(_mm512_srli_epi16(ql, 4), nibbles), _mm512_srlv_epi16(qh, halves(0, 2))),
-            ];
-            for (pair, (four_bits, upper)) in pairs.into_iter().enumerate() {
-                let quants = _mm512_or_si512(four_bits, _mm512_and_si512(upper, two_bits));
-                let sums = products64(quants, xs, 128 * half_block + 64 * pair);
-                let scale = spread(scales, 8 * half_block + 4 * pair, 4);
-                lanes = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), scale, lanes);
-            }
+        for (run, quants) in quants.into_iter().enumerate() {
+            let sums = products64(quants, xs, 64 * run);
+            lanes = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums), spread(scales, 4 * run, 4), lanes);
         }
         let float_scales = |bytes: __m128i| _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(bytes));
         let scaled_sums = _mm256_fmadd_ps(
@@ -351,4 +380,130 @@ unsafe fn q6_k(block: &[u8], x: &IntegerRow, b: usize, (lanes, offsets): Sums) -
         );
         (lanes, _mm256_fnmadd_ps(scaled_sums, _mm256_set1_ps(32.0 * d), offsets))
     }
+}
+
+/// Weight row `row` of `ggml_type` (one of the formats [`in_lanes`](super::in_lanes)) unpacked
+/// into row `j` of `four`: its quants a byte each, in the order of its values (as the decode
+/// products unpack them), and per group its scale and minimum.
+///
+/// # Safety
+/// Only on a CPU with AVX2, FMA, F16C and AVX-512 F, BW and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn unpack_row(ggml_type: GgmlType, row: &[u8], four: &mut FourRows, j: usize) {
+    let (quants, scales, mins) = four.row_mut(j);
+    // SAFETY (every call): as this function's.
+    unsafe {
+        match ggml_type {
+            GgmlType::Q4K => unpack_k::<Q4k>(row, quants, scales, mins),
+            GgmlType::Q5K => unpack_k::<Q5k>(row, quants, scales, mins),
+            GgmlType::Q4_0 => unpack_unsigned32(Unsigned32::Q4_0, row, quants, scales, mins),
+            GgmlType::Q4_1 => unpack_unsigned32(Unsigned32::Q4_1, row, quants, scales, mins),
+            GgmlType::Q5_0 => unpack_unsigned32(Unsigned32::Q5_0, row, quants, scales, mins),
+            GgmlType::Q5_1 => unpack_unsigned32(Unsigned32::Q5_1, row, quants, scales, mins),
+            other => unreachable!("{other} has no prompt products in integers"),
+        }
+    }
+}
+
+/// 64 bytes to `out` from `at`.
+#[inline(always)]
+unsafe fn store64(out: &mut [u8], at: usize, bytes: __m512i) {
+    let out = &mut out[at..at + 64];
+    // SAFETY: 64 bytes in bounds (sliced above).
+    unsafe { _mm512_storeu_si512(out.as_mut_ptr().cast(), bytes) }
+}
+
+/// Q4_K's and Q5_K's blocks: `d·sc` and `−dmin·m` per 32 values.
+#[inline(always)]
+unsafe fn unpack_k<F: KBlock>(row: &[u8], quants: &mut [u8], scales: &mut [f32], mins: &mut [f32]) {
+    let bytes = F::TYPE.block_layout().1 as usize;
+    for (b, block) in row.chunks_exact(bytes).enumerate() {
+        unsafe {
+            for (group, values) in F::quants(block).into_iter().enumerate() {
+                store64(quants, b * SUPER_BLOCK + 64 * group, values);
+            }
+        }
+        let (d, dmin) = unsafe { avx2::f16_pair(block, 0) };
+        let (sc, m) = k_scales_and_mins(&block[4..16]);
+        for i in 0..8 {
+            scales[8 * b + i] = d * ((sc >> (8 * i)) & 0xFF) as f32;
+            mins[8 * b + i] = -(dmin * ((m >> (8 * i)) & 0xFF) as f32);
+        }
+    }
+}
+
+/// The 32-value formats' blocks, two a register: `d` and `m` per 32 values.
+#[inline(always)]
+unsafe fn unpack_unsigned32(format: Unsigned32, row: &[u8], quants: &mut [u8], scales: &mut [f32], mins: &mut [f32]) {
+    let pairs = row.chunks_exact(2 * format.bytes);
+    let last = pairs.remainder();
+    for (p, pair) in pairs.enumerate() {
+        let (a, b) = pair.split_at(format.bytes);
+        unsafe { store64(quants, 64 * p, unsigned32_quants(format, a, b)) };
+        for (i, block) in [a, b].into_iter().enumerate() {
+            (scales[2 * p + i], mins[2 * p + i]) = format.scale_and_min(unsafe { avx2::f16_pair(block, 0) });
+        }
+    }
+    if !last.is_empty() {
+        let (b, mut both) = (scales.len() - 1, [0u8; 64]);
+        unsafe { store64(&mut both, 0, unsigned32_quants(format, last, last)) };
+        quants[32 * b..].copy_from_slice(&both[..32]);
+        (scales[b], mins[b]) = format.scale_and_min(unsafe { avx2::f16_pair(last, 0) });
+    }
+}
+
+/// Four unpacked weight rows against up to sixteen activation rows in lanes: `out[j][l]`, weight
+/// row `j` against lane `l`. Per four values, one load of each digit place's 64 digits, each
+/// weight row's four quants broadcast, and a `vpdpbusd` each (64 byte products); per group of
+/// 32, each place's sums joined (`(Σq·d₀)·2¹⁶ + (Σq·d₁)·2⁸ + Σq·d₂`, the last two in i32: the
+/// quants below 32, at most 32·31·128·2⁸ + 32·31·128, within i32), scaled and added in f32, with
+/// the minimum times each lane's `Σx`.
+///
+/// # Safety
+/// Only on a CPU with AVX2, FMA, F16C and AVX-512 F, BW and VNNI.
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni")]
+pub(super) unsafe fn lanes_products(w: &FourRows, x: &Lanes) -> [[f32; LANES]; 4] {
+    let (cols, groups) = (w.cols, w.cols / GROUP);
+    assert!(cols == x.cols && x.block.is_multiple_of(GROUP));
+    let quants: [&[u8]; 4] = std::array::from_fn(|j| &w.quants[j * cols..(j + 1) * cols]);
+    let (scales, mins) = (&w.scales, &w.mins);
+    let [d0, d1, d2] = &x.digits;
+    let mut acc = [_mm512_setzero_ps(); 4];
+    for g in 0..groups {
+        let at = g * GROUP * LANES;
+        let (d0, d1, d2) = (&d0[at..at + GROUP * LANES], &d1[at..at + GROUP * LANES], &d2[at..at + GROUP * LANES]);
+        let mut products = [[_mm512_setzero_si512(); 3]; 4];
+        for s in 0..GROUP / 4 {
+            let digits = unsafe { [load64(d0, 64 * s), load64(d1, 64 * s), load64(d2, 64 * s)] };
+            for (j, quants) in quants.iter().enumerate() {
+                let four = &quants[g * GROUP + 4 * s..g * GROUP + 4 * s + 4];
+                let w = _mm512_set1_epi32(i32::from_le_bytes(four.try_into().expect("4")));
+                for (sum, digits) in products[j].iter_mut().zip(digits) {
+                    *sum = _mm512_dpbusd_epi32(*sum, w, digits);
+                }
+            }
+        }
+        let scale_x = unsafe { load_lanes(&x.scales, (g * GROUP / x.block) * LANES) };
+        let sum_x = unsafe { load_lanes(&x.sums, g * LANES) };
+        for (j, [high, middle, low]) in products.into_iter().enumerate() {
+            let (scale, min) = (scales[j * groups + g], mins[j * groups + g]);
+            let joined = _mm512_add_epi32(_mm512_slli_epi32(middle, 8), low);
+            let value = _mm512_fmadd_ps(_mm512_cvtepi32_ps(high), _mm512_set1_ps(65536.0), _mm512_cvtepi32_ps(joined));
+            acc[j] = _mm512_fmadd_ps(value, _mm512_mul_ps(scale_x, _mm512_set1_ps(scale)), acc[j]);
+            acc[j] = _mm512_fmadd_ps(sum_x, _mm512_set1_ps(min), acc[j]);
+        }
+    }
+    let mut out = [[0f32; LANES]; 4];
+    for (out, acc) in out.iter_mut().zip(acc) {
+        unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
+    }
+    out
+}
+
+/// 16 f32 lanes from `at`.
+#[inline(always)]
+unsafe fn load_lanes(values: &[f32], at: usize) -> __m512 {
+    let values = &values[at..at + LANES];
+    // SAFETY: 16 values in bounds (sliced above).
+    unsafe { _mm512_loadu_ps(values.as_ptr()) }
 }
