@@ -795,7 +795,8 @@ fn x_rows_in_cache(cols: usize) -> usize {
 /// best of four (`matmul_speed -- 3584 1024 Q4_K 512`); the whole 512-token prefill of that model
 /// on two threads 7-9 % faster (`nucleus bench`, three pairs). In wasm no blocks: V8's loop, not the
 /// cache, bounds it (relaxed SIMD 10.4-10.8 GMAC/s either way) and the tiles' second conversion
-/// cost more than it saved in blocks of 128 KiB or less.
+/// cost more than it saved in blocks of 128 KiB or less. The prompt's rows in lanes
+/// ([`integer_lanes_avx512`], three bytes a value) go in runs of the same size.
 const X_ROWS_BYTES: usize = if cfg!(target_family = "wasm") { usize::MAX } else { 512 << 10 };
 
 #[cfg(test)]

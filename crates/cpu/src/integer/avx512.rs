@@ -483,8 +483,9 @@ pub(super) unsafe fn lanes_products(w: &FourRows, x: &Lanes) -> [[f32; LANES]; 4
                 }
             }
         }
-        let scale_x = unsafe { load_lanes(&x.scales, (g * GROUP / x.block) * LANES) };
-        let sum_x = unsafe { load_lanes(&x.sums, g * LANES) };
+        // Each lane's activation scale and `Σx` (16 f32s, a 64-byte load).
+        let scale_x = _mm512_castsi512_ps(unsafe { load64(&x.scales, (g * GROUP / x.block) * LANES) });
+        let sum_x = _mm512_castsi512_ps(unsafe { load64(&x.sums, g * LANES) });
         for (j, [high, middle, low]) in products.into_iter().enumerate() {
             let (scale, min) = (scales[j * groups + g], mins[j * groups + g]);
             let joined = _mm512_add_epi32(_mm512_slli_epi32(middle, 8), low);
@@ -498,12 +499,4 @@ pub(super) unsafe fn lanes_products(w: &FourRows, x: &Lanes) -> [[f32; LANES]; 4
         unsafe { _mm512_storeu_ps(out.as_mut_ptr(), acc) };
     }
     out
-}
-
-/// 16 f32 lanes from `at`.
-#[inline(always)]
-unsafe fn load_lanes(values: &[f32], at: usize) -> __m512 {
-    let values = &values[at..at + LANES];
-    // SAFETY: 16 values in bounds (sliced above).
-    unsafe { _mm512_loadu_ps(values.as_ptr()) }
 }
