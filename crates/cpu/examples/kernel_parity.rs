@@ -14,7 +14,7 @@
 //! and GeGLU over rows (vectorised) against f64.
 
 use nucleus_cpu::integer::IntegerRow;
-use nucleus_cpu::ops::{AttentionShape, attention};
+use nucleus_cpu::ops::{AttentionShape, KvRows, attention};
 use nucleus_cpu::{Matrix, matmul, reference};
 use nucleus_gguf::GgmlType;
 
@@ -268,7 +268,7 @@ pub fn attention_mismatches() -> Vec<String> {
         for window in [None, Some(4), Some(6), Some(300)] {
             let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 1.0 / (hd as f32).sqrt(), window };
             let mut out = vec![0.0; q.len()];
-            attention(&q, &keys, &values, pos, shape, &mut out);
+            attention(&q, &KvRows::interleaved(&keys, &values, kv_heads, hd), pos, shape, &mut out);
             let expected = reference::attention(&q, &keys, &values, pos, shape);
             for (i, (&got, want)) in out.iter().zip(expected).enumerate() {
                 if (f64::from(got) - want).abs() > 1e-5 {

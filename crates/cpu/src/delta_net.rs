@@ -199,7 +199,7 @@ fn chunked_head(inputs: &DeltaInputs, shape: DeltaShape, j: usize, s: &mut [f32]
     // `x` against the keys of tokens `begin..begin + out.len()` (rows `key_heads · hd` apart), four
     // at a time in the products' lanes (`dot::strided_dots`).
     let dots_with_keys = |x: &[f32], begin: usize, out: &mut [f32]| {
-        crate::dot::strided_dots(x, &inputs.k[(begin * key_heads + i) * hd..], key_heads * hd, out);
+        crate::dot::strided_dots(x, hd, &inputs.k[(begin * key_heads + i) * hd..], key_heads * hd, out);
     };
     let mut dots = [0f32; CHUNK];
     // `e^(G_t − G_u)` for the earlier tokens `u` of the chunk, a row at a time (vectorised).

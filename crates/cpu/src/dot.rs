@@ -505,99 +505,136 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
     }
 }
 
-/// `out[i] += Σ_t weights[t]·rows[t·stride + i]`: `weights.len()` rows of `rows` as long as `out`,
-/// `stride` apart, weighed and added (an attention's weights over one KV head's values in a cache
-/// of `[positions, kv_width]` rows). Four rows at a time, `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (`out`
-/// read and written once for the four), then the rest one at a time; a multiply and an add never
-/// fused, so every build gives the same bits. Inlined into its caller, which is built for the
-/// widest vectors the CPU has (`ops::weigh_chunk`): as plain Rust in a function built for none
-/// (SSE2's four lanes natively) this loop was the larger part of a long context's attention.
+/// `out[g·width + i] += Σ_t weights[g·n + t]·rows[t·stride + i]` for each of the `out.len() /
+/// width` rows `g` of `out` (`n = weights.len()` over their count): `n` rows of `rows` as long as
+/// `width`, `stride` apart, weighed by each row's own `n` weights and added (every query head of an
+/// attention's KV head over its values in a cache of `[positions, kv_width]` rows). Four rows at a
+/// time, each output row in turn `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (read and written once for the
+/// four), then the rest one at a time: the four rows come from memory once for all the outputs
+/// (the later ones read them from the core's cache). A multiply and an add never fused, so every
+/// build gives the same bits. Inlined into its caller, which is built for the widest vectors the
+/// CPU has (`ops::weigh_chunk`): as plain Rust in a function built for none (SSE2's four lanes
+/// natively) this loop was the larger part of a long context's attention.
 ///
 /// # Panics
 /// When `rows` is shorter than the weights need.
 #[inline(always)]
-pub(crate) fn weighted_rows(weights: &[f32], rows: &[f32], stride: usize, out: &mut [f32]) {
-    let len = out.len();
-    if let Some(last) = weights.len().checked_sub(1) {
-        assert!(rows.len() >= last * stride + len, "{} rows of {len} every {stride} in {}", weights.len(), rows.len());
+pub(crate) fn weighted_rows(weights: &[f32], rows: &[f32], stride: usize, width: usize, out: &mut [f32]) {
+    let outputs = out.len() / width;
+    let n = weights.len() / outputs;
+    if let Some(last) = n.checked_sub(1) {
+        assert!(rows.len() >= last * stride + width, "{n} rows of {width} every {stride} in {}", rows.len());
     }
-    let row = |t: usize| &rows[t * stride..t * stride + len];
-    let mut fours = weights.chunks_exact(4);
-    for (four, w) in (&mut fours).enumerate() {
-        let (a, b, c, d) = (row(4 * four), row(4 * four + 1), row(4 * four + 2), row(4 * four + 3));
-        for ((((o, a), b), c), d) in out.iter_mut().zip(a).zip(b).zip(c).zip(d) {
-            *o += (w[0] * a + w[1] * b) + (w[2] * c + w[3] * d);
+    let row = |t: usize| &rows[t * stride..t * stride + width];
+    let done = n / 4 * 4;
+    for four in (0..done).step_by(4) {
+        let (a, b, c, d) = (row(four), row(four + 1), row(four + 2), row(four + 3));
+        for (weights, out) in weights.chunks_exact(n).zip(out.chunks_exact_mut(width)) {
+            let w = &weights[four..four + 4];
+            for ((((o, a), b), c), d) in out.iter_mut().zip(a).zip(b).zip(c).zip(d) {
+                *o += (w[0] * a + w[1] * b) + (w[2] * c + w[3] * d);
+            }
         }
     }
-    let done = weights.len() / 4 * 4;
-    for (t, &weight) in (done..).zip(fours.remainder()) {
-        for (o, &v) in out.iter_mut().zip(row(t)) {
-            *o += weight * v;
+    for t in done..n {
+        for (weights, out) in weights.chunks_exact(n).zip(out.chunks_exact_mut(width)) {
+            for (o, &v) in out.iter_mut().zip(row(t)) {
+                *o += weights[t] * v;
+            }
         }
     }
 }
 
-/// `out[j] = Σ a[i]·b[j·stride + i]`: `a` against `out.len()` rows of `b` as long as `a`, `stride`
-/// apart (an attention's query against one KV head's keys in a cache of `[positions, kv_width]`
-/// rows). Four rows at a time through [`Dot::add4`] (`a` loaded once for the four), the row's
-/// last few past the whole 32s in order; the widest build the CPU has.
+/// `out[g·n + j] = Σ a[g·width + i]·b[j·stride + i]`: each of the `a.len() / width` rows of `a`
+/// against `n` rows of `b` as long as it, `stride` apart (`n = out.len()` over their count: every
+/// query head of an attention's KV head against its keys in a cache of `[positions, kv_width]`
+/// rows). Four rows of `b` at a time, against the rows of `a` four at a time where there are four
+/// ([`Dot::dot16`]), then two ([`Dot::dot8`]), then one ([`Dot::add4`]): each vector of the four
+/// rows comes from memory once for all of `a`. The row's last few past the whole 32s in order; the
+/// widest build the CPU has. One row of `a` sums as [`Dot::add4`] does; two or four, as `dot8`
+/// (each sum in other lanes: they differ in the last bits).
 ///
 /// # Panics
 /// When `b` is shorter than the rows need.
-pub(crate) fn strided_dots(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
-    if let Some(last) = out.len().checked_sub(1) {
-        assert!(b.len() >= last * stride + a.len(), "{} rows of {} every {stride} in {}", out.len(), a.len(), b.len());
+pub(crate) fn strided_dots(a: &[f32], width: usize, b: &[f32], stride: usize, out: &mut [f32]) {
+    let n = out.len() / (a.len() / width).max(1);
+    if let Some(last) = n.checked_sub(1) {
+        assert!(b.len() >= last * stride + width, "{n} rows of {width} every {stride} in {}", b.len());
     }
     #[cfg(target_arch = "x86_64")]
     {
         if crate::matmul::has_avx2() {
             // SAFETY: the CPU has AVX2 and FMA (checked above).
-            return unsafe { strided_dots_avx2(a, b, stride, out) };
+            return unsafe { strided_dots_avx2(a, width, b, stride, out) };
         }
     }
     #[cfg(target_arch = "wasm32")]
     {
         // SAFETY: as `matmul::rows_simd128`'s: a module with SIMD loads only where SIMD runs.
-        return unsafe { strided_dots_simd128(a, b, stride, out) };
+        return unsafe { strided_dots_simd128(a, width, b, stride, out) };
     }
     #[allow(unreachable_code)]
-    strided_dots_with::<Portable>(a, b, stride, out)
+    strided_dots_with::<Portable>(a, width, b, stride, out)
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn strided_dots_avx2(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
-    strided_dots_with::<Avx2>(a, b, stride, out);
+unsafe fn strided_dots_avx2(a: &[f32], width: usize, b: &[f32], stride: usize, out: &mut [f32]) {
+    strided_dots_with::<Avx2>(a, width, b, stride, out);
 }
 
 #[cfg(target_arch = "wasm32")]
 #[target_feature(enable = "simd128")]
-unsafe fn strided_dots_simd128(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
-    strided_dots_with::<Simd128>(a, b, stride, out);
+unsafe fn strided_dots_simd128(a: &[f32], width: usize, b: &[f32], stride: usize, out: &mut [f32]) {
+    strided_dots_with::<Simd128>(a, width, b, stride, out);
 }
 
 /// [`strided_dots`]' one body, compiled into each build.
 #[inline(always)]
-fn strided_dots_with<D: Dot>(a: &[f32], b: &[f32], stride: usize, out: &mut [f32]) {
-    let len = a.len();
-    let whole = len / 32 * 32;
-    let (a, a_tail) = a.split_at(whole);
-    let row = |j: usize| b[j * stride..j * stride + len].split_at(whole);
-    let tail = |b: &[f32]| a_tail.iter().zip(b).fold(0.0, |sum, (x, y)| sum + x * y);
-    let done = out.len() / 4 * 4;
-    let mut fours = out.chunks_exact_mut(4);
-    for (four, sums) in (&mut fours).enumerate() {
-        let rows: [(&[f32], &[f32]); 4] = std::array::from_fn(|k| row(4 * four + k));
-        let mut lanes = [D::zero(); 4];
-        D::add4(&mut lanes, a, rows.map(|(whole, _)| whole));
-        for ((sum, lanes), (_, rest)) in sums.iter_mut().zip(lanes).zip(rows) {
-            *sum = D::total(lanes) + tail(rest);
+fn strided_dots_with<D: Dot>(a: &[f32], width: usize, b: &[f32], stride: usize, out: &mut [f32]) {
+    let heads = a.len() / width;
+    let n = out.len() / heads;
+    let whole = width / 32 * 32;
+    let query = |g: usize| a[g * width..(g + 1) * width].split_at(whole);
+    let row = |j: usize| b[j * stride..j * stride + width].split_at(whole);
+    let done = n / 4 * 4;
+    for four in (0..done).step_by(4) {
+        let rows: [(&[f32], &[f32]); 4] = std::array::from_fn(|k| row(four + k));
+        let keys = rows.map(|(whole, _)| whole);
+        let mut g = 0;
+        while g < heads {
+            // Query rows `g..g + taken` against the four rows: their whole 32s' sums, `4i + k`.
+            let (sums, taken): ([f32; 16], usize) = if g + 4 <= heads {
+                (D::dot16(std::array::from_fn(|i| query(g + i).0), keys), 4)
+            } else if g + 2 <= heads {
+                let sums = D::dot8([query(g).0, query(g + 1).0], keys);
+                (std::array::from_fn(|k| if k < 8 { sums[k] } else { 0.0 }), 2)
+            } else {
+                let sums = D::dot4(query(g).0, keys);
+                (std::array::from_fn(|k| if k < 4 { sums[k] } else { 0.0 }), 1)
+            };
+            for i in 0..taken {
+                let (_, a_tail) = query(g + i);
+                for (k, (_, rest)) in rows.iter().enumerate() {
+                    out[(g + i) * n + four + k] = sums[4 * i + k] + tail(a_tail, rest);
+                }
+            }
+            g += taken;
         }
     }
-    for (j, sum) in (done..).zip(fours.into_remainder()) {
+    for j in done..n {
         let (whole, rest) = row(j);
-        let mut lanes = D::zero();
-        D::add(&mut lanes, a, whole);
-        *sum = D::total(lanes) + tail(rest);
+        for g in 0..heads {
+            let (a, a_tail) = query(g);
+            let mut lanes = D::zero();
+            D::add(&mut lanes, a, whole);
+            out[g * n + j] = D::total(lanes) + tail(a_tail, rest);
+        }
     }
+}
+
+/// `Σ a·b` in order: a row's last few values past its whole 32s.
+#[inline(always)]
+fn tail(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).fold(0.0, |sum, (x, y)| sum + x * y)
 }

@@ -63,20 +63,41 @@ pub struct AttentionShape {
     pub window: Option<usize>,
 }
 
+/// One block's keys and values as [`attention`] reads them: KV head `h`'s row at position `p` is
+/// `keys[h][p · stride..][..head_dim]`, and the same of `values`. The CPU engine's cache keeps each
+/// head's rows together (`stride` the head's width), so that a head's keys come from memory as one
+/// stream; rows of `[positions, kv_heads · head_dim]` hold the heads side by side
+/// ([`KvRows::interleaved`]). ARCHITECTURE.md, "Each KV head's rows together".
+#[derive(Debug, Clone)]
+pub struct KvRows<'a> {
+    pub keys: Vec<&'a [f32]>,
+    pub values: Vec<&'a [f32]>,
+    /// Values from one position's row of a head to the next position's.
+    pub stride: usize,
+}
+
+impl<'a> KvRows<'a> {
+    /// Rows of `[positions, kv_heads · head_dim]`: each position's heads side by side.
+    pub fn interleaved(keys: &'a [f32], values: &'a [f32], kv_heads: usize, head_dim: usize) -> Self {
+        let heads = |rows: &'a [f32]| (0..kv_heads).map(|h| rows.get(h * head_dim..).unwrap_or_default()).collect();
+        Self { keys: heads(keys), values: heads(values), stride: kv_heads * head_dim }
+    }
+}
+
 /// Causal grouped-query attention: query row `s` (`q`: `[rows, heads·head_dim]`, at position
 /// `pos + s`) of head `h` over the keys and values of kv head `h / (heads / kv_heads)` at positions
-/// `0..=pos + s` (`keys`, `values`: `[positions, kv_heads·head_dim]`), within its window; `out`:
-/// `[rows, heads·head_dim]`. Softmax with the maximum subtracted, f32.
+/// `0..=pos + s` (`kv`), within its window; `out`: `[rows, heads·head_dim]`. Softmax with the
+/// maximum subtracted, f32.
 ///
 /// The keys go in chunks of [`keys_per_chunk`] (at fixed positions), each met by every query
-/// head of its KV head while it is in the core's cache: a chunk's scores, their maximum, the
-/// exponentials' total and the values they weigh, then the chunks' results joined in order
+/// head of its KV head at once (each key and value read once for all of them): a chunk's scores,
+/// their maxima, the exponentials' totals and the values they weigh, then the chunks' results joined in order
 /// (rescaled to the larger maximum), then divided by the total. A prompt's rows go to the threads
 /// a row and KV head at a time; a decode step's one row a KV head and chunk at a time, joined
 /// after in the same order, so a row's outputs are the same bits either way, on any number of
 /// threads. Each query head once read its KV head's keys and values on its own, from memory at a
 /// long context: ARCHITECTURE.md, "Attention a chunk of keys at a time".
-pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: AttentionShape, out: &mut [f32]) {
+pub fn attention(q: &[f32], kv: &KvRows<'_>, pos: usize, shape: AttentionShape, out: &mut [f32]) {
     let AttentionShape { heads, kv_heads, head_dim: hd, .. } = shape;
     let group = heads / kv_heads;
     let rows = q.len() / (heads * hd);
@@ -91,7 +112,7 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
         for_each_chunk(&mut slots, slot, parallel, |task, slot| {
             let (kv_head, chunk) = (task / chunks.len(), task % chunks.len());
             let chunk = chunks[chunk].clone();
-            weigh_chunk(Chunk { queries: queries(0, kv_head), keys, values, kv_head, chunk, shape }, slot);
+            weigh_chunk(Chunk::new(queries(0, kv_head), kv, kv_head, chunk, shape), slot);
         });
         // Each KV head's chunks joined into its first, in order.
         for (slots, out) in slots.chunks_exact_mut(chunks.len() * slot).zip(out.chunks_exact_mut(group * hd)) {
@@ -108,7 +129,7 @@ pub fn attention(q: &[f32], keys: &[f32], values: &[f32], pos: usize, shape: Att
         let (mut running, mut next) = (vec![0.0; slot], vec![0.0; slot]);
         for (c, chunk) in key_chunks(pos + s, shape).into_iter().enumerate() {
             let into = if c == 0 { &mut running } else { &mut next };
-            weigh_chunk(Chunk { queries: queries(s, kv_head), keys, values, kv_head, chunk, shape }, into);
+            weigh_chunk(Chunk::new(queries(s, kv_head), kv, kv_head, chunk, shape), into);
             if c > 0 {
                 join(&mut running, &next, group, hd);
             }
@@ -133,18 +154,30 @@ fn key_chunks(position: usize, shape: AttentionShape) -> Vec<std::ops::Range<usi
     (first / span..seen.div_ceil(span)).map(|c| (c * span).max(first)..((c + 1) * span).min(seen)).collect()
 }
 
-/// One task of an [`attention`]: the query heads `queries` (`[group, hd]`) of KV head `kv_head`
-/// over the keys `chunk`.
+/// One task of an [`attention`]: the query heads `queries` (`[group, hd]`) of a KV head over its
+/// keys `chunk` (`keys`, `values`: that head's rows, `stride` apart).
 struct Chunk<'a> {
     queries: &'a [f32],
     keys: &'a [f32],
     values: &'a [f32],
-    kv_head: usize,
+    stride: usize,
     chunk: std::ops::Range<usize>,
     shape: AttentionShape,
 }
 
-/// `task`'s query heads over its keys, each on its own: into `slot`, `[group · hd]` values weighed
+impl<'a> Chunk<'a> {
+    fn new(
+        queries: &'a [f32],
+        kv: &KvRows<'a>,
+        kv_head: usize,
+        chunk: std::ops::Range<usize>,
+        shape: AttentionShape,
+    ) -> Self {
+        Self { queries, keys: kv.keys[kv_head], values: kv.values[kv_head], stride: kv.stride, chunk, shape }
+    }
+}
+
+/// `task`'s query heads over its keys: into `slot`, `[group · hd]` values weighed
 /// by `exp(score − max)`, then the `group` maxima, then the `group` totals of the exponentials.
 /// Built for the widest vectors the CPU has.
 fn weigh_chunk(task: Chunk<'_>, slot: &mut [f32]) {
@@ -167,24 +200,25 @@ unsafe fn weigh_chunk_avx2(task: Chunk<'_>, slot: &mut [f32]) {
 
 /// [`weigh_chunk`]'s one body, compiled into each build.
 #[inline(always)]
-fn weigh_chunk_with(Chunk { queries, keys, values, kv_head, chunk, shape }: Chunk<'_>, slot: &mut [f32]) {
-    let AttentionShape { kv_heads, head_dim: hd, scale, .. } = shape;
+fn weigh_chunk_with(Chunk { queries, keys, values, stride, chunk, shape }: Chunk<'_>, slot: &mut [f32]) {
+    let AttentionShape { head_dim: hd, scale, .. } = shape;
     let group = queries.len() / hd;
-    let kv_width = kv_heads * hd;
-    let at = chunk.start * kv_width + kv_head * hd;
+    let at = chunk.start * stride;
     let (outs, states) = slot.split_at_mut(group * hd);
     let (maxima, totals) = states.split_at_mut(group);
-    let mut scores = vec![0.0; chunk.len()];
-    for (g, (query, out)) in queries.chunks_exact(hd).zip(outs.chunks_exact_mut(hd)).enumerate() {
-        strided_dots(query, &keys[at..], kv_width, &mut scores);
+    // Every query head's scores at once, then every head's weighed values at once: each key and
+    // value comes from memory once for all of them.
+    let mut scores = vec![0.0; group * chunk.len()];
+    strided_dots(queries, hd, &keys[at..], stride, &mut scores);
+    for (g, scores) in scores.chunks_exact_mut(chunk.len()).enumerate() {
         scores.iter_mut().for_each(|score| *score *= scale);
-        let max = in_lanes(&scores, f32::NEG_INFINITY, f32::max, f32::max);
+        let max = in_lanes(scores, f32::NEG_INFINITY, f32::max, f32::max);
         scores.iter_mut().for_each(|score| *score = exp(*score - max));
-        totals[g] = in_lanes(&scores, 0.0, |total, score| total + score, |a, b| a + b);
+        totals[g] = in_lanes(scores, 0.0, |total, score| total + score, |a, b| a + b);
         maxima[g] = max;
-        out.fill(0.0);
-        weighted_rows(&scores, &values[at..], kv_width, out);
     }
+    outs.fill(0.0);
+    weighted_rows(&scores, &values[at..], stride, hd, outs);
 }
 
 /// `running` ([`weigh_chunk`]'s layout) joined with the next chunk's `next`: each query's values
@@ -217,21 +251,21 @@ fn divide(running: &[f32], group: usize, hd: usize, out: &mut [f32]) {
     }
 }
 
-/// One query's `exp(score − max)` over the keys it sees (kv head `kv_head`'s keys `0..=position`,
-/// from its window's first with one), and their sum: the first key, the exponentials, the total.
+/// One query's `exp(score − max)` over the keys it sees (its KV head's `keys`, `stride` apart, at
+/// positions `0..=position`, from its window's first with one), and their sum: the first key, the
+/// exponentials, the total.
 fn head_exponentials(
     query: &[f32],
     keys: &[f32],
+    stride: usize,
     position: usize,
-    kv_head: usize,
     shape: AttentionShape,
 ) -> (usize, Vec<f32>, f32) {
-    let AttentionShape { kv_heads, head_dim: hd, scale, window, .. } = shape;
-    let kv_width = kv_heads * hd;
+    let AttentionShape { head_dim: hd, scale, window, .. } = shape;
     let seen = position + 1;
     let first = window.map_or(0, |w| seen.saturating_sub(w));
     let mut scores = vec![0.0; seen - first];
-    strided_dots(query, &keys[first * kv_width + kv_head * hd..], kv_width, &mut scores);
+    strided_dots(query, hd, &keys[first * stride..], stride, &mut scores);
     scores.iter_mut().for_each(|score| *score *= scale);
     let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
     // The exponentials in one pass (vectorised), their sum in order in another.
@@ -245,7 +279,7 @@ fn head_exponentials(
 /// head. Each row holds `pos + s + 1` weights (keys `0..=pos + s`), zero before the window.
 pub fn attention_weights(
     q: &[f32],
-    keys: &[f32],
+    kv: &KvRows<'_>,
     pos: usize,
     shape: AttentionShape,
     rows: std::ops::Range<usize>,
@@ -258,7 +292,8 @@ pub fn attention_weights(
         let mut row = vec![0.0; pos + s + 1];
         for &h in &chosen {
             let query = &q[(s * heads + h) * hd..][..hd];
-            let (first, weights, total) = head_exponentials(query, keys, pos + s, h / (heads / kv_heads), shape);
+            let keys = kv.keys[h / (heads / kv_heads)];
+            let (first, weights, total) = head_exponentials(query, keys, kv.stride, pos + s, shape);
             for (t, w) in (first..).zip(weights) {
                 row[t] += w / total * share;
             }
@@ -297,12 +332,46 @@ mod tests {
             let q: Vec<f32> = (0..rows * heads * hd).map(|i| value(i + 3)).collect();
             let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 0.125, window };
             let mut prompt = vec![0.0; q.len()];
-            attention(&q, &keys, &values, pos, shape, &mut prompt);
+            let kv = KvRows::interleaved(&keys, &values, kv_heads, hd);
+            attention(&q, &kv, pos, shape, &mut prompt);
             let last = (rows - 1) * heads * hd;
             let mut step = vec![0.0; heads * hd];
-            attention(&q[last..], &keys, &values, pos + rows - 1, shape, &mut step);
+            attention(&q[last..], &kv, pos + rows - 1, shape, &mut step);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(bits(&prompt[last..]), bits(&step), "position {pos}, window {window:?}");
+        }
+    }
+
+    /// The cache's layout, each KV head's rows together, attends as the heads side by side, bit
+    /// for bit: the same sums over the same rows, read from other places.
+    #[test]
+    fn each_heads_rows_together_attend_as_side_by_side() {
+        let (heads, kv_heads, hd, pos, rows) = (6, 3, 40, 300, 2);
+        let value = |i: usize| ((i * 37 % 101) as f32 / 50.0) - 1.0;
+        let keys: Vec<f32> = (0..(pos + rows) * kv_heads * hd).map(value).collect();
+        let values: Vec<f32> = (0..(pos + rows) * kv_heads * hd).map(|i| value(i + 5)).collect();
+        let q: Vec<f32> = (0..rows * heads * hd).map(|i| value(i + 3)).collect();
+        let by_head = |rows: &[f32]| -> Vec<Vec<f32>> {
+            (0..kv_heads)
+                .map(|h| rows.chunks_exact(kv_heads * hd).flat_map(|row| &row[h * hd..][..hd]).copied().collect())
+                .collect()
+        };
+        let (head_keys, head_values) = (by_head(&keys), by_head(&values));
+        let together = KvRows {
+            keys: head_keys.iter().map(Vec::as_slice).collect(),
+            values: head_values.iter().map(Vec::as_slice).collect(),
+            stride: hd,
+        };
+        let side_by_side = KvRows::interleaved(&keys, &values, kv_heads, hd);
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        for window in [None, Some(7)] {
+            let shape = AttentionShape { heads, kv_heads, head_dim: hd, scale: 0.125, window };
+            let (mut a, mut b) = (vec![0.0; q.len()], vec![0.0; q.len()]);
+            attention(&q, &together, pos, shape, &mut a);
+            attention(&q, &side_by_side, pos, shape, &mut b);
+            assert_eq!(bits(&a), bits(&b), "window {window:?}");
+            let weights = |kv: &KvRows<'_>| attention_weights(&q, kv, pos, shape, 0..rows, None);
+            assert_eq!(weights(&together), weights(&side_by_side), "window {window:?}");
         }
     }
 

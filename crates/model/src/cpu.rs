@@ -16,7 +16,7 @@ use std::ops::Range;
 
 use nucleus_cpu::delta_net::{self, DeltaInputs, DeltaShape};
 use nucleus_cpu::elementwise;
-use nucleus_cpu::ops::{AttentionShape, attention, attention_weights, inverse_rms, rms_norm};
+use nucleus_cpu::ops::{AttentionShape, KvRows, attention, attention_weights, inverse_rms, rms_norm};
 use nucleus_cpu::{Matrix, matmul, matmuls};
 use nucleus_gguf::{GgmlType, GgufFile, SharedSlice, TensorInfo};
 
@@ -83,8 +83,8 @@ pub(crate) struct CpuModel {
 pub(crate) struct CpuCache {
     /// Per block, in block order (a recurrent block's stay empty).
     rows: Vec<BlockRows>,
-    /// Values in one row: `kv_dim`.
-    width: usize,
+    /// Values in one KV head's row.
+    head_dim: usize,
     /// The local blocks' ring, for a family with a sliding window.
     ring: Option<WindowRing>,
     /// Per recurrent block, in block order.
@@ -92,14 +92,17 @@ pub(crate) struct CpuCache {
     checkpoints: Checkpoints<CpuSnapshot>,
 }
 
-/// One attention block's keys and values, f32 rows of `kv_dim`, grown as positions are written:
-/// every position from 0; or for a local block its ring (`window.rs`), twice its slots long:
-/// a position from `slots` on is written at its slot and again at `slot + slots`, so that any
+/// One attention block's keys and values, f32 rows of `head_dim` with each KV head's rows
+/// together (a decode step's attention reads a head's keys, then its values, as one stream from
+/// memory: ARCHITECTURE.md, "Each KV head's rows together"), grown as positions are written:
+/// every position from 0; or for a local block its ring (`window.rs`), twice its slots long: a
+/// position from `slots` on is written at its slot and again at `slot + slots`, so that any
 /// `slots` consecutive positions are consecutive rows (what the attention kernel reads).
-#[derive(Clone, Default)]
+#[derive(Clone)]
 struct BlockRows {
-    keys: Vec<f32>,
-    values: Vec<f32>,
+    /// Per KV head, `[rows, head_dim]`.
+    keys: Vec<Vec<f32>>,
+    values: Vec<Vec<f32>>,
     ring: bool,
 }
 
@@ -119,9 +122,7 @@ impl Snapshot for CpuSnapshot {
 
 impl CpuCache {
     pub(crate) fn bytes(&self) -> u64 {
-        self.rows.iter().map(|rows| (rows.keys.len() + rows.values.len()) as u64 * 4).sum::<u64>()
-            + self.state_bytes()
-            + self.checkpoints.bytes()
+        self.rows.iter().map(BlockRows::bytes).sum::<u64>() + self.state_bytes() + self.checkpoints.bytes()
     }
 
     /// Bytes of the recurrent blocks' live state.
@@ -156,14 +157,14 @@ impl CpuCache {
             self.checkpoints.forget_after(len);
             return len;
         }
-        let Self { rows, width, ring, states, checkpoints } = self;
+        let Self { rows, head_dim, ring, states, checkpoints } = self;
         match checkpoints.restore(len) {
             Some((at, saved)) => {
                 states.clone_from_slice(&saved.states);
                 if let Some(ring) = ring {
                     let window = ring.window_before(at);
                     for (rows, (keys, values)) in rows.iter_mut().filter(|rows| rows.ring).zip(&saved.windows) {
-                        rows.write(*width, Some(*ring), window.clone(), keys, values);
+                        rows.write(*head_dim, Some(*ring), window.clone(), keys, values);
                     }
                     ring.restored_at(at);
                 }
@@ -182,8 +183,8 @@ impl CpuCache {
     /// Keeps a copy of what cannot go back, as it is at `position` (nothing for rows alone).
     pub(crate) fn checkpoint(&mut self, position: usize) {
         if self.needs_checkpoints() {
-            let Self { rows, width, ring, states, checkpoints } = self;
-            checkpoints.record(position, |old| snapshot(rows, *width, *ring, states, position, old));
+            let Self { rows, head_dim, ring, states, checkpoints } = self;
+            checkpoints.record(position, |old| snapshot(rows, *head_dim, *ring, states, position, old));
         }
     }
 
@@ -192,8 +193,8 @@ impl CpuCache {
     /// kept. A ring needs none: such a pass goes back within its slack.
     fn checkpoint_for_rollback(&mut self, position: usize) {
         if self.is_recurrent() {
-            let Self { rows, width, ring, states, checkpoints } = self;
-            checkpoints.record_rollback(position, |old| snapshot(rows, *width, *ring, states, position, old));
+            let Self { rows, head_dim, ring, states, checkpoints } = self;
+            checkpoints.record_rollback(position, |old| snapshot(rows, *head_dim, *ring, states, position, old));
         }
     }
 
@@ -209,7 +210,7 @@ impl CpuCache {
     pub(crate) fn duplicate(&self) -> Self {
         Self {
             rows: self.rows.clone(),
-            width: self.width,
+            head_dim: self.head_dim,
             ring: self.ring,
             states: self.states.clone(),
             checkpoints: Checkpoints::default(),
@@ -218,46 +219,90 @@ impl CpuCache {
 }
 
 impl BlockRows {
-    /// Writes the rows of `positions` (`keys`, `values`: `[positions, width]`): at their
-    /// positions, or in `ring`.
-    fn write(&mut self, width: usize, ring: Option<WindowRing>, positions: Range<usize>, keys: &[f32], values: &[f32]) {
-        let Some(ring) = ring.filter(|_| self.ring) else {
-            let end = positions.end * width;
-            if self.keys.len() < end {
-                self.keys.resize(end, 0.0);
-                self.values.resize(end, 0.0);
-            }
-            self.keys[positions.start * width..end].copy_from_slice(keys);
-            self.values[positions.start * width..end].copy_from_slice(values);
-            return;
-        };
-        let slots = ring.slots();
+    fn new(kv_heads: usize, ring: bool) -> Self {
+        Self { keys: vec![Vec::new(); kv_heads], values: vec![Vec::new(); kv_heads], ring }
+    }
+
+    fn bytes(&self) -> u64 {
+        self.keys.iter().chain(&self.values).map(|rows| rows.len() as u64 * 4).sum()
+    }
+
+    /// Writes the rows of `positions` (`keys`, `values`: `[positions, kv_heads · head_dim]`, each
+    /// position's heads side by side): at their positions, or in `ring`.
+    fn write(
+        &mut self,
+        head_dim: usize,
+        ring: Option<WindowRing>,
+        positions: Range<usize>,
+        keys: &[f32],
+        values: &[f32],
+    ) {
+        let ring = ring.filter(|_| self.ring);
+        let width = self.keys.len() * head_dim;
         for ((position, key), value) in positions.zip(keys.chunks_exact(width)).zip(values.chunks_exact(width)) {
-            let slot = ring.slot(position);
-            let mirrored = (position >= slots).then_some(slot + slots);
-            for row in std::iter::once(slot).chain(mirrored) {
-                let end = (row + 1) * width;
-                if self.keys.len() < end {
-                    self.keys.resize(end, 0.0);
-                    self.values.resize(end, 0.0);
+            let rows = match ring {
+                Some(ring) => {
+                    let slot = ring.slot(position);
+                    [Some(slot), (position >= ring.slots()).then_some(slot + ring.slots())]
                 }
-                self.keys[row * width..end].copy_from_slice(key);
-                self.values[row * width..end].copy_from_slice(value);
+                None => [Some(position), None],
+            };
+            for row in rows.into_iter().flatten() {
+                let at = row * head_dim..(row + 1) * head_dim;
+                for (cache, new) in [(&mut self.keys, key), (&mut self.values, value)] {
+                    for (head, new) in cache.iter_mut().zip(new.chunks_exact(head_dim)) {
+                        if head.len() < at.end {
+                            head.resize(at.end, 0.0);
+                        }
+                        head[at.clone()].copy_from_slice(new);
+                    }
+                }
             }
         }
     }
 
-    /// The rows of `positions`, consecutive (keys, values); in a ring, at most its slots.
-    fn read(&self, width: usize, ring: Option<WindowRing>, positions: Range<usize>) -> (&[f32], &[f32]) {
-        let first = match ring.filter(|_| self.ring) {
+    /// The first row of `positions`: in a ring, its slot (at most its slots are consecutive).
+    fn first_row(&self, ring: Option<WindowRing>, positions: &Range<usize>) -> usize {
+        match ring.filter(|_| self.ring) {
             Some(ring) => {
                 debug_assert!(positions.len() <= ring.slots());
                 ring.slot(positions.start)
             }
             None => positions.start,
-        };
-        let rows = first * width..(first + positions.len()) * width;
-        (&self.keys[rows.clone()], &self.values[rows])
+        }
+    }
+
+    /// The rows of `positions`, consecutive, as the attention reads them; in a ring, at most its
+    /// slots.
+    fn read(&self, head_dim: usize, ring: Option<WindowRing>, positions: Range<usize>) -> KvRows<'_> {
+        let first = self.first_row(ring, &positions);
+        let rows = first * head_dim..(first + positions.len()) * head_dim;
+        KvRows {
+            keys: self.keys.iter().map(|head| &head[rows.clone()]).collect(),
+            values: self.values.iter().map(|head| &head[rows.clone()]).collect(),
+            stride: head_dim,
+        }
+    }
+
+    /// The rows of `positions` (in a ring, at most its slots) into `keys` and `values` as `[positions,
+    /// kv_heads · head_dim]`, each position's heads side by side (what [`write`](Self::write) takes).
+    fn copy_into(
+        &self,
+        head_dim: usize,
+        ring: Option<WindowRing>,
+        positions: Range<usize>,
+        keys: &mut Vec<f32>,
+        values: &mut Vec<f32>,
+    ) {
+        let first = self.first_row(ring, &positions);
+        for (cache, out) in [(&self.keys, keys), (&self.values, values)] {
+            out.clear();
+            for row in first..first + positions.len() {
+                for head in cache {
+                    out.extend_from_slice(&head[row * head_dim..(row + 1) * head_dim]);
+                }
+            }
+        }
     }
 }
 
@@ -285,7 +330,7 @@ pub(crate) fn planned_rows(config: &ModelConfig, positions: usize) -> (u64, u64)
 /// `reuse`'s memory when there is one.
 fn snapshot(
     rows: &[BlockRows],
-    width: usize,
+    head_dim: usize,
     ring: Option<WindowRing>,
     states: &[RecurrentState],
     position: usize,
@@ -300,12 +345,8 @@ fn snapshot(
     let mut old = std::mem::take(&mut saved.windows).into_iter();
     for rows in rows.iter().filter(|rows| rows.ring) {
         let ring = ring.expect("a cache with local blocks has their ring");
-        let (keys, values) = rows.read(width, Some(ring), ring.window_before(position));
         let (mut saved_keys, mut saved_values) = old.next().unwrap_or_default();
-        saved_keys.clear();
-        saved_keys.extend_from_slice(keys);
-        saved_values.clear();
-        saved_values.extend_from_slice(values);
+        rows.copy_into(head_dim, Some(ring), ring.window_before(position), &mut saved_keys, &mut saved_values);
         saved.windows.push((saved_keys, saved_values));
     }
     saved
@@ -354,10 +395,8 @@ impl CpuModel {
             None => Vec::new(),
         };
         let c = &self.config;
-        let rows = (0..blocks)
-            .map(|block| BlockRows { ring: c.block_ring(block).is_some(), ..BlockRows::default() })
-            .collect();
-        CpuCache { rows, width: c.kv_dim(), ring: c.window_ring(), states, checkpoints: Checkpoints::default() }
+        let rows = (0..blocks).map(|block| BlockRows::new(c.head_count_kv, c.block_ring(block).is_some())).collect();
+        CpuCache { rows, head_dim: c.head_dim, ring: c.window_ring(), states, checkpoints: Checkpoints::default() }
     }
 
     /// Runs `tokens` at positions `start..` after what `cache` holds and returns the logits of
@@ -650,19 +689,20 @@ impl CpuModel {
         let (end, rows) = (start + seq, &mut cache.rows[index]);
         let ring = cache.ring.filter(|_| rows.ring);
         let first = ring.map_or(0, |ring| ring.window_before(start).start);
-        let gathered;
-        let (keys, values) = match ring {
+        let (mut gathered_keys, mut gathered_values) = (Vec::new(), Vec::new());
+        let kv = match ring {
             Some(ring) if end - first > ring.slots() => {
-                let (keys, values) = rows.read(kv_dim, Some(ring), first..start);
-                gathered = ([keys, &k].concat(), [values, &v].concat());
+                rows.copy_into(hd, Some(ring), first..start, &mut gathered_keys, &mut gathered_values);
+                gathered_keys.extend_from_slice(&k);
+                gathered_values.extend_from_slice(&v);
                 let dropped = seq.saturating_sub(ring.slots());
                 let (k, v) = (&k[dropped * kv_dim..], &v[dropped * kv_dim..]);
-                rows.write(kv_dim, Some(ring), start + dropped..end, k, v);
-                (&gathered.0[..], &gathered.1[..])
+                rows.write(hd, Some(ring), start + dropped..end, k, v);
+                KvRows::interleaved(&gathered_keys, &gathered_values, c.head_count_kv, hd)
             }
             _ => {
-                rows.write(kv_dim, ring, start..end, &k, &v);
-                rows.read(kv_dim, ring, first..end)
+                rows.write(hd, ring, start..end, &k, &v);
+                rows.read(hd, ring, first..end)
             }
         };
         let shape = AttentionShape {
@@ -677,11 +717,11 @@ impl CpuModel {
             let local = tap.rows.start.max(start) - start..tap.rows.end.min(start + seq).max(start) - start;
             // Positions count from `first` (attention depends on the distance alone): each row's
             // weights of the positions before it are zeros.
-            let rows = attention_weights(&q, keys, start - first, shape, local, tap.head);
+            let rows = attention_weights(&q, &kv, start - first, shape, local, tap.head);
             tap.weights.extend(rows.into_iter().map(|row| [vec![0.0; first], row].concat()));
         }
         let mut out = vec![0.0; seq * q_dim];
-        attention(&q, keys, values, start - first, shape, &mut out);
+        attention(&q, &kv, start - first, shape, &mut out);
         if let Some(gate) = gate {
             out.iter_mut().zip(&gate).for_each(|(o, &g)| *o *= elementwise::sigmoid(g));
         }
