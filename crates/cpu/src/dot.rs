@@ -508,13 +508,13 @@ unsafe fn add_q4_1_simd128(lanes: &mut [std::arch::wasm32::v128; 8], d: f32, m: 
 /// `out[g·width + i] += Σ_t weights[g·n + t]·rows[t·stride + i]` for each of the `out.len() /
 /// width` rows `g` of `out` (`n = weights.len()` over their count): `n` rows of `rows` as long as
 /// `width`, `stride` apart, weighed by each row's own `n` weights and added (every query head of an
-/// attention's KV head over its values in a cache of `[positions, kv_width]` rows). Four rows at a
-/// time, each output row in turn `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (read and written once for the
-/// four), then the rest one at a time: the four rows come from memory once for all the outputs
-/// (the later ones read them from the core's cache). A multiply and an add never fused, so every
-/// build gives the same bits. Inlined into its caller, which is built for the widest vectors the
-/// CPU has (`ops::weigh_chunk`): as plain Rust in a function built for none (SSE2's four lanes
-/// natively) this loop was the larger part of a long context's attention.
+/// attention's KV head over that head's values, `ops::KvRows`). Four rows at a time, each output
+/// row in turn `(w₀·a + w₁·b) + (w₂·c + w₃·d)` (read and written once for the four), then the rest
+/// one at a time: the four rows come from memory once for all the outputs (the later ones read
+/// them from the core's cache). A multiply and an add never fused, so every build gives the same
+/// bits. Inlined into its caller, which is built for the widest vectors the CPU has
+/// (`ops::weigh_chunk`): as plain Rust in a function built for none (SSE2's four lanes natively)
+/// this loop was the larger part of a long context's attention.
 ///
 /// # Panics
 /// When `rows` is shorter than the weights need.
@@ -547,12 +547,13 @@ pub(crate) fn weighted_rows(weights: &[f32], rows: &[f32], stride: usize, width:
 
 /// `out[g·n + j] = Σ a[g·width + i]·b[j·stride + i]`: each of the `a.len() / width` rows of `a`
 /// against `n` rows of `b` as long as it, `stride` apart (`n = out.len()` over their count: every
-/// query head of an attention's KV head against its keys in a cache of `[positions, kv_width]`
-/// rows). Four rows of `b` at a time, against the rows of `a` four at a time where there are four
-/// ([`Dot::dot16`]), then two ([`Dot::dot8`]), then one ([`Dot::add4`]): each vector of the four
-/// rows comes from memory once for all of `a`. The row's last few past the whole 32s in order; the
-/// widest build the CPU has. One row of `a` sums as [`Dot::add4`] does; two or four, as `dot8`
-/// (each sum in other lanes: they differ in the last bits).
+/// query head of an attention's KV head against that head's keys, `ops::KvRows`; a Gated DeltaNet
+/// head's query against its keys). Four rows of `b` at a time, against the rows of `a` four at a
+/// time where there are four ([`Dot::dot16`]), then two ([`Dot::dot8`]), then one
+/// ([`Dot::add4`]): each vector of the four rows comes from memory once for all of `a`. The row's
+/// last few past the whole 32s in order; the widest build the CPU has. One row of `a` sums as
+/// [`Dot::add4`] does; two or four, as `dot8` (each sum in other lanes: they differ in the last
+/// bits).
 ///
 /// # Panics
 /// When `b` is shorter than the rows need.

@@ -91,8 +91,8 @@ impl<'a> KvRows<'a> {
 ///
 /// The keys go in chunks of [`keys_per_chunk`] (at fixed positions), each met by every query
 /// head of its KV head at once (each key and value read once for all of them): a chunk's scores,
-/// their maxima, the exponentials' totals and the values they weigh, then the chunks' results joined in order
-/// (rescaled to the larger maximum), then divided by the total. A prompt's rows go to the threads
+/// their maxima, the exponentials' totals and the values they weigh, then the chunks' results
+/// joined in order (rescaled to the larger maximum), then divided by the total. A prompt's rows go to the threads
 /// a row and KV head at a time; a decode step's one row a KV head and chunk at a time, joined
 /// after in the same order, so a row's outputs are the same bits either way, on any number of
 /// threads. Each query head once read its KV head's keys and values on its own, from memory at a
@@ -177,9 +177,9 @@ impl<'a> Chunk<'a> {
     }
 }
 
-/// `task`'s query heads over its keys: into `slot`, `[group · hd]` values weighed
-/// by `exp(score − max)`, then the `group` maxima, then the `group` totals of the exponentials.
-/// Built for the widest vectors the CPU has.
+/// `task`'s query heads over its keys, all at once: into `slot`, `[group · hd]` values weighed by
+/// `exp(score − max)`, then the `group` maxima, then the `group` totals of the exponentials. Built
+/// for the widest vectors the CPU has.
 fn weigh_chunk(task: Chunk<'_>, slot: &mut [f32]) {
     #[cfg(target_arch = "x86_64")]
     {
