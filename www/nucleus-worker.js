@@ -5,7 +5,7 @@
 
 import {
   ALIVE_MS, ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
-  codedError, emulatedAdapter, threadsProblem, wireError,
+  codedError, emulatedAdapter, threadsProblem, webAssemblyProblem, wireError,
 } from './protocol.js';
 import { downloadModel, planWhole, readFile, readStored, storeAsRead, storeBlob, storeModel } from './download.js';
 
@@ -390,6 +390,8 @@ function modelFiles(backend, contextLength, memoryBudget) {
 const handlers = {
   async [REQUEST.load]({ id, url: given, file, name, sha256: expectedSha256, contextLength, memoryBudget, cache: useCache, backend: asked, panicForTesting, hangForTesting }, progress) {
     if (engine) throw fail('busy', 'this worker already holds a model');
+    const noWebAssembly = webAssemblyProblem(self);
+    if (noWebAssembly) throw fail('no-webassembly', noWebAssembly);
     const started = performance.now();
     const facts = await chooseBackend(asked);
     const loaded = await engineModule(facts.backend.kind);

@@ -13,7 +13,7 @@ export const DEFAULT_MODEL_URL: string;
 /** Every error code, with when it happens (protocol.js owns the list). */
 export const ERROR_CODES: Readonly<Record<ErrorCode, string>>;
 export type ErrorCode =
-  | 'no-webgpu' | 'fetch-failed' | 'bad-model' | 'unsupported-model' | 'bad-options' | 'context-overflow'
+  | 'no-webassembly' | 'no-webgpu' | 'fetch-failed' | 'bad-model' | 'unsupported-model' | 'bad-options' | 'context-overflow'
   | 'out-of-memory' | 'bad-logits' | 'storage-quota' | 'busy' | 'device-lost' | 'device' | 'internal' | 'aborted'
   | 'worker-crashed';
 

@@ -14,6 +14,7 @@
 
 import {
   ALIVE_MS, BACKENDS, ERROR_CODES, LOAD_SILENCE_MS, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
+  webAssemblyProblem,
 } from './protocol.js';
 import { VERSION } from './pkg/version.js';
 
@@ -709,6 +710,8 @@ export class Nucleus {
       throw badOption('memoryBudget', `memoryBudget must be a whole number of bytes >= 1, got ${memoryBudget}`);
     }
     if (signal !== undefined && !(signal instanceof AbortSignal)) throw badOption('signal', 'signal must be an AbortSignal');
+    const noWebAssembly = webAssemblyProblem();
+    if (noWebAssembly) throw new NucleusError('no-webassembly', noWebAssembly);
     if (backend === 'webgpu' && !globalThis.navigator?.gpu) {
       throw new NucleusError('no-webgpu', NO_WEBGPU_MESSAGE);
     }

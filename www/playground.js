@@ -1502,5 +1502,10 @@ function installPicker() {
 const MODEL_GONE = ['device-lost', 'internal'];
 
 // The sampler's wasm module and knobs first: the page's controls are made from them.
-await loadSampler(DEFAULT_ASSETS);
-start();
+try {
+  await loadSampler(DEFAULT_ASSETS);
+  start();
+} catch (error) {
+  document.body.dataset.state = 'error';
+  $('status').textContent = `The playground could not start (${error.code ?? 'internal'}): ${error.message}`;
+}

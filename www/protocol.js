@@ -168,6 +168,7 @@ export const HELPER_START_MS = 10_000;
 
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({
+  'no-webassembly': 'this browser runs no WebAssembly (Safari\'s Lockdown Mode, a policy that turns the JavaScript JIT off), which every backend needs; thrown at once, no worker started',
   'no-webgpu': 'no `navigator.gpu`, or no adapter, where `backend: \'webgpu\'` asked for one (`auto` runs the CPU engine then)',
   'fetch-failed': 'the model URL failed (`status` holds the HTTP status; or no answer for 30 s), or the download broke (or sent nothing for 30 s) and three resumes did not finish it',
   'bad-model': 'not a GGUF file (an HTML page: its first bytes are named), truncated, or inconsistent',
@@ -184,6 +185,17 @@ export const ERROR_CODES = Object.freeze({
   aborted: 'a load\'s `signal` aborted it before it finished: its worker is ended, the memory it took with it, and nothing of the file is kept (`cause` is the signal\'s reason)',
   'worker-crashed': 'the engine\'s worker failed outside any request (an error in a callback, or the worker could not start: its message), or stopped answering while loading (nothing from it for 60 s); the worker is ended, every call on the model gets this error, and the next `Nucleus.load()` starts a new one',
 });
+
+/**
+ * Why `scope` (the page's global, or a worker's) cannot run the engine's WebAssembly, or null when
+ * it can. Without it the page learns so at once (`no-webassembly`), not from a worker that fails
+ * to start and is tried three times.
+ */
+export function webAssemblyProblem(scope = globalThis) {
+  return typeof scope.WebAssembly?.instantiate === 'function' ? null
+    : 'this browser runs no WebAssembly (Safari\'s Lockdown Mode and policies that turn the JavaScript JIT off '
+      + 'remove it), which every backend of Nucleus needs';
+}
 
 /** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */
 export const NO_WEBGPU_MESSAGE = 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
@@ -223,7 +235,8 @@ const LEFT_BORROWED = /recursive use of an object detected|attempted to take own
  * @returns {WireError}
  */
 export function wireError(error, lastPanic) {
-  if (error instanceof WebAssembly.RuntimeError) {
+  // `globalThis.WebAssembly`: a worker without WebAssembly still answers with its error.
+  if (globalThis.WebAssembly && error instanceof WebAssembly.RuntimeError) {
     const panic = lastPanic();
     return { code: 'internal', message: `the engine crashed: ${panic ?? error.message}; load the model again`, crashed: true };
   }

@@ -3,7 +3,8 @@
 // same code chose the token in the engine, so what the chart shows is what sampling would do.
 
 import init, { estimateRow, whatIf } from './pkg/nucleus_sampler_web.js';
-import { assetsBase } from './nucleus.js';
+import { NucleusError, assetsBase } from './nucleus.js';
+import { webAssemblyProblem } from './protocol.js';
 
 /**
  * The sliders and the sampling defaults, written from the Rust sampler (crates/sampler/src/knobs.rs
@@ -17,10 +18,12 @@ let loading = null;
 /**
  * Loads the sampler's wasm module and the knobs from `assets` (the package's folder, as
  * `Nucleus.load` takes it; default this module's) once; every function here needs it done. Later
- * calls get the first load, whatever their base.
+ * calls get the first load, whatever their base. Without WebAssembly: `no-webassembly`.
  */
 export function loadSampler(assets) {
   if (loading) return loading;
+  const noWebAssembly = webAssemblyProblem();
+  if (noWebAssembly) return Promise.reject(new NucleusError('no-webassembly', noWebAssembly));
   loading = (async () => {
     const base = assetsBase(assets);
     const [, knobs] = await Promise.all([

@@ -38,12 +38,13 @@ process.on('exit', () => profiles.forEach(removeProfile));
 /**
  * A browser context in a fresh profile, removed once the context is closed (a profile holds the
  * models the page cached: half a gigabyte each); `webgpu: false` leaves out
- * --enable-unsafe-webgpu (no adapter then).
+ * --enable-unsafe-webgpu (no adapter then), `webAssembly: false` takes WebAssembly away from pages
+ * and workers (V8 without its JIT, `--jitless`, has no WebAssembly).
  */
-export async function launch({ webgpu = true, viewport = { width: 1280, height: 900 } } = {}) {
+export async function launch({ webgpu = true, webAssembly = true, viewport = { width: 1280, height: 900 } } = {}) {
   const userDataDir = await mkdtemp(path.join(os.tmpdir(), 'nucleus-chromium-'));
   profiles.add(userDataDir);
-  const args = webgpu ? [...BASE_FLAGS, '--enable-unsafe-webgpu'] : BASE_FLAGS;
+  const args = [...BASE_FLAGS, ...(webgpu ? ['--enable-unsafe-webgpu'] : []), ...(webAssembly ? [] : ['--js-flags=--jitless'])];
   const context = await chromium.launchPersistentContext(userDataDir, { executablePath: CHROMIUM, headless: true, args, viewport });
   // After close() has resolved the browser has exited and written its last file.
   const close = context.close.bind(context);
@@ -98,9 +99,13 @@ export const FIREFOX = process.env.FIREFOX ?? '/usr/bin/firefox-esr';
 export const WEBKIT_DRIVER = process.env.WEBKIT_DRIVER ?? '/usr/bin/WebKitWebDriver';
 export const MINIBROWSER = process.env.MINIBROWSER ?? '/usr/lib/x86_64-linux-gnu/webkit2gtk-4.1/MiniBrowser';
 
-/** Headless Firefox ESR in a fresh profile (puppeteer-core's browser: close it when done). */
-export function launchFirefox() {
-  return puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, protocol: 'webDriverBiDi' });
+/**
+ * Headless Firefox ESR in a fresh profile (puppeteer-core's browser: close it when done);
+ * `webAssembly: false` turns WebAssembly off (`javascript.options.wasm`).
+ */
+export function launchFirefox({ webAssembly = true } = {}) {
+  return puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, protocol: 'webDriverBiDi',
+    ...(webAssembly ? {} : { extraPrefsFirefox: { 'javascript.options.wasm': false } }) });
 }
 
 /**
@@ -122,8 +127,8 @@ export function launchFirefox() {
 /** Chromium: one browser (a fresh profile) per `launch()`, a tab per page. */
 const chromiumEngine = {
   name: 'Chromium',
-  async launch() {
-    const context = await launch();
+  async launch(options) {
+    const context = await launch(options);
     return {
       async open(url) {
         const page = await context.newPage();
@@ -153,8 +158,8 @@ const chromiumEngine = {
 /** Firefox: one browser (a fresh profile) per `launch()`, a tab per page. */
 const firefox = {
   name: 'Firefox',
-  async launch() {
-    const browser = await launchFirefox();
+  async launch(options) {
+    const browser = await launchFirefox(options);
     return {
       async open(url) {
         const page = await browser.newPage();
@@ -204,14 +209,17 @@ const SESSION_START_TRIES = 2;
  * started never connected, before any page is open: once in a run of .ci/run here, never in nine
  * WebKit suite runs; the project's CI, unbounded then, held at the same place) ends that driver
  * and is tried once more on a new one, saying so: the browser's start, not what a test checks.
+ * `webAssembly: false` turns JavaScriptCore's WebAssembly off (its `useWasm` option, which the
+ * driver's MiniBrowser and web processes read from `JSC_useWasm`).
  */
 const webkit = {
   name: 'WebKit',
-  async launch() {
+  async launch({ webAssembly = true } = {}) {
     let driver = null;
+    const env = webAssembly ? process.env : { ...process.env, JSC_useWasm: '0' };
     const startDriver = async () => {
       const port = await freePort();
-      const child = spawn('xvfb-run', ['-a', WEBKIT_DRIVER, `--port=${port}`], { stdio: 'ignore', detached: true });
+      const child = spawn('xvfb-run', ['-a', WEBKIT_DRIVER, `--port=${port}`], { stdio: 'ignore', detached: true, env });
       const server = `http://127.0.0.1:${port}`;
       for (let tries = 0; ; tries += 1) {
         const up = await fetch(`${server}/status`).then((r) => r.ok, () => false);

@@ -5,7 +5,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { ERROR_CODES, codedError, threadsProblem, wireError } from '../../www/protocol.js';
+import { ERROR_CODES, codedError, threadsProblem, webAssemblyProblem, wireError } from '../../www/protocol.js';
 
 const root = new URL('../../', import.meta.url);
 const read = (path) => readFileSync(new URL(path, root), 'utf8');
@@ -73,4 +73,19 @@ test('threads start only where the page can share memory with its workers, and t
   }
   assert.equal(threadsProblem({ ...isolated, MessageChannel: RefusingChannel }),
     'this browser cannot hand a shared WebAssembly memory to another worker (DataCloneError: The object can not be cloned.)');
+});
+
+test('without WebAssembly the page is told so, and a worker still answers with its error', () => {
+  assert.equal(webAssemblyProblem({ WebAssembly }), null);
+  assert.match(webAssemblyProblem({}), /runs no WebAssembly/);
+  // A worker whose browser has no WebAssembly: its failures still become replies.
+  const saved = globalThis.WebAssembly;
+  delete globalThis.WebAssembly;
+  try {
+    assert.equal(webAssemblyProblem(), webAssemblyProblem({}));
+    assert.deepEqual(wireError(new ReferenceError('WebAssembly is not defined'), () => null),
+      { code: 'internal', message: 'WebAssembly is not defined' });
+  } finally {
+    globalThis.WebAssembly = saved;
+  }
 });
