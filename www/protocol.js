@@ -168,7 +168,7 @@ export const HELPER_START_MS = 10_000;
 
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({
-  'no-webassembly': 'this browser runs no WebAssembly (Safari\'s Lockdown Mode, a policy that turns the JavaScript JIT off), which every backend needs; thrown at once, no worker started',
+  'no-webassembly': 'this browser runs no WebAssembly (Safari\'s Lockdown Mode, a policy that turns the JavaScript JIT off), or one without SIMD, which every backend needs; thrown at once, no worker started',
   'no-webgpu': 'no `navigator.gpu`, or no adapter, where `backend: \'webgpu\'` asked for one (`auto` runs the CPU engine then)',
   'fetch-failed': 'the model URL failed (`status` holds the HTTP status; or no answer for 30 s), or the download broke (or sent nothing for 30 s) and three resumes did not finish it',
   'bad-model': 'not a GGUF file (an HTML page: its first bytes are named), truncated, or inconsistent',
@@ -188,14 +188,30 @@ export const ERROR_CODES = Object.freeze({
 
 /**
  * Why `scope` (the page's global, or a worker's) cannot run the engine's WebAssembly, or null when
- * it can. Without it the page learns so at once (`no-webassembly`), not from a worker that fails
- * to start and is tried three times.
+ * it can: WebAssembly itself, and its fixed-width SIMD, which every module of Nucleus is built
+ * with. Without them the page learns so at once (`no-webassembly`), not from a worker that fails
+ * to start, or from a module that "doesn't parse".
  */
 export function webAssemblyProblem(scope = globalThis) {
-  return typeof scope.WebAssembly?.instantiate === 'function' ? null
-    : 'this browser runs no WebAssembly (Safari\'s Lockdown Mode and policies that turn the JavaScript JIT off '
+  if (typeof scope.WebAssembly?.validate !== 'function') {
+    return 'this browser runs no WebAssembly (Safari\'s Lockdown Mode and policies that turn the JavaScript JIT off '
       + 'remove it), which every backend of Nucleus needs';
+  }
+  if (!scope.WebAssembly.validate(SIMD_PROBE)) {
+    return 'this browser\'s WebAssembly has no SIMD (Chrome 91, Firefox 89 and Safari 16.4 added it), which every '
+      + 'backend of Nucleus needs';
+  }
+  return null;
 }
+
+/** A module of one function that splats an i32 into an i8x16: valid where WebAssembly has SIMD. */
+const SIMD_PROBE = new Uint8Array([
+  0x00, 0x61, 0x73, 0x6d, 0x01, 0x00, 0x00, 0x00, // \0asm, version 1
+  0x01, 0x05, 0x01, 0x60, 0x00, 0x01, 0x7b, // types: () -> v128
+  0x03, 0x02, 0x01, 0x00, // functions: one of type 0
+  0x0a, 0x08, 0x01, 0x06, 0x00, // code: one body of 6 bytes, no locals
+  0x41, 0x01, 0xfd, 0x0f, 0x0b, // i32.const 1, i8x16.splat, end
+]);
 
 /** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */
 export const NO_WEBGPU_MESSAGE = 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '

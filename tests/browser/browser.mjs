@@ -39,9 +39,11 @@ process.on('exit', () => profiles.forEach(removeProfile));
  * A browser context in a fresh profile, removed once the context is closed (a profile holds the
  * models the page cached: half a gigabyte each); `webgpu: false` leaves out
  * --enable-unsafe-webgpu (no adapter then), `webAssembly: false` takes WebAssembly away from pages
- * and workers (V8 without its JIT, `--jitless`, has no WebAssembly).
+ * and workers (V8 without its JIT, `--jitless`, has no WebAssembly); V8 has no switch for
+ * `wasmSimd: false`.
  */
-export async function launch({ webgpu = true, webAssembly = true, viewport = { width: 1280, height: 900 } } = {}) {
+export async function launch({ webgpu = true, webAssembly = true, wasmSimd = true, viewport = { width: 1280, height: 900 } } = {}) {
+  if (!wasmSimd) throw new Error('Chromium cannot be started without WebAssembly SIMD');
   const userDataDir = await mkdtemp(path.join(os.tmpdir(), 'nucleus-chromium-'));
   profiles.add(userDataDir);
   const args = [...BASE_FLAGS, ...(webgpu ? ['--enable-unsafe-webgpu'] : []), ...(webAssembly ? [] : ['--js-flags=--jitless'])];
@@ -101,9 +103,11 @@ export const MINIBROWSER = process.env.MINIBROWSER ?? '/usr/lib/x86_64-linux-gnu
 
 /**
  * Headless Firefox ESR in a fresh profile (puppeteer-core's browser: close it when done);
- * `webAssembly: false` turns WebAssembly off (`javascript.options.wasm`).
+ * `webAssembly: false` turns WebAssembly off (`javascript.options.wasm`); Firefox 153 has no
+ * preference left for `wasmSimd: false`.
  */
-export function launchFirefox({ webAssembly = true } = {}) {
+export function launchFirefox({ webAssembly = true, wasmSimd = true } = {}) {
+  if (!wasmSimd) throw new Error('Firefox cannot be started without WebAssembly SIMD');
   return puppeteer.launch({ browser: 'firefox', executablePath: FIREFOX, headless: true, protocol: 'webDriverBiDi',
     ...(webAssembly ? {} : { extraPrefsFirefox: { 'javascript.options.wasm': false } }) });
 }
@@ -210,13 +214,14 @@ const SESSION_START_TRIES = 2;
  * WebKit suite runs; the project's CI, unbounded then, held at the same place) ends that driver
  * and is tried once more on a new one, saying so: the browser's start, not what a test checks.
  * `webAssembly: false` turns JavaScriptCore's WebAssembly off (its `useWasm` option, which the
- * driver's MiniBrowser and web processes read from `JSC_useWasm`).
+ * driver's MiniBrowser and web processes read from `JSC_useWasm`), `wasmSimd: false` its SIMD
+ * (`useWasmSIMD`).
  */
 const webkit = {
   name: 'WebKit',
-  async launch({ webAssembly = true } = {}) {
+  async launch({ webAssembly = true, wasmSimd = true } = {}) {
     let driver = null;
-    const env = webAssembly ? process.env : { ...process.env, JSC_useWasm: '0' };
+    const env = { ...process.env, ...(webAssembly ? {} : { JSC_useWasm: '0' }), ...(wasmSimd ? {} : { JSC_useWasmSIMD: '0' }) };
     const startDriver = async () => {
       const port = await freePort();
       const child = spawn('xvfb-run', ['-a', WEBKIT_DRIVER, `--port=${port}`], { stdio: 'ignore', detached: true, env });

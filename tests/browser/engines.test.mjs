@@ -148,26 +148,33 @@ for (const key of engines) {
       }
     });
 
-    test(`a ${engine.name} without WebAssembly: Nucleus.load() refuses at once with no-webassembly, the playground says so`, async (t) => {
-      const bare = await engine.launch({ webAssembly: false });
-      t.after(() => bare.close());
-      const page = await bare.open(`${server.url}blank.html`);
-      const { code, message, ms, wasm } = await within(LOAD_LIMIT_MS, 'a load without WebAssembly', page.run(async () => {
-        const { Nucleus } = await import('/nucleus.js');
-        const started = performance.now();
-        const error = await Nucleus.load().then(() => ({ code: null, message: 'it loaded' }), (e) => e);
-        return { code: error.code, message: error.message, ms: performance.now() - started, wasm: typeof WebAssembly };
-      }));
-      assert.equal(wasm, 'undefined', 'the browser was started without WebAssembly');
-      assert.equal(code, 'no-webassembly', message);
-      assert.match(message, /runs no WebAssembly/);
-      assert.ok(ms < 1000, `refused in ${ms} ms`);
-      await page.close();
-      const playground = await bare.open(server.url);
-      await playground.waitFor(() => document.body.dataset.state === 'error', LOAD_LIMIT_MS);
-      const [status] = await playground.texts('#status');
-      assert.match(status, /could not start \(no-webassembly\): this browser runs no WebAssembly/);
-      await playground.close();
+    test(`a ${engine.name} without WebAssembly${key === 'webkit' ? ', or without its SIMD' : ''}: Nucleus.load() refuses at once with no-webassembly, the playground says so`, async () => {
+      // Only JavaScriptCore still has a switch that turns SIMD off alone.
+      const lacks = [{ webAssembly: false, words: 'runs no WebAssembly' },
+        ...(key === 'webkit' ? [{ wasmSimd: false, words: 'WebAssembly has no SIMD' }] : [])];
+      for (const { words, ...options } of lacks) {
+        const bare = await engine.launch(options);
+        try {
+          const page = await bare.open(`${server.url}blank.html`);
+          const { code, message, ms } = await within(LOAD_LIMIT_MS, `a load where the browser ${words}`, page.run(async () => {
+            const { Nucleus } = await import('/nucleus.js');
+            const started = performance.now();
+            const error = await Nucleus.load().then(() => ({ code: null, message: 'it loaded' }), (e) => e);
+            return { code: error.code, message: error.message, ms: performance.now() - started };
+          }));
+          assert.equal(code, 'no-webassembly', message);
+          assert.match(message, new RegExp(words));
+          assert.ok(ms < 1000, `refused in ${ms} ms`);
+          await page.close();
+          const playground = await bare.open(server.url);
+          await playground.waitFor(() => document.body.dataset.state === 'error', LOAD_LIMIT_MS);
+          const [status] = await playground.texts('#status');
+          assert.match(status, new RegExp(`could not start \\(no-webassembly\\): this browser.*${words}`));
+          await playground.close();
+        } finally {
+          await bare.close();
+        }
+      }
     });
 
     test(`scoring and attention in ${engine.name}: the greedy token ranked first, rows summing to 1`, async (t) => {

@@ -75,9 +75,10 @@ test('threads start only where the page can share memory with its workers, and t
     'this browser cannot hand a shared WebAssembly memory to another worker (DataCloneError: The object can not be cloned.)');
 });
 
-test('without WebAssembly the page is told so, and a worker still answers with its error', () => {
+test('without WebAssembly, or its SIMD, the page is told so, and a worker still answers with its error', () => {
   assert.equal(webAssemblyProblem({ WebAssembly }), null);
   assert.match(webAssemblyProblem({}), /runs no WebAssembly/);
+  assert.match(webAssemblyProblem({ WebAssembly: { validate: () => false } }), /WebAssembly has no SIMD/);
   // A worker whose browser has no WebAssembly: its failures still become replies.
   const saved = globalThis.WebAssembly;
   delete globalThis.WebAssembly;
