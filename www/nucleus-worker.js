@@ -4,8 +4,8 @@
 // model per worker, one generation at a time (a second one is `busy`).
 
 import {
-  ALIVE_MS, ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, MODEL_CACHE, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
-  codedError, emulatedAdapter, threadsProblem, webAssemblyProblem, wireError,
+  ALIVE_MS, ERROR_CODES, HELPER_START_MS, LOCAL_MODELS, NO_ADAPTER_MESSAGE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
+  codedError, emulatedAdapter, openModelCache, threadsProblem, webAssemblyProblem, wireError,
 } from './protocol.js';
 import { downloadModel, planWhole, readFile, readStored, storeAsRead, storeBlob, storeModel } from './download.js';
 
@@ -350,9 +350,9 @@ function deviceOffers(adapter) {
   };
 }
 
-/** The models' cache, when the load may use it and the browser has one. */
-async function modelCache(useCache) {
-  return useCache && self.caches ? caches.open(MODEL_CACHE).catch(() => null) : null;
+/** The models' cache, when the load may use it and the browser has one (a sandboxed frame has none). */
+function modelCache(useCache) {
+  return useCache ? openModelCache(self) : null;
 }
 
 /**

@@ -13,8 +13,8 @@
 // types it.
 
 import {
-  ALIVE_MS, BACKENDS, ERROR_CODES, LOAD_SILENCE_MS, LOCAL_MODELS, MODEL_CACHE, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
-  webAssemblyProblem,
+  ALIVE_MS, BACKENDS, ERROR_CODES, LOAD_SILENCE_MS, LOCAL_MODELS, NO_WEBGPU_MESSAGE, REPLY, REQUEST,
+  openModelCache, webAssemblyProblem,
 } from './protocol.js';
 import { VERSION } from './pkg/version.js';
 
@@ -71,14 +71,17 @@ export function assetsBase(assets) {
  * A worker running `file` of `assets` (the engine's, or a helper thread's). A worker's script must
  * have the page's origin: from another origin (a CDN) the worker runs a same-origin blob
  * (importerOf) that imports the real script, whose own imports (the wasm modules) then resolve
- * against its real URL. Returns `{ worker, url }`, `url` the blob's, to revoke when the worker ends.
+ * against its real URL. The blob is a classic worker, not a module one: in a sandboxed frame (an
+ * opaque origin, `location.origin` "null", so every package is another origin's) Chromium does
+ * not start a module worker from a blob, and a classic one imports modules all the same. Returns
+ * `{ worker, url }`, `url` the blob's, to revoke when the worker ends.
  */
 function startWorker(assets, file, name) {
   const script = new URL(file, assets);
   const options = { type: 'module', name };
   if (script.origin === globalThis.location?.origin) return { worker: new Worker(script, options), url: null };
   const url = URL.createObjectURL(new Blob([importerOf(script.href)], { type: 'text/javascript' }));
-  return { worker: new Worker(url, options), url };
+  return { worker: new Worker(url, { name }), url };
 }
 
 /**
@@ -768,10 +771,11 @@ export class Nucleus {
   /**
    * The models this browser keeps (the Cache API, by URL: downloads, and files given to the page
    * under their LOCAL_MODELS keys), largest first, and the site's storage use and quota (bytes;
-   * null where the browser does not say): `{ models: [{ url, name, bytes, local }], usage, quota }`.
+   * null where the browser does not say): `{ models: [{ url, name, bytes, local }], usage, quota }`;
+   * none in a sandboxed frame, which has no Cache API.
    */
   static async storedModels() {
-    const cache = globalThis.caches ? await caches.open(MODEL_CACHE) : null;
+    const cache = await openModelCache();
     const models = [];
     for (const request of cache ? await cache.keys() : []) {
       const response = await cache.match(request);
@@ -788,7 +792,7 @@ export class Nucleus {
   /** Drops the kept copy of the model at `url` (a loaded model keeps running). Resolves to whether one was kept. */
   static async removeStoredModel(url) {
     if (typeof url !== 'string' && !(url instanceof URL)) throw badOption('url', 'url must be a URL');
-    const cache = globalThis.caches ? await caches.open(MODEL_CACHE) : null;
+    const cache = await openModelCache();
     return cache ? cache.delete(String(url)) : false;
   }
 

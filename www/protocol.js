@@ -213,6 +213,19 @@ const SIMD_PROBE = new Uint8Array([
   0x41, 0x01, 0xfd, 0x0f, 0x0b, // i32.const 1, i8x16.splat, end
 ]);
 
+/**
+ * The models' cache (MODEL_CACHE, in the Cache API) of `scope`, the page's global or a worker's;
+ * null where there is none: in a sandboxed frame without `allow-same-origin` (an opaque origin),
+ * reading `caches` throws a SecurityError (Chromium, WebKit), or opening one does (Firefox).
+ */
+export async function openModelCache(scope = globalThis) {
+  try {
+    return (await scope.caches?.open(MODEL_CACHE)) ?? null;
+  } catch {
+    return null;
+  }
+}
+
 /** What the page says when the browser has no WebGPU, and when WebGPU offers no adapter. */
 export const NO_WEBGPU_MESSAGE = 'this browser has no WebGPU (navigator.gpu is missing): use Chrome or Edge 113+, '
   + 'Safari 26+, or Firefox 141+ on Windows; elsewhere enable WebGPU in the browser\'s flags';

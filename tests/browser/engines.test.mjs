@@ -10,17 +10,19 @@
 // from fresh profiles, each bounded in time (Firefox once hung in its threads' start: its
 // `new Worker` inside a worker blocked about one start in a hundred, so the page now starts the
 // helpers); the reference's greedy ids; a page that is not isolated; scoring and attention; a
-// worker that dies reaching every caller as `worker-crashed`; the package from a CDN origin under
-// README's policy (WebKit refused the blob worker's static import from there: the blob now imports
-// dynamically); the playground end to end (a fork, an offline reload, Gemma 3 from the picker, a
-// local file). No console warning where the driver
+// worker that dies reaching every caller as `worker-crashed`; a browser without WebAssembly (or,
+// in WebKit, without its SIMD) refused at once; the package from a CDN origin under README's
+// policy (WebKit refused the blob worker's static import from there: the blob now imports
+// dynamically), and in a sandboxed frame (an opaque origin); the playground end to end (a fork,
+// an offline reload, Gemma 3 from the picker, a local file). No console warning where the driver
 // can read the console (Chromium, Firefox). `NUCLEUS_ENGINES=firefox,webkit` runs some engines.
 
 import { describe, test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { readFileSync, rmSync, statSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
 import path from 'node:path';
-import { BLANK_PAGE, MEMORY_PER_FILE_BYTE, MODEL_NAME, MODEL_PATH, REPO, VERSION, startServer } from './server.mjs';
+import { BLANK_PAGE, MEMORY_PER_FILE_BYTE, MODEL_NAME, MODEL_PATH, REPO, VERSION, startOrigin, startServer } from './server.mjs';
 import { ENGINES, keptThreads, within } from './browser.mjs';
 import { packagePath, startOrigins } from './origins.mjs';
 import { installFresh } from '../package/fresh.mjs';
@@ -40,6 +42,33 @@ const engines = (process.env.NUCLEUS_ENGINES ?? Object.keys(ENGINES).join(',')).
 /** The packed package (`./build.sh dist`) on a CDN origin, the static example on a site's. */
 let fresh;
 let origins;
+
+/**
+ * A folder of two pages: `index.html` holds `frame.html` in a frame sandboxed as sites sandbox what
+ * they embed (scripts, no origin of its own: an opaque one, without the Cache API), and keeps what
+ * the frame posts as `window.result`; the frame loads the default model from `models` with the
+ * package from `cdn` (origins.mjs), generates the capital prompt's first tokens greedily and lists
+ * the stored models.
+ */
+function sandboxedPages({ cdn, models }) {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'nucleus-sandboxed-'));
+  writeFileSync(path.join(dir, 'index.html'), `<!doctype html><title>sandboxed</title>
+<script>addEventListener('message', (event) => { window.result = event.data; });</script>
+<iframe sandbox="allow-scripts" src="frame.html"></iframe>`);
+  writeFileSync(path.join(dir, 'frame.html'), `<!doctype html><title>frame</title><script type="module">
+try {
+  const { Nucleus } = await import('${cdn.url}${packagePath(VERSION).slice(1)}nucleus.js');
+  const lm = await Nucleus.load({ model: '${models.url}${MODEL_NAME}' });
+  const ids = [];
+  for await (const step of lm.generate({ prompt: ${JSON.stringify(capital.text)}, maxTokens: 4, temperature: 0 })) ids.push(step.id);
+  const stored = await Nucleus.storedModels();
+  parent.postMessage({ ids, reason: lm.info.backend.reason, stored: stored.models.length }, '*');
+} catch (error) {
+  parent.postMessage({ error: \`\${error.code}: \${error.message}\` }, '*');
+}
+</script>`);
+  return dir;
+}
 
 before(async () => {
   fresh = installFresh(VERSION);
@@ -268,6 +297,24 @@ for (const key of engines) {
       }, `${origins.cdn.url}${packagePath(VERSION).slice(1)}`));
       assert.equal(failed?.[0], 'worker-crashed', failed?.[1]);
       assert.match(failed[1], /^the Nucleus worker \(.*\/missing\/nucleus-worker\.js\) failed: /);
+    });
+
+    test(`the package in a sandboxed frame in ${engine.name} (an opaque origin): the greedy reference on one thread, no stored models`, async (t) => {
+      // A site that is not cross-origin isolated, as sites that sandbox what they embed are.
+      const pages = sandboxedPages(origins);
+      const site = await startOrigin({ routes: { '/': pages } });
+      const page = await browser.open(`${site.url}index.html`);
+      t.after(async () => {
+        await page.close();
+        await site.close();
+        rmSync(pages, { recursive: true, force: true });
+      });
+      await page.waitFor(() => window.result, LOAD_LIMIT_MS);
+      const result = await page.run(() => window.result);
+      assert.equal(result.error, undefined, result.error);
+      assert.deepEqual(result.ids, capital.greedy32.slice(0, 4));
+      assert.match(result.reason, /not cross-origin isolated/);
+      assert.equal(result.stored, 0);
     });
 
     test(`the playground in ${engine.name}: a greedy run and its chart, a fork, a reload offline, Gemma 3 from the picker, a file`, async (t) => {

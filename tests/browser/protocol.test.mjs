@@ -5,7 +5,7 @@ import test from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 
-import { ERROR_CODES, codedError, threadsProblem, webAssemblyProblem, wireError } from '../../www/protocol.js';
+import { ERROR_CODES, MODEL_CACHE, codedError, openModelCache, threadsProblem, webAssemblyProblem, wireError } from '../../www/protocol.js';
 
 const root = new URL('../../', import.meta.url);
 const read = (path) => readFileSync(new URL(path, root), 'utf8');
@@ -89,4 +89,17 @@ test('without WebAssembly, or its SIMD, the page is told so, and a worker still 
   } finally {
     globalThis.WebAssembly = saved;
   }
+});
+
+test("the models' cache is none where the Cache API is missing or refuses, as in a sandboxed frame", async () => {
+  const cache = { keys: async () => [] };
+  const opened = [];
+  const caches = { open: async (name) => { opened.push(name); return cache; } };
+  assert.equal(await openModelCache({ caches }), cache);
+  assert.deepEqual(opened, [MODEL_CACHE]);
+  assert.equal(await openModelCache({}), null);
+  // Chromium and WebKit: reading `caches` throws; Firefox: opening one rejects.
+  const refused = () => { throw new DOMException('Cache storage is disabled because the context is sandboxed', 'SecurityError'); };
+  assert.equal(await openModelCache(Object.defineProperty({}, 'caches', { get: refused })), null);
+  assert.equal(await openModelCache({ caches: { open: async () => refused() } }), null);
 });
