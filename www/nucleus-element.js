@@ -305,7 +305,7 @@ export class NucleusPlaygroundElement extends HTMLElement {
       this.#root.adoptedStyleSheets = [OWN_SHEET, chart];
     } catch (error) {
       this.dataset.state = 'error';
-      this.#status(error.code === 'no-webassembly' ? `Nucleus could not start: ${error.message}`
+      this.#status(error.code === 'no-webassembly' ? `Nucleus cannot run here: ${error.message}`
         : `Nucleus could not start: its files at ${assets} did not load (${error.message}); `
           + 'set the element\'s `assets` attribute to the URL of the package\'s folder', true);
       return false;

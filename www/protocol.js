@@ -168,7 +168,7 @@ export const HELPER_START_MS = 10_000;
 
 /** Every error code of the API, with when it happens (README.md's table says the same). */
 export const ERROR_CODES = Object.freeze({
-  'no-webassembly': 'this browser runs no WebAssembly (Safari\'s Lockdown Mode, a policy that turns the JavaScript JIT off), or one without SIMD, which every backend needs; thrown at once, no worker started',
+  'no-webassembly': 'this browser runs no WebAssembly (Safari\'s Lockdown Mode, a policy that turns the JavaScript JIT off), or one without SIMD, or the page\'s Content Security Policy does not let it compile (no `\'wasm-unsafe-eval\'`), which every backend needs; thrown at once, no worker started',
   'no-webgpu': 'no `navigator.gpu`, or no adapter, where `backend: \'webgpu\'` asked for one (`auto` runs the CPU engine then)',
   'fetch-failed': 'the model URL failed (`status` holds the HTTP status; or no answer for 30 s), or the download broke (or sent nothing for 30 s) and three resumes did not finish it',
   'bad-model': 'not a GGUF file (an HTML page: its first bytes are named), truncated, or inconsistent',
@@ -188,9 +188,10 @@ export const ERROR_CODES = Object.freeze({
 
 /**
  * Why `scope` (the page's global, or a worker's) cannot run the engine's WebAssembly, or null when
- * it can: WebAssembly itself, and its fixed-width SIMD, which every module of Nucleus is built
- * with. Without them the page learns so at once (`no-webassembly`), not from a worker that fails
- * to start, or from a module that "doesn't parse".
+ * it can: WebAssembly itself, its fixed-width SIMD, which every module of Nucleus is built with,
+ * and a page policy that lets it compile. Without them the page learns so at once
+ * (`no-webassembly`), not from a worker that fails to start, a module that "doesn't parse", or a
+ * policy violation that names `'unsafe-eval'`.
  */
 export function webAssemblyProblem(scope = globalThis) {
   if (typeof scope.WebAssembly?.validate !== 'function') {
@@ -200,6 +201,13 @@ export function webAssemblyProblem(scope = globalThis) {
   if (!scope.WebAssembly.validate(SIMD_PROBE)) {
     return 'this browser\'s WebAssembly has no SIMD (Chrome 91, Firefox 89 and Safari 16.4 added it), which every '
       + 'backend of Nucleus needs';
+  }
+  try {
+    // Chromium and Firefox refuse the compile, WebKit the instance.
+    new scope.WebAssembly.Instance(new scope.WebAssembly.Module(SIMD_PROBE));
+  } catch (error) {
+    return 'this page\'s Content Security Policy does not let it compile WebAssembly: its `script-src` needs '
+      + `'wasm-unsafe-eval' (the browser said: ${error.message})`;
   }
   return null;
 }

@@ -11,7 +11,7 @@
 // `new Worker` inside a worker blocked about one start in a hundred, so the page now starts the
 // helpers); the reference's greedy ids; a page that is not isolated; scoring and attention; a
 // worker that dies reaching every caller as `worker-crashed`; a browser without WebAssembly (or,
-// in WebKit, without its SIMD) refused at once; the package from a CDN origin under README's
+// in WebKit, without its SIMD), and a policy without 'wasm-unsafe-eval', refused at once; the package from a CDN origin under README's
 // policy (WebKit refused the blob worker's static import from there: the blob now imports
 // dynamically), and in a sandboxed frame (an opaque origin); the playground end to end (a fork,
 // an offline reload, Gemma 3 from the picker, a local file). No console warning where the driver
@@ -39,9 +39,22 @@ const CYCLE_TOKENS = 16;
 const MODEL_BYTES = statSync(MODEL_PATH).size;
 const engines = (process.env.NUCLEUS_ENGINES ?? Object.keys(ENGINES).join(',')).split(',');
 
-/** The packed package (`./build.sh dist`) on a CDN origin, the static example on a site's. */
+/**
+ * The packed package (`./build.sh dist`) on a CDN origin, the static example on a site's, and the
+ * same page under a policy without `'wasm-unsafe-eval'` (`strict/`).
+ */
 let fresh;
 let origins;
+let strict;
+
+/** A folder holding the static example with `'wasm-unsafe-eval'` taken out of its policy. */
+function strictPage() {
+  const dir = mkdtempSync(path.join(os.tmpdir(), 'nucleus-strict-'));
+  const page = readFileSync(path.join(REPO, 'examples/static/index.html'), 'utf8');
+  assert.match(page, / 'wasm-unsafe-eval'/);
+  writeFileSync(path.join(dir, 'index.html'), page.replace(" 'wasm-unsafe-eval'", ''));
+  return dir;
+}
 
 /**
  * A folder of two pages: `index.html` holds `frame.html` in a frame sandboxed as sites sandbox what
@@ -72,15 +85,17 @@ try {
 
 before(async () => {
   fresh = installFresh(VERSION);
+  strict = strictPage();
   origins = await startOrigins({
     cdnRoutes: { [packagePath(VERSION)]: fresh.packageDir },
-    siteRoutes: { '/static/': path.join(REPO, 'examples/static') },
+    siteRoutes: { '/static/': path.join(REPO, 'examples/static'), '/strict/': strict },
   });
 });
 
 after(async () => {
   await origins?.close();
   if (fresh) rmSync(fresh.dir, { recursive: true, force: true });
+  if (strict) rmSync(strict, { recursive: true, force: true });
 });
 
 /**
@@ -297,6 +312,14 @@ for (const key of engines) {
       }, `${origins.cdn.url}${packagePath(VERSION).slice(1)}`));
       assert.equal(failed?.[0], 'worker-crashed', failed?.[1]);
       assert.match(failed[1], /^the Nucleus worker \(.*\/missing\/nucleus-worker\.js\) failed: /);
+    });
+
+    test(`the element in ${engine.name} under a policy without 'wasm-unsafe-eval' says so`, async (t) => {
+      const page = await browser.open(`${origins.site.url}strict/index.html`);
+      t.after(() => page.close());
+      await page.waitFor(() => document.querySelector('nucleus-playground')?.dataset.state === 'error', LOAD_LIMIT_MS);
+      const status = await page.run(() => document.querySelector('nucleus-playground').shadowRoot.querySelector('.status').textContent);
+      assert.match(status, /^Nucleus cannot run here: this page's Content Security Policy does not let it compile WebAssembly: its `script-src` needs 'wasm-unsafe-eval'/);
     });
 
     test(`the package in a sandboxed frame in ${engine.name} (an opaque origin): the greedy reference on one thread, no stored models`, async (t) => {

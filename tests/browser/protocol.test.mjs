@@ -79,6 +79,13 @@ test('without WebAssembly, or its SIMD, the page is told so, and a worker still 
   assert.equal(webAssemblyProblem({ WebAssembly }), null);
   assert.match(webAssemblyProblem({}), /runs no WebAssembly/);
   assert.match(webAssemblyProblem({ WebAssembly: { validate: () => false } }), /WebAssembly has no SIMD/);
+  // A page whose policy lacks 'wasm-unsafe-eval': the browser validates a module but will not compile it.
+  const Module = function Module() { throw new WebAssembly.CompileError("violates the policy: 'unsafe-eval' is not allowed"); };
+  assert.match(webAssemblyProblem({ WebAssembly: { validate: WebAssembly.validate, Module, Instance: WebAssembly.Instance } }),
+    /Content Security Policy does not let it compile WebAssembly: its `script-src` needs 'wasm-unsafe-eval' \(the browser said: violates/);
+  const Instance = function Instance() { throw new Error("Refused to create a WebAssembly object because 'wasm-unsafe-eval' is not allowed"); };
+  assert.match(webAssemblyProblem({ WebAssembly: { validate: WebAssembly.validate, Module: WebAssembly.Module, Instance } }),
+    /its `script-src` needs 'wasm-unsafe-eval' \(the browser said: Refused to create/);
   // A worker whose browser has no WebAssembly: its failures still become replies.
   const saved = globalThis.WebAssembly;
   delete globalThis.WebAssembly;
