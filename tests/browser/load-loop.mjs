@@ -4,7 +4,10 @@
 // "WebKit"), not a test: `node tests/browser/load-loop.mjs [cycles=20]`, ENGINE=webkit (default),
 // firefox or chromium; after `./build.sh web`. HOLD_MEMORIES=N first makes and keeps N WebAssembly
 // memories in the page: past JavaScriptCore's fast memories (8 a process on Linux, 3 on iOS) the
-// engine's memory is a bounds-checked one, which every grow copies whole.
+// engine's memory is a bounds-checked one, which every grow copies whole. WebKit's processes read
+// JavaScriptCore's options from the environment (`JSC_dumpOptions=1` lists those set, on the
+// driver's standard error): `JSC_thresholdForOMGOptimizeAfterWarmUp=20 ENGINE=webkit node
+// tests/browser/load-loop.mjs` tiers every hot function up early.
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
 import { BLANK_PAGE, REPO, startServer } from './server.mjs';
