@@ -605,15 +605,17 @@ fn strided_dots_with<D: Dot>(a: &[f32], width: usize, b: &[f32], stride: usize, 
         let mut g = 0;
         while g < heads {
             // Query rows `g..g + taken` against the four rows: their whole 32s' sums, `4i + k`.
-            let (sums, taken): ([f32; 16], usize) = if g + 4 <= heads {
-                (D::dot16(std::array::from_fn(|i| query(g + i).0), keys), 4)
-            } else if g + 2 <= heads {
-                let sums = D::dot8([query(g).0, query(g + 1).0], keys);
-                (std::array::from_fn(|k| if k < 8 { sums[k] } else { 0.0 }), 2)
-            } else {
-                let sums = D::dot4(query(g).0, keys);
-                (std::array::from_fn(|k| if k < 4 { sums[k] } else { 0.0 }), 1)
+            let taken = match heads - g {
+                4.. => 4,
+                2 | 3 => 2,
+                _ => 1,
             };
+            let mut sums = [0.0; 16];
+            match taken {
+                4 => sums = D::dot16(std::array::from_fn(|i| query(g + i).0), keys),
+                2 => sums[..8].copy_from_slice(&D::dot8([query(g).0, query(g + 1).0], keys)),
+                _ => sums[..4].copy_from_slice(&D::dot4(query(g).0, keys)),
+            }
             for i in 0..taken {
                 let (_, a_tail) = query(g + i);
                 for (k, (_, rest)) in rows.iter().enumerate() {
