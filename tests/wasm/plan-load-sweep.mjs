@@ -1,11 +1,12 @@
 // Whether the engine's own memory accesses while a model loads stay in bounds, whatever chunks the
-// network hands over: the plain module (www/pkg, `./build.sh web`) in Node's V8 fills a wasm
-// `ModelFile` through www/download.js as a worker does, from a stub `fetch` whose body comes in
-// chunks of random sizes, planned by `planLoad` as the worker plans (`downloadModel`); then the
-// stored copy's way (`readStored`, `planWhole`); then `planLoad` on prefixes of the header every
-// 4,099 bytes. A tool for WebKit's "Out of bounds memory access" trap (ARCHITECTURE.md, "WebKit"),
-// not a test: WebAssembly is deterministic, and each load runs in a new worker, so an access out of
-// bounds that the module itself made for some chunking would trap here as well.
+// network hands over: the plain module (www/pkg, `./build.sh web`; MODULE=nucleus_web_threads the
+// threaded one without relaxed SIMD, on its one thread) in Node's V8 fills a wasm `ModelFile`
+// through www/download.js as a worker does, from a stub `fetch` whose body comes in chunks of
+// random sizes, planned by `planLoad` as the worker plans (`downloadModel`); then the stored copy's
+// way (`readStored`, `planWhole`); then `planLoad` on prefixes of the header every 4,099 bytes. A
+// tool for WebKit's "Out of bounds memory access" trap (ARCHITECTURE.md, "WebKit"), not a test:
+// WebAssembly is deterministic, and each load runs in a new worker, so an access out of bounds that
+// the module itself made for some chunking would trap here as well.
 // Usage: node tests/wasm/plan-load-sweep.mjs [model.gguf (default $NUCLEUS_MODEL)] [downloads=100]
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -13,8 +14,9 @@ import { fileURLToPath } from 'node:url';
 import { HEADER_FIRST_BYTES, downloadModel, planWhole, readStored } from '../../www/download.js';
 
 const REPO = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
-const wasm = await import(path.join(REPO, 'www/pkg/nucleus_web.js'));
-wasm.initSync({ module: readFileSync(path.join(REPO, 'www/pkg/nucleus_web_bg.wasm')) });
+const MODULE = process.env.MODULE ?? 'nucleus_web';
+const wasm = await import(path.join(REPO, `www/pkg/${MODULE}.js`));
+wasm.initSync({ module: readFileSync(path.join(REPO, `www/pkg/${MODULE}_bg.wasm`)) });
 
 const modelPath = process.argv[2] ?? process.env.NUCLEUS_MODEL;
 if (!modelPath) throw new Error('name a GGUF file, or set NUCLEUS_MODEL');
@@ -95,4 +97,4 @@ for (let end = HEADER_FIRST_BYTES; end <= Math.min(total, planned + (1 << 20)); 
   }
 }
 file.free();
-console.log(JSON.stringify({ ...counts, downloads, headerPlannedAt: planned }));
+console.log(JSON.stringify({ module: MODULE, ...counts, downloads, headerPlannedAt: planned }));
