@@ -80,6 +80,18 @@ pub(super) fn hoisted<T>(value: T) -> T {
     std::hint::black_box(value)
 }
 
+#[cfg(target_feature = "relaxed-simd")]
+#[inline(always)]
+fn swizzle(a: v128, indices: v128) -> v128 {
+    i8x16_relaxed_swizzle(a, indices)
+}
+
+#[cfg(not(target_feature = "relaxed-simd"))]
+#[inline(always)]
+fn swizzle(a: v128, indices: v128) -> v128 {
+    i8x16_swizzle(a, indices)
+}
+
 /// The vectors the products use in every block, made once a row ([`hoisted`]), in both wasm
 /// builds. A byte shift is a 16-bit one and a mask from here: V8 makes `u8x16.shr`'s and
 /// `u8x16.shl`'s own mask at each use.
@@ -143,7 +155,7 @@ impl Constants {
     pub(super) fn fifth_bits(&self, bits: u32) -> [v128; 2] {
         let word = u32x4_splat(bits);
         let [low, high, bit, sixteen] = self.fifth;
-        let spread = |indices: v128| v128_and(i8x16_eq(v128_and(i8x16_swizzle(word, indices), bit), bit), sixteen);
+        let spread = |indices: v128| v128_and(i8x16_eq(v128_and(swizzle(word, indices), bit), bit), sixteen);
         [spread(low), spread(high)]
     }
 }
