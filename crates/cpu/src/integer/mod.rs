@@ -633,7 +633,7 @@ fn apart<R>(product: impl FnOnce() -> R) -> R {
 /// The f16 at `at` of a block, as f32.
 #[inline(always)]
 pub(crate) fn half(block: &[u8], at: usize) -> f32 {
-    f16_to_f32(u16::from_le_bytes([block[at], block[at + 1]]))
+    f16_to_f32(u16::from_le_bytes(block[at..at + 2].try_into().expect("2")))
 }
 
 // The builds: a type per instruction set, each `RowDot` over the products of its file.
