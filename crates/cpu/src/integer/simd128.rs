@@ -80,12 +80,16 @@ pub(super) fn hoisted<T>(value: T) -> T {
     std::hint::black_box(value)
 }
 
+/// `a`'s bytes at `indices` (each below 16). Relaxed SIMD's swizzle is one `pshufb` on x86; the
+/// plain one adds a saturating add per use wherever the indices are not a constant V8 sees, as
+/// [`hoisted`] ones are not (ARCHITECTURE.md, "The wasm products' loops, as V8 compiles them").
 #[cfg(target_feature = "relaxed-simd")]
 #[inline(always)]
 fn swizzle(a: v128, indices: v128) -> v128 {
     i8x16_relaxed_swizzle(a, indices)
 }
 
+/// `a`'s bytes at `indices`: plain SIMD has only the swizzle that zeroes for indices past 15.
 #[cfg(not(target_feature = "relaxed-simd"))]
 #[inline(always)]
 fn swizzle(a: v128, indices: v128) -> v128 {
